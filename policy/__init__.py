@@ -1,0 +1,66 @@
+"""Scheduling mathematics of tenantml: pure numpy / scipy / scikit-learn, no I/O, no frameworks.
+
+ease.ml (shared/papers/000-002): GP over arms with a kernel from other tenants, cost-aware GP-UCB,
+tenant pickers FCFS / RoundRobin / Random / Greedy / Hybrid, baselines, regret accounting, the
+SYN generator and the replay simulator that drives the same :class:`SchedulerLoop` as the live
+service.
+"""
+
+from policy._types import (
+    ArmPrior,
+    Assignment,
+    Decision,
+    History,
+    ModelMeta,
+    Observation,
+    Problem,
+    Snapshot,
+)
+from policy._validate import validate_problem
+from policy.acquisition import beta, ei_per_cost, ucb
+from policy.gp import TenantPosterior, fit_arm_prior, independent_prior
+from policy.loop import SchedulerLoop, SimClock
+from policy.pickers import FCFS, Greedy, Hybrid, HybridState, RandomPicker, RoundRobin
+from policy.policies import POLICY_NAMES, Oracle, Policy, StaticOrder, TwoPhasePolicy, make_policy
+from policy.regret import LossCurves, cumulative_regret, loss_curves
+from policy.replay import ReplayResult, replay, sublinear_speedup
+from policy.synthetic import syn
+
+__all__ = [
+    "FCFS",
+    "POLICY_NAMES",
+    "ArmPrior",
+    "Assignment",
+    "Decision",
+    "Greedy",
+    "History",
+    "Hybrid",
+    "HybridState",
+    "LossCurves",
+    "ModelMeta",
+    "Observation",
+    "Oracle",
+    "Policy",
+    "Problem",
+    "RandomPicker",
+    "ReplayResult",
+    "RoundRobin",
+    "SchedulerLoop",
+    "SimClock",
+    "Snapshot",
+    "StaticOrder",
+    "TenantPosterior",
+    "TwoPhasePolicy",
+    "beta",
+    "cumulative_regret",
+    "ei_per_cost",
+    "fit_arm_prior",
+    "independent_prior",
+    "loss_curves",
+    "make_policy",
+    "replay",
+    "sublinear_speedup",
+    "syn",
+    "ucb",
+    "validate_problem",
+]

@@ -1,0 +1,61 @@
+"""Acquisition functions: the exploration weight ``beta_t``, cost-aware UCB and EI per cost.
+
+Notation (shared/papers/002 Sec. 3, Thm. 1-3; paper 001 Sec. 6 for SPEARMINT*):
+- ``beta_t`` "simple" = ``log(K t^2 / delta)`` (Alg. 1 line 3, Alg. 2 line 9).
+- ``beta_t`` "theorem" = ``2 c* log(pi^2 n K t^2 / (6 delta))`` (Thm. 1 with n = 1; Thm. 2-3 for n
+  tenants, ``K = K*`` the largest arm count, ``c* = max c`` which is 1 for normalised costs).
+- Cost-aware UCB (Sec. 3.2, the "simple twist" of Alg. 1 line 4):
+  ``B_t(k) = mu_{t-1}(k) + sqrt(beta_t / c_k) sigma_{t-1}(k)``; cost-oblivious is ``c_k = 1``.
+- EI per cost (SPEARMINT*, "EI per second"): ``EI(k) / c_k`` with
+  ``EI = (mu - y*) Phi(u) + sigma phi(u)``, ``u = (mu - y*) / sigma``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+from scipy.special import ndtr
+
+from policy._types import FloatArray
+
+BetaRule = Literal["simple", "theorem"]
+
+__all__ = ["BetaRule", "beta", "ei_per_cost", "ucb"]
+
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def beta(
+    t: int,
+    n_arms: int,
+    delta: float = 0.1,
+    rule: BetaRule = "simple",
+    *,
+    n_tenants: int = 1,
+    c_star: float = 1.0,
+) -> float:
+    """Exploration weight ``beta_t`` at the tenant's step ``t >= 1`` (see module docstring)."""
+    t = max(int(t), 1)
+    if rule == "simple":
+        return math.log(n_arms * t * t / delta)  # Alg. 1 line 3 / Alg. 2 line 9
+    if rule == "theorem":
+        return 2.0 * c_star * math.log(math.pi**2 * n_tenants * n_arms * t * t / (6.0 * delta))
+    raise ValueError(f"unknown beta rule {rule!r}; valid: 'simple', 'theorem'")
+
+
+def ucb(mu: FloatArray, sigma: FloatArray, beta_t: float, cost: FloatArray | float) -> FloatArray:
+    """Cost-aware upper confidence bound ``mu + sqrt(beta_t / c) sigma`` (Sec. 3.2)."""
+    return mu + np.sqrt(beta_t / np.asarray(cost, dtype=float)) * sigma
+
+
+def ei_per_cost(
+    mu: FloatArray, sigma: FloatArray, best: float, cost: FloatArray | float
+) -> FloatArray:
+    """Expected improvement over ``best`` divided by cost (SPEARMINT*'s EI per second)."""
+    s = np.maximum(sigma, 1e-12)
+    u = (mu - best) / s
+    ei = (mu - best) * ndtr(u) + s * _INV_SQRT_2PI * np.exp(-0.5 * u * u)
+    out: FloatArray = np.maximum(ei, 0.0) / np.asarray(cost, dtype=float)
+    return out

@@ -1,0 +1,1 @@
+"""Replay benchmark of the scheduling policies (ease.ml App. A protocol)."""

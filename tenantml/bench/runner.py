@@ -1,0 +1,238 @@
+"""The replay protocol of ease.ml App. A / Sec. 5.2 over a :class:`QualityTable`.
+
+Per repeat ``r`` (seeded by ``(seed, r)``, so results do not depend on the number of workers):
+sample ``test_users`` tenants (their sampled order is the arrival order FCFS uses), build the GP
+kernel from all other tenants, then replay every policy on the same split until the budget:
+``budget`` x the total cost of all test tenants' models (cost-aware), or x their number of models
+with every cost set to 1 (``cost_oblivious``). Loss curves are sampled on a grid over the budget
+axis, so "cost" below is a fraction of the budget in [0, 1].
+
+With ``gpus = G > 1`` every policy fills G slots (one model per GPU), and ``hybrid-pooled`` is
+ease.ml's own choice: one job at a time on the whole pool, ``lambda(G) = G^lambda_exp`` times
+faster. All run for the same wall-clock horizon ``budget / lambda(G)``, which is the unit of the
+cost axis then, so ratios compare wall-clock time on the same cluster.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from policy import (
+    POLICY_NAMES,
+    Oracle,
+    Policy,
+    Problem,
+    cumulative_regret,
+    fit_arm_prior,
+    loss_curves,
+    make_policy,
+    replay,
+    sublinear_speedup,
+    validate_problem,
+)
+from policy._types import FloatArray
+from tenantml.bench.datasets import BenchInputError, QualityTable
+
+__all__ = ["Protocol", "RepeatResult", "all_policy_names", "default_test_users", "run_protocol"]
+
+LOSS_LEVELS = (0.05, 0.02, 0.01)
+
+
+@dataclass(frozen=True)
+class Protocol:
+    policies: tuple[str, ...]
+    test_users: int
+    repeats: int = 50
+    budget: float = 0.1
+    cost_oblivious: bool = False
+    gpus: int = 1
+    lambda_exp: float = 0.8
+    seed: int = 0
+    grid_points: int = 201
+    beta_rule: str = "simple"
+    delta: float = 0.1
+    hybrid_s: int = 10
+    cost_scale: str = "mean"
+
+
+@dataclass
+class RepeatResult:
+    repeat: int
+    curves: dict[str, dict[str, FloatArray]] = field(default_factory=dict)
+    regret: dict[str, tuple[float, float]] = field(default_factory=dict)
+    jobs: dict[str, int] = field(default_factory=dict)
+
+
+def default_test_users(n_eligible: int) -> int:
+    """10 (the paper's protocol) when at least 20 tenants qualify, else three quarters of them,
+    so the kernel always has tenants to learn from (easeml-dl has 8 tenants with costs: 6)."""
+    return 10 if n_eligible >= 20 else max(1, (3 * n_eligible) // 4)
+
+
+def _optuna_available() -> bool:
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def all_policy_names(table: QualityTable, gpus: int = 1) -> tuple[str, ...]:
+    """Every policy that applies to ``table`` (the static baselines need model metadata)."""
+    names = [
+        p for p in POLICY_NAMES if table.meta is not None or p not in ("mostcited", "mostrecent")
+    ]
+    if _optuna_available():
+        names.append("optuna")
+    names.append("oracle")
+    if gpus > 1:
+        names.append("hybrid-pooled")
+    return tuple(names)
+
+
+def check_policies(names: Sequence[str], table: QualityTable, gpus: int) -> tuple[str, ...]:
+    valid = all_policy_names(table, gpus)
+    known = (*POLICY_NAMES, "optuna", "oracle", "hybrid-pooled")
+    for name in names:
+        if name not in known:
+            raise BenchInputError(f"unknown policy {name!r}; valid: {', '.join(valid)}")
+        if name not in valid:
+            why = {
+                "mostcited": "needs model metadata (--models-meta FILE.csv)",
+                "mostrecent": "needs model metadata (--models-meta FILE.csv)",
+                "optuna": "needs optuna (pip install 'tenantml[bench]')",
+                "hybrid-pooled": "compares against multi-device runs; needs --gpus > 1",
+            }[name]
+            raise BenchInputError(f"policy {name!r} {why}; valid here: {', '.join(valid)}")
+    return tuple(names)
+
+
+def table_costs(table: QualityTable, seed: int) -> FloatArray:
+    """The table's costs; U(0, 1) draws seeded by ``seed`` where it has none (Sec. 5.1)."""
+    if table.has_cost:
+        return table.cost
+    rng = np.random.default_rng([seed, 104729])
+    return np.maximum(rng.uniform(0.0, 1.0, table.quality.shape), 1e-6)
+
+
+def _build_policy(name: str, proto: Protocol, quality: FloatArray, cost: FloatArray) -> Policy:
+    if name == "oracle":
+        return Oracle(quality, cost)
+    if name == "optuna":
+        from tenantml.bench.optuna_peer import OptunaPeer
+
+        return OptunaPeer()
+    base = "hybrid" if name == "hybrid-pooled" else name
+    return make_policy(
+        base,
+        cost_aware=not proto.cost_oblivious,
+        beta_rule=proto.beta_rule,  # type: ignore[arg-type]
+        delta=proto.delta,
+        hybrid_s=proto.hybrid_s,
+        cost_scale=proto.cost_scale,  # type: ignore[arg-type]
+    )
+
+
+def run_repeat(table: QualityTable, cost: FloatArray, proto: Protocol, r: int) -> RepeatResult:
+    """One repeat of the protocol for every policy (pure function of its arguments)."""
+    rng = np.random.default_rng([proto.seed, r])
+    eligible = np.flatnonzero(~table.kernel_only)
+    test = rng.choice(eligible, size=proto.test_users, replace=False)
+    train = np.setdiff1d(np.arange(len(table.tenants)), test)
+    q = table.quality[test]
+    c = np.ones_like(q) if proto.cost_oblivious else cost[test]
+    avail = np.isfinite(q) & np.isfinite(c)
+    q0 = np.where(avail, q, 0.0)
+    c1 = np.where(avail, c, 1.0)
+    prior = fit_arm_prior(table.quality[train].T, random_state=r)
+    problem = validate_problem(
+        Problem.create(
+            [table.tenants[i] for i in test],
+            table.models,
+            avail,
+            c1,
+            prior=prior,
+            meta=table.meta,
+        )
+    )
+    best_possible = np.where(avail, q, -np.inf).max(axis=1)
+    budget = proto.budget * float(c1[avail].sum())
+    speed = sublinear_speedup(proto.gpus, proto.lambda_exp) if proto.gpus > 1 else 1.0
+    horizon = budget / speed
+    grid = np.linspace(0.0, horizon, proto.grid_points)
+    out = RepeatResult(r)
+    for p_idx, name in enumerate(proto.policies):
+        policy = _build_policy(name, proto, q0, c1)
+        pooled = name == "hybrid-pooled" or proto.gpus == 1
+        res = replay(
+            problem,
+            q0,
+            c1,
+            policy,
+            horizon=horizon,
+            slots=1 if pooled else proto.gpus,
+            speed=speed if pooled else 1.0,
+            rng=np.random.default_rng([proto.seed, r, p_idx]),
+        )
+        lc = loss_curves(res.trace, best_possible, grid, problem.weights)
+        out.curves[name] = {
+            "avg_loss": lc.avg_loss,
+            "worst_loss": lc.worst_loss,
+            "rel_accuracy": lc.rel_accuracy,
+        }
+        out.regret[name] = cumulative_regret(
+            res.trace, best_possible, problem.weights, horizon=horizon
+        )
+        out.jobs[name] = sum(1 for o in res.trace if o.finished_at <= horizon)
+    return out
+
+
+def _run_repeat_star(args: tuple[QualityTable, FloatArray, Protocol, int]) -> RepeatResult:
+    return run_repeat(*args)
+
+
+def run_protocol(
+    table: QualityTable,
+    proto: Protocol,
+    *,
+    jobs: int | None = None,
+    on_repeat: Callable[[RepeatResult], Any] | None = None,
+) -> list[RepeatResult]:
+    """All repeats, in parallel over ``jobs`` processes (default: all cores)."""
+    n_eligible = int((~table.kernel_only).sum())
+    if proto.test_users < 1 or proto.test_users > n_eligible:
+        raise BenchInputError(
+            f"--test-users {proto.test_users} but {table.name} has {n_eligible} tenants that can "
+            f"be test users; valid: 1..{n_eligible}"
+        )
+    if len(table.tenants) - proto.test_users < 1 and table.kernel_only.sum() == 0:
+        raise BenchInputError(
+            f"--test-users {proto.test_users} leaves no tenant to build the kernel from "
+            f"({len(table.tenants)} tenants); valid: 1..{len(table.tenants) - 1}"
+        )
+    if not 0 < proto.budget <= 1:
+        raise BenchInputError(f"--budget {proto.budget}; valid: a fraction in (0, 1]")
+    if proto.repeats < 1 or proto.gpus < 1:
+        raise BenchInputError(f"--repeats {proto.repeats} / --gpus {proto.gpus}; both must be >= 1")
+    cost = table_costs(table, proto.seed)
+    args = [(table, cost, proto, r) for r in range(proto.repeats)]
+    workers = min(jobs or os.cpu_count() or 1, proto.repeats)
+    results: list[RepeatResult] = []
+    if workers <= 1:
+        for a in args:
+            results.append(_run_repeat_star(a))
+            if on_repeat:
+                on_repeat(results[-1])
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for res in pool.map(_run_repeat_star, args):
+                results.append(res)
+                if on_repeat:
+                    on_repeat(res)
+    return results

@@ -1,0 +1,268 @@
+"""The ``tenantml`` command line.
+
+``tenantml bench`` replays a quality/cost table through the scheduler loop (policy/), and
+``tenantml bench-overhead`` measures decision time and memory at cluster scale. ``tenantml demo``
+runs a short benchmark on built-in real data until the live service lands.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="tenantml",
+    help="Multi-tenant, cost-aware model selection for a shared GPU pool.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _fmt(v: float | None, pct: bool = False) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.3f}" if not pct else f"{v:.2f}x"
+
+
+def _print_summary(summary: dict[str, object], elapsed: float) -> None:
+    policies = summary["policies"]
+    speedups = summary.get("speedups", {})
+    assert isinstance(policies, dict) and isinstance(speedups, dict)
+    proto = summary["protocol"]
+    assert isinstance(proto, dict)
+    mode = "cost-oblivious" if proto["cost_oblivious"] else "cost-aware"
+    gpus = f", {proto['gpus']} GPUs" if proto["gpus"] > 1 else ""
+    title = (
+        f"{summary['dataset']}: {proto['repeats']} repeats, {proto['test_users']} test users, "
+        f"budget {proto['budget']:g} ({mode}{gpus})"
+    )
+    table = Table(title=title)
+    for col in (
+        "policy",
+        "AUC avg loss",
+        "AUC worst",
+        "cost to 0.05",
+        "cost to 0.02",
+        "cost to 0.01",
+        "final avg loss",
+        "vs hybrid @0.02",
+    ):
+        table.add_column(col, justify="right" if col != "policy" else "left")
+    order = sorted(policies, key=lambda p: policies[p]["auc_avg_loss"])
+    for name in order:
+        s = policies[name]
+        ct = s["cost_to_avg_loss"]
+        table.add_row(
+            name,
+            f"{s['auc_avg_loss']:.4f}",
+            f"{s['auc_worst_loss']:.4f}",
+            _fmt(ct["0.05"]),
+            _fmt(ct["0.02"]),
+            _fmt(ct["0.01"]),
+            f"{s['final_avg_loss']:.4f}",
+            _fmt(speedups.get(name, {}).get("0.02"), pct=True),
+        )
+    console.print(table)
+    if "hybrid_auc_over_oracle" in summary:
+        console.print(f"hybrid AUC / oracle AUC = {summary['hybrid_auc_over_oracle']:.2f}")
+    console.print(f"[dim]{elapsed:.1f} s[/]")
+
+
+@app.command()
+def bench(
+    data_set: Annotated[str | None, typer.Argument(help="built-in data set name")] = None,
+    data: Annotated[Path | None, typer.Option(help="long CSV: tenant,model,quality,cost")] = None,
+    models_meta: Annotated[Path | None, typer.Option(help="CSV: model,year,citations")] = None,
+    test_users: Annotated[int | None, typer.Option(help="test tenants per repeat")] = None,
+    repeats: Annotated[int, typer.Option()] = 50,
+    budget: Annotated[
+        float | None, typer.Option(help="fraction of total cost (default 0.1; 0.5 oblivious)")
+    ] = None,
+    cost_oblivious: Annotated[bool, typer.Option("--cost-oblivious")] = False,
+    gpus: Annotated[int, typer.Option(help="GPU slots G")] = 1,
+    lambda_exp: Annotated[float, typer.Option(help="lambda(G) = G^x for the pooled device")] = 0.8,
+    seed: Annotated[int, typer.Option()] = 0,
+    policies: Annotated[
+        str | None, typer.Option(help="comma list (default: all that apply)")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="output directory")] = Path("results/bench"),
+    jobs: Annotated[int | None, typer.Option(help="worker processes (default: all cores)")] = None,
+    beta: Annotated[str, typer.Option(help="beta_t rule: simple | theorem")] = "simple",
+    delta: Annotated[float, typer.Option()] = 0.1,
+    hybrid_s: Annotated[int, typer.Option(help="Hybrid's stagnation steps s")] = 10,
+    mlflow: Annotated[
+        bool, typer.Option("--mlflow", help="log each policy as an MLflow run")
+    ] = False,
+) -> None:
+    """Replay a quality/cost table through every policy (ease.ml App. A protocol)."""
+    from tenantml.bench.datasets import (
+        BUILTIN,
+        BenchInputError,
+        QualityTable,
+        load_dataset,
+        read_models_meta,
+        read_quality_csv,
+    )
+    from tenantml.bench.report import log_to_mlflow, write_outputs
+    from tenantml.bench.runner import (
+        Protocol,
+        all_policy_names,
+        check_policies,
+        default_test_users,
+        run_protocol,
+    )
+
+    try:
+        if (data_set is None) == (data is None):
+            raise BenchInputError(
+                f"give a built-in data set ({', '.join(BUILTIN)}) or --data FILE.csv, not "
+                + ("both" if data_set else "neither")
+            )
+        table = load_dataset(data_set, seed) if data_set else read_quality_csv(data)  # type: ignore[arg-type]
+        if models_meta is not None:
+            meta = read_models_meta(models_meta, table.models)
+            table = QualityTable(
+                table.name,
+                table.tenants,
+                table.models,
+                table.quality,
+                table.cost,
+                table.kernel_only,
+                meta,
+            )
+        if beta not in ("simple", "theorem"):
+            raise BenchInputError(f"--beta {beta!r}; valid: simple, theorem")
+        names = (
+            check_policies([p.strip() for p in policies.split(",") if p.strip()], table, gpus)
+            if policies
+            else all_policy_names(table, gpus)
+        )
+        if gpus > 1 and "hybrid-pooled" not in names and "hybrid" in names:
+            names = (*names, "hybrid-pooled")
+        n_eligible = int((~table.kernel_only).sum())
+        proto = Protocol(
+            policies=names,
+            test_users=test_users if test_users is not None else default_test_users(n_eligible),
+            repeats=repeats,
+            budget=budget if budget is not None else (0.5 if cost_oblivious else 0.1),
+            cost_oblivious=cost_oblivious,
+            gpus=gpus,
+            lambda_exp=lambda_exp,
+            seed=seed,
+            beta_rule=beta,
+            delta=delta,
+            hybrid_s=hybrid_s,
+        )
+        t0 = time.perf_counter()
+        with Progress(
+            TextColumn(f"[bold]{table.name}[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("repeats", total=proto.repeats)
+            results = run_protocol(
+                table, proto, jobs=jobs, on_repeat=lambda _: progress.advance(task)
+            )
+        elapsed = time.perf_counter() - t0
+    except BenchInputError as e:
+        raise _fail(str(e)) from None
+    summary = write_outputs(out, table.name, proto, results)
+    summary["elapsed_s"] = elapsed
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    _print_summary(summary, elapsed)
+    console.print(f"wrote {out}/curves.csv, summary.json, avg_loss.png, worst_loss.png")
+    if mlflow:
+        try:
+            log_to_mlflow(summary, out, proto, results)
+        except RuntimeError as e:
+            raise _fail(str(e)) from None
+
+
+@app.command("bench-overhead")
+def bench_overhead(
+    tenants: Annotated[int, typer.Option()] = 1000,
+    models: Annotated[int, typer.Option()] = 200,
+    obs: Annotated[int, typer.Option(help="observations per tenant")] = 20,
+    decisions: Annotated[int, typer.Option()] = 200,
+    memory_tenants: Annotated[int, typer.Option(help="tenants for the memory figure")] = 10000,
+    out: Annotated[Path | None, typer.Option(help="directory for overhead.json")] = None,
+) -> None:
+    """Median decision time (n x K, one new observation each) and peak memory at 10x scale."""
+    from tenantml.bench.overhead import measure_overhead
+
+    speed = measure_overhead(tenants, models, obs, decisions)
+    console.print(
+        f"decision, {tenants} tenants x {models} models, {obs} obs each: median "
+        f"{speed.decision_ms_median:.2f} ms, p95 {speed.decision_ms_p95:.2f} ms "
+        f"(target <= 20 ms); build {speed.build_s:.1f} s"
+    )
+    result = {"speed": speed.__dict__}
+    if memory_tenants > 0:
+        mem = measure_overhead(memory_tenants, models, obs, decisions=20)
+        console.print(
+            f"memory, {memory_tenants} tenants x {models} models: peak {mem.peak_mib:.0f} MiB "
+            f"(target <= 2048 MiB); median decision {mem.decision_ms_median:.2f} ms"
+        )
+        result["memory"] = mem.__dict__
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "overhead.json").write_text(json.dumps(result, indent=2) + "\n")
+        console.print(f"wrote {out}/overhead.json")
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option(help="output directory")] = Path("results/demo"),
+    repeats: Annotated[int, typer.Option()] = 10,
+) -> None:
+    """Short replay benchmark on built-in real data (easeml-dl), printing the table."""
+    bench(
+        data_set="easeml-dl",
+        data=None,
+        models_meta=None,
+        test_users=None,
+        repeats=repeats,
+        budget=None,
+        cost_oblivious=False,
+        gpus=1,
+        lambda_exp=0.8,
+        seed=0,
+        policies=None,
+        out=out,
+        jobs=None,
+        beta="simple",
+        delta=0.1,
+        hybrid_s=10,
+        mlflow=False,
+    )
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:  # pragma: no cover
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()
