@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -165,15 +166,24 @@ def log_to_mlflow(
         import mlflow
     except ImportError as e:  # pragma: no cover - depends on the install
         raise RuntimeError("--mlflow needs mlflow: pip install 'tenantml[service]'") from e
+    from mlflow.entities import Metric
+
     _, agg = summarize(summary["dataset"], proto, results)
+    client = mlflow.MlflowClient()
     mlflow.set_experiment(f"bench-{summary['dataset']}")
     for name, stats in summary["policies"].items():
-        with mlflow.start_run(run_name=name):
+        with mlflow.start_run(run_name=name) as run:
             mlflow.log_params(
                 {**summary["protocol"], "policy": name, "dataset": summary["dataset"]}
             )
             mlflow.log_metrics({k: v for k, v in stats.items() if isinstance(v, float)})
-            for step, (a, wv) in enumerate(zip(agg[name]["avg"], agg[name]["worst"], strict=True)):
-                mlflow.log_metrics({"avg_loss": float(a), "worst_loss": float(wv)}, step=step)
+            now = int(time.time() * 1000)
+            curve = [
+                Metric(f"{key}_loss", float(v), now, step)
+                for key in ("avg", "worst")
+                for step, v in enumerate(agg[name][key])
+            ]
+            for k in range(0, len(curve), 1000):  # MLflow's batch limit is 1000 metrics
+                client.log_batch(run.info.run_id, metrics=curve[k : k + 1000])
             for png in ("avg_loss.png", "worst_loss.png", "summary.json"):
                 mlflow.log_artifact(str(out / png))

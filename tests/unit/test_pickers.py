@@ -1,0 +1,97 @@
+"""Greedy (Alg. 2) and Hybrid (Sec. 4.4) on hand-computed fixtures."""
+
+import math
+
+import numpy as np
+
+from policy import ArmPrior, Greedy, History, Hybrid, HybridState, Observation, Problem, beta
+from policy._book import TenantBook, TenantView
+from policy.pickers import greedy_candidates, regret_estimate
+
+RNG = np.random.default_rng(0)
+
+
+def _view(sigma_tilde, gap, weights=None, eligible=None) -> TenantView:
+    n = len(sigma_tilde)
+    return TenantView(
+        eligible=np.ones(n, bool) if eligible is None else np.asarray(eligible),
+        n_obs=np.ones(n, np.intp),
+        weights=np.ones(n) if weights is None else np.asarray(weights, float),
+        sigma_tilde=np.asarray(sigma_tilde, float),
+        gap=np.asarray(gap, float),
+    )
+
+
+def test_greedy_candidate_set_and_line8_choice() -> None:
+    # mean sigma~ = (0.1 + 0.3 + 0.2 + 0.05) / 4 = 0.1625 -> V = {1, 2} (line 7)
+    view = _view([0.1, 0.3, 0.2, 0.05], gap=[0.9, 0.2, 0.4, 0.8])
+    assert greedy_candidates(view).tolist() == [1, 2]
+    # line 8: the largest gap *within V* is tenant 2, although tenants 0 and 3 have larger gaps
+    assert Greedy().pick(view, None, RNG)[0] == 2
+
+
+def test_greedy_weights_scale_both_rules() -> None:
+    view = _view([0.1, 0.3, 0.2, 0.05], gap=[0.9, 0.2, 0.4, 0.8], weights=[4, 1, 1, 1])
+    # weighted sigma~ = [0.4, 0.3, 0.2, 0.05], mean 0.2375 -> V = {0, 1}; weighted gaps 3.6, 0.2
+    assert greedy_candidates(view).tolist() == [0, 1]
+    assert Greedy().pick(view, None, RNG)[0] == 0
+
+
+def test_greedy_serves_every_tenant_once_first() -> None:
+    view = _view([0.5, np.nan, 0.1], gap=[1.0, 1.0, 1.0])
+    view = TenantView(view.eligible, np.array([1, 0, 1]), view.weights, view.sigma_tilde, view.gap)
+    assert Greedy().pick(view, None, RNG)[0] == 1  # Alg. 2 lines 1-4
+
+
+def test_sigma_tilde_recurrence_alg2_line6() -> None:
+    """sigma~ = min(B_t(a_t), min previous y + sigma~) - y, B the cost-aware UCB before the
+    observation; hand-computed with an independent 2-arm prior."""
+    prior = ArmPrior.create(np.array([0.5, 0.5]), np.eye(2) * 0.04, 1e-4)
+    cost = np.array([[1.0, 4.0]])  # mean cost 2.5 -> scaled costs 0.4, 1.6
+    problem = Problem.create(["t"], ["a", "b"], np.ones((1, 2), bool), cost, prior=prior)
+    book = TenantBook(problem, delta=0.1)
+    h = History().append(Observation(0, 0, 0.6, 1.0))
+    book.sync(h)
+    b1 = beta(1, 2, 0.1)  # log(K t^2 / delta), K = 2, t = 1
+    bound1 = 0.5 + math.sqrt(b1 / 0.4) * 0.2
+    assert math.isclose(book.sigma_tilde[0], bound1 - 0.6, rel_tol=1e-12)
+    h = h.append(Observation(0, 1, 0.55, 4.0))
+    book.sync(h)
+    bound2 = 0.5 + math.sqrt(beta(2, 2, 0.1) / 1.6) * 0.2  # arm b is independent of arm a
+    expected = min(bound2, bound1) - 0.55
+    assert math.isclose(book.sigma_tilde[0], expected, rel_tol=1e-12)
+
+
+def test_hybrid_switches_after_exactly_s_stagnant_steps() -> None:
+    view = _view([0.3, 0.3, 0.1], gap=[0.5, 0.4, 0.9])
+    for s in (1, 3, 10):
+        picker, state = Hybrid(s=s), None
+        for step in range(s + 1):
+            i, state = picker.pick(view, state, RNG)
+            assert isinstance(state, HybridState)
+            if step < s:  # the first call only records V; calls 2..s+1 count stagnant steps
+                assert state.mode == "greedy" and i == 0, (s, step)
+        assert state.mode == "roundrobin" and state.stagnant == s
+
+
+def test_hybrid_resets_when_the_regret_estimate_drops() -> None:
+    picker, state = Hybrid(s=3), None
+    sig = [0.3, 0.3, 0.1]
+    for step in range(12):
+        sig = [sig[0] - 0.01, sig[1] - 0.01, 0.1]  # same V, but R^ keeps dropping
+        _, state = picker.pick(_view(sig, [0.5, 0.4, 0.9]), state, RNG)
+        assert state.mode == "greedy" and state.stagnant == 0, step
+
+
+def test_hybrid_returns_to_greedy_when_tenants_arrive() -> None:
+    view = _view([0.3, 0.3, 0.1], gap=[0.5, 0.4, 0.9])
+    state = HybridState(mode="roundrobin", n_tenants=3)
+    bigger = _view([0.3, 0.3, 0.1, 0.2], gap=[0.5, 0.4, 0.9, 0.1])
+    _, new = Hybrid().pick(bigger, state, RNG)
+    assert new.mode == "greedy"
+    _, same = Hybrid().pick(view, state, RNG)
+    assert same.mode == "roundrobin"
+
+
+def test_regret_estimate_sums_weighted_sigma_tilde() -> None:
+    assert math.isclose(regret_estimate(_view([0.1, 0.2], [0, 0], weights=[2, 1])), 0.4)
