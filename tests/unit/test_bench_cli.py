@@ -222,3 +222,9 @@ def test_bench_logs_each_policy_to_mlflow(tmp_path: Path, monkeypatch) -> None:
     assert len(client.get_metric_history(run.info.run_id, "avg_loss")) == 201
     names = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"avg_loss.png", "worst_loss.png", "summary.json"} <= names
+
+
+def test_demo_runs_the_short_protocol(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["demo", "--repeats", "2", "--out", str(tmp_path / "demo")])
+    assert res.exit_code == 0, res.output
+    assert "hybrid" in res.output and (tmp_path / "demo" / "summary.json").exists()
