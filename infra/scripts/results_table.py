@@ -44,7 +44,8 @@ for d in sorted(root.glob("*-oblivious/summary.json")):
         f"- {s['dataset']}: AUC hybrid {p['hybrid']['auc_avg_loss']:.4f}, roundrobin "
         f"{p['roundrobin']['auc_avg_loss']:.4f}, random {p['random']['auc_avg_loss']:.4f}; "
         f"cost to 0.02 hybrid {fmt(p['hybrid']['cost_to_avg_loss']['0.02'])}, "
-        f"RR/hybrid {fmt(sp['roundrobin']['0.02'], '.2f')}, random/hybrid {fmt(sp['random']['0.02'], '.2f')}"
+        f"RR/hybrid {fmt(sp['roundrobin']['0.02'], '.2f')}, "
+        f"random/hybrid {fmt(sp['random']['0.02'], '.2f')}"
     )
 
 print("\nMulti-device, G = 8, lambda(G) = 8^0.8 = 5.28 (cost axis = wall clock):\n")
