@@ -24,31 +24,35 @@ from numpy.typing import NDArray
 
 from policy._types import BoolArray, FloatArray, History, Observation, Problem
 from policy.acquisition import BetaRule, beta, ei_per_cost, ucb
+from policy.costs import CostEstimator
 from policy.gp import TenantPosterior
 
 IntArray = NDArray[np.intp]
 CostScale = Literal["mean", "tenant-mean", "max"]
 
 
-def _scaled_costs(problem: Problem, arms: list[IntArray], scale: CostScale) -> list[FloatArray]:
-    """Costs in the unit ``sqrt(beta_t / c_k)`` expects.
+def _cost_refs(problem: Problem, arms: list[IntArray], scale: CostScale) -> FloatArray:
+    """Per-tenant divisor (n,) that puts costs in the unit ``sqrt(beta_t / c_k)`` expects.
 
-    - "mean" (default): divide by the mean cost of all arms of all tenants, so a typical arm has
-      c = 1 and cross-tenant cost differences remain (the ease.ml authors' code divides each
-      data set's times by their mean, DS3Lab/GP-UCB ``TS-MS/plain_scale.py``);
-    - "tenant-mean": divide by each tenant's own mean cost (that code's exact choice);
-    - "max": divide by the largest cost, so ``c* = 1`` as in Thm. 1; cheap arms then get
-      ``sqrt(c*/c)`` times more exploration and UCB degenerates to "cheapest first" on
-      heavy-tailed costs (measured in the README's cost-scale ablation).
+    - "mean" (default): the mean cost of all arms of all tenants, so a typical arm has c = 1 and
+      cross-tenant cost differences remain (the ease.ml authors' code divides each data set's
+      times by their mean, DS3Lab/GP-UCB ``TS-MS/plain_scale.py``);
+    - "tenant-mean": each tenant's own mean cost (that code's exact choice);
+    - "max": the largest cost, so ``c* = 1`` as in Thm. 1; cheap arms then get ``sqrt(c*/c)``
+      times more exploration and UCB degenerates to "cheapest first" on heavy-tailed costs
+      (measured in the README's cost-scale ablation).
+
+    With predicted costs the divisor is fixed from the predictions before any job ran, so
+    refining one tenant's predictions never rescales another tenant's.
     """
+    if scale not in ("mean", "tenant-mean", "max"):
+        raise ValueError(f"unknown cost scale {scale!r}; valid: mean, tenant-mean, max")
     costs = [problem.cost[i, a] for i, a in enumerate(arms)]
     if scale == "tenant-mean":
-        return [c / float(np.mean(c)) for c in costs]
+        return np.array([float(np.mean(c)) for c in costs])
     flat = np.concatenate(costs) if costs else np.ones(1)
     ref = float(np.max(flat)) if scale == "max" else float(np.mean(flat))
-    if scale not in ("mean", "max"):
-        raise ValueError(f"unknown cost scale {scale!r}; valid: mean, tenant-mean, max")
-    return [c / ref for c in costs]
+    return np.full(len(costs), ref)
 
 
 __all__ = ["TenantBook", "TenantView"]
@@ -88,10 +92,11 @@ class TenantBook:
         for i, arms in enumerate(self.local_arms):
             self.local_index[i, arms] = np.arange(len(arms))
         self.k_max = max((len(a) for a in self.local_arms), default=1)
-        if cost_aware:
-            self.costs = _scaled_costs(problem, self.local_arms, cost_scale)
-        else:
-            self.costs = [np.ones(len(a)) for a in self.local_arms]
+        self.cost_aware = cost_aware
+        self._cost_ref = _cost_refs(problem, self.local_arms, cost_scale)
+        self.estimator: CostEstimator | None = None
+        if problem.cost_prior is not None:
+            self.estimator = CostEstimator(problem.cost_prior, self.local_arms, problem.sizes)
         self.reset()
 
     # -- state ---------------------------------------------------------------------------
@@ -103,12 +108,22 @@ class TenantBook:
         self.n_obs = np.zeros(n, dtype=np.intp)
         self.remaining = np.array([len(a) for a in self.local_arms], dtype=np.intp)
         self.best = np.zeros(n)
+        self.sum_z2 = np.zeros(n)  # sum of squared standardised surprises (y - mu) / sd
         self.min_ecb = np.full(n, np.inf)
         self.sigma_tilde = np.full(n, np.nan)
         self.gap = np.full(n, np.nan)
         self._gap_dirty = np.ones(n, dtype=bool)
         self._consumed = 0
         self._last: Observation | None = None
+        self.generation = getattr(self, "generation", -1) + 1  # bumps on every rebuild
+        if self.estimator is not None:
+            self.estimator.reset()
+        if self.cost_aware:
+            self.costs = [
+                self.problem.cost[i, a] / self._cost_ref[i] for i, a in enumerate(self.local_arms)
+            ]
+        else:
+            self.costs = [np.ones(len(a)) for a in self.local_arms]
 
     def sync(self, history: History) -> None:
         """Consume the observations appended since the last call (rebuild if the log differs)."""
@@ -159,7 +174,12 @@ class TenantBook:
             bound = post.mu[la] + np.sqrt(b / self.costs[i][la]) * np.sqrt(post.var[la])
             self.min_ecb[i] = min(float(bound), float(self.min_ecb[i]))  # Alg. 2 line 6
             self.sigma_tilde[i] = self.min_ecb[i] - y
+            self.sum_z2[i] += (y - post.mu[la]) ** 2 / (post.var[la] + post.noise)
             post.update(la, y)
+        if self.estimator is not None and np.isfinite(obs.cost) and obs.cost > 0:
+            self.estimator.observe(i, obs.arm, obs.cost)
+            if self.cost_aware:  # predicted costs: refine this tenant's (Problem docstring)
+                self.costs[i] = self.estimator.expected(i) / self._cost_ref[i]
         if not self.tried[i][la]:
             self.tried[i][la] = True
             self.remaining[i] -= 1

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from policy.costs import CostPrior
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
@@ -70,6 +73,9 @@ class Problem:
 
     Shapes: ``available`` (n, M) bool; ``cost`` (n, M) float, positive where available;
     ``weights`` (n,). ``prior`` is None for policies that need no GP (static baselines).
+    ``cost_prior``: when set, costs are *predicted*: ``cost`` holds the predictions before any
+    job ran and policies refine each tenant's costs from its observed ones
+    (:class:`policy.costs.CostEstimator`); ``sizes`` (n,): optional tenant data sizes for it.
     Build with :meth:`create`, which copies and freezes the arrays; check with
     :func:`policy.validate_problem`.
     """
@@ -81,6 +87,8 @@ class Problem:
     weights: FloatArray
     prior: ArmPrior | None = None
     meta: ModelMeta | None = None
+    cost_prior: CostPrior | None = None
+    sizes: FloatArray | None = None
 
     @staticmethod
     def create(
@@ -91,6 +99,8 @@ class Problem:
         weights: FloatArray | None = None,
         prior: ArmPrior | None = None,
         meta: ModelMeta | None = None,
+        cost_prior: CostPrior | None = None,
+        sizes: FloatArray | None = None,
     ) -> Problem:
         n = len(tenants)
         w = np.ones(n) if weights is None else np.asarray(weights, float)
@@ -103,6 +113,8 @@ class Problem:
             _frozen(w),
             prior,
             meta,
+            cost_prior,
+            None if sizes is None else _frozen(np.asarray(sizes, float)),
         )
 
     @property

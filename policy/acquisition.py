@@ -22,7 +22,7 @@ from policy._types import FloatArray
 
 BetaRule = Literal["simple", "theorem"]
 
-__all__ = ["BetaRule", "beta", "ei_per_cost", "ucb"]
+__all__ = ["BetaRule", "beta", "ei_per_cost", "expected_improvement", "ucb"]
 
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
@@ -50,12 +50,18 @@ def ucb(mu: FloatArray, sigma: FloatArray, beta_t: float, cost: FloatArray | flo
     return mu + np.sqrt(beta_t / np.asarray(cost, dtype=float)) * sigma
 
 
+def expected_improvement(mu: FloatArray, sigma: FloatArray, best: float) -> FloatArray:
+    """``E[max(0, y - best)]`` for ``y ~ N(mu, sigma^2)`` (closed form, see module docstring)."""
+    s = np.maximum(sigma, 1e-12)
+    u = (mu - best) / s
+    ei = (mu - best) * ndtr(u) + s * _INV_SQRT_2PI * np.exp(-0.5 * u * u)
+    out: FloatArray = np.maximum(ei, 0.0)
+    return out
+
+
 def ei_per_cost(
     mu: FloatArray, sigma: FloatArray, best: float, cost: FloatArray | float
 ) -> FloatArray:
     """Expected improvement over ``best`` divided by cost (SPEARMINT*'s EI per second)."""
-    s = np.maximum(sigma, 1e-12)
-    u = (mu - best) / s
-    ei = (mu - best) * ndtr(u) + s * _INV_SQRT_2PI * np.exp(-0.5 * u * u)
-    out: FloatArray = np.maximum(ei, 0.0) / np.asarray(cost, dtype=float)
+    out: FloatArray = expected_improvement(mu, sigma, best) / np.asarray(cost, dtype=float)
     return out

@@ -27,7 +27,7 @@ import numpy as np
 
 from policy._types import ArmPrior, FloatArray
 
-__all__ = ["TenantPosterior", "fit_arm_prior", "independent_prior"]
+__all__ = ["KernelMethod", "TenantPosterior", "fit_arm_prior", "independent_prior"]
 
 #: noise-variance floor: keeps the incremental Cholesky well conditioned.
 NOISE_FLOOR = 1e-6
@@ -48,14 +48,26 @@ def independent_prior(mean: FloatArray, variance: float = 0.05, noise: float = 1
     return ArmPrior.create(np.asarray(mean, float), np.eye(m) * variance, noise)
 
 
+KernelMethod = Literal["app-a", "empirical"]
+
+#: observation-noise variance of the empirical prior: a validation accuracy measured on a few
+#: hundred examples is uncertain by about 0.01 (1e-4 in variance).
+EMPIRICAL_NOISE = 1e-4
+
+
 def fit_arm_prior(
     train_quality: FloatArray,
     *,
     prior_mean: Literal["train", "zero"] = "train",
     n_restarts: int = 0,
     random_state: int | None = 0,
+    method: KernelMethod = "app-a",
 ) -> ArmPrior:
     """Learn the arm kernel from the training tenants (App. A).
+
+    ``method="empirical"`` instead takes the covariance of the models' qualities *across*
+    training tenants, shrunk towards a scaled identity by Ledoit-Wolf (scikit-learn): the
+    covariance a new tenant drawn from the same population has, with no kernel family assumed.
 
     ``train_quality``: (M, n_train) quality of each model on each training tenant, NaN where
     missing (imputed with that tenant's mean). Quality vectors are compared by RMS distance
@@ -78,6 +90,13 @@ def fit_arm_prior(
     mean = x.mean(axis=1) if prior_mean == "train" else np.zeros(m_models)
     if n_train < 4:
         return independent_prior(mean)
+    if method == "empirical":
+        from sklearn.covariance import LedoitWolf
+
+        cov = np.asarray(LedoitWolf().fit(x.T).covariance_, dtype=float)
+        return ArmPrior.create(mean, (cov + cov.T) / 2.0, EMPIRICAL_NOISE)
+    if method != "app-a":
+        raise ValueError(f"unknown kernel method {method!r}; valid: app-a, empirical")
     perm = np.random.default_rng(random_state).permutation(n_train)
     feat, targ = perm[: n_train // 2], perm[n_train // 2 :]
     x_feat = x[:, feat] / np.sqrt(len(feat))
@@ -156,6 +175,11 @@ class TenantPosterior:
     @property
     def sigma(self) -> FloatArray:
         return np.sqrt(self.var)
+
+    @property
+    def noise(self) -> float:
+        """Observation-noise variance ``sigma^2`` (``var + noise``: the variance of a new y)."""
+        return self._noise
 
     def update(self, local_arm: int, y: float | None = None) -> None:
         """Condition on ``y`` at local arm ``local_arm`` (Alg. 1 lines 6-7), in O(t K).

@@ -36,6 +36,7 @@ from policy.pickers import (
     TenantPicker,
     regret_estimate,
 )
+from policy.rate import RatePolicy
 
 __all__ = [
     "Oracle",
@@ -172,6 +173,7 @@ class Oracle:
 
 
 POLICY_NAMES = (
+    "rate",
     "hybrid",
     "greedy",
     "roundrobin",
@@ -191,9 +193,10 @@ def make_policy(
     delta: float = 0.1,
     hybrid_s: int = 10,
     cost_scale: CostScale = "mean",
-) -> TwoPhasePolicy:
-    """Build a policy by name: hybrid (default), greedy, roundrobin, random, fcfs, mostcited,
-    mostrecent, spearmint (the oracle and the Optuna peer need more than a name)."""
+) -> Policy:
+    """Build a policy by name: rate (joint, :mod:`policy.rate`), hybrid (ease.ml's), greedy,
+    roundrobin, random, fcfs, mostcited, mostrecent, spearmint (the oracle and the Optuna peer
+    need more than a name)."""
     pickers: dict[str, TenantPicker] = {
         "hybrid": Hybrid(s=hybrid_s),
         "greedy": Greedy(),
@@ -207,6 +210,8 @@ def make_policy(
         "delta": delta,
         "cost_scale": cost_scale,
     }
+    if name == "rate":
+        return RatePolicy(cost_aware=cost_aware, cost_scale=cost_scale)
     if name in pickers:
         return TwoPhasePolicy(name, pickers[name], "ucb", **kw)
     if name == "mostcited":

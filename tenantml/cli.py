@@ -107,6 +107,13 @@ def bench(
     beta: Annotated[str, typer.Option(help="beta_t rule: simple | theorem")] = "simple",
     delta: Annotated[float, typer.Option()] = 0.1,
     hybrid_s: Annotated[int, typer.Option(help="Hybrid's stagnation steps s")] = 10,
+    kernel: Annotated[
+        str, typer.Option(help="GP prior: app-a (ease.ml App. A) | empirical (Ledoit-Wolf)")
+    ] = "app-a",
+    costs: Annotated[
+        str, typer.Option(help="given (the table's, ease.ml) | predicted (policy.costs)")
+    ] = "given",
+    cost_scale: Annotated[str, typer.Option(help="mean | tenant-mean | max")] = "mean",
     mlflow: Annotated[
         bool, typer.Option("--mlflow", help="log each policy as an MLflow run")
     ] = False,
@@ -147,8 +154,16 @@ def bench(
                 table.kernel_only,
                 meta,
             )
-        if beta not in ("simple", "theorem"):
-            raise BenchInputError(f"--beta {beta!r}; valid: simple, theorem")
+        for opt, value, valid in (
+            ("--beta", beta, ("simple", "theorem")),
+            ("--kernel", kernel, ("app-a", "empirical")),
+            ("--costs", costs, ("given", "predicted")),
+            ("--cost-scale", cost_scale, ("mean", "tenant-mean", "max")),
+        ):
+            if value not in valid:
+                raise BenchInputError(f"{opt} {value!r}; valid: {', '.join(valid)}")
+        if costs == "predicted" and cost_oblivious:
+            raise BenchInputError("--costs predicted needs the cost-aware protocol")
         names = (
             check_policies([p.strip() for p in policies.split(",") if p.strip()], table, gpus)
             if policies
@@ -169,6 +184,9 @@ def bench(
             beta_rule=beta,
             delta=delta,
             hybrid_s=hybrid_s,
+            cost_scale=cost_scale,
+            kernel=kernel,
+            costs=costs,
         )
         t0 = time.perf_counter()
         with Progress(

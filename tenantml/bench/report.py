@@ -7,7 +7,10 @@ Definitions (costs are fractions of the budget axis, in [0, 1]):
   left) and the maximum over repeats of ``avg_loss`` ("worst-case accuracy loss across all
   runs", Fig. 9-11 right). ``auc_*`` integrate them over the cost axis (trapezoid rule).
 - ``cost_to_avg_loss[level]``: the first cost at which the mean curve is <= level (null if never).
-- ``speedups[p][level]`` = cost_to(p) / cost_to(hybrid): how many times longer p needs.
+- ``speedups[p][level]`` = cost_to(p) / cost_to(hybrid): how many times longer p needs;
+  ``over_oracle[p][level]`` = cost_to(p) / cost_to(oracle).
+- ``auc_worst_tenant_loss``: AUC of the worst tenant's loss over all tenants *and* repeats
+  (does a policy buy its average by starving a tenant?).
 """
 
 from __future__ import annotations
@@ -41,12 +44,15 @@ def summarize(
     for name in proto.policies:
         avg = np.stack([r.curves[name]["avg_loss"] for r in results])
         rel = np.stack([r.curves[name]["rel_accuracy"] for r in results])
+        tenant_worst = np.stack([r.curves[name]["worst_loss"] for r in results]).max(0)
         mean_curve, worst_curve = avg.mean(0), avg.max(0)
         agg[name] = {"avg": mean_curve, "worst": worst_curve, "rel": rel.mean(0)}
         regret = np.array([r.regret[name] for r in results])
         policies[name] = {
             "auc_avg_loss": float(np.trapezoid(mean_curve, x)),
             "auc_worst_loss": float(np.trapezoid(worst_curve, x)),
+            "auc_worst_tenant_loss": float(np.trapezoid(tenant_worst, x)),
+            "final_worst_tenant_loss": float(tenant_worst[-1]),
             "cost_to_avg_loss": {f"{lv:g}": _cost_to(x, mean_curve, lv) for lv in LOSS_LEVELS},
             "final_avg_loss": float(mean_curve[-1]),
             "final_worst_loss": float(worst_curve[-1]),
@@ -77,12 +83,24 @@ def summarize(
             "beta_rule": proto.beta_rule,
             "delta": proto.delta,
             "hybrid_s": proto.hybrid_s,
+            "cost_scale": proto.cost_scale,
+            "kernel": proto.kernel,
+            "costs": proto.costs,
         },
         "policies": policies,
         "speedups": speedups,
     }
     if ref is not None and "oracle" in policies and policies["oracle"]["auc_avg_loss"] > 0:
         summary["hybrid_auc_over_oracle"] = ref["auc_avg_loss"] / policies["oracle"]["auc_avg_loss"]
+    if "oracle" in policies:  # how many times the oracle's cost each policy needs
+        o = policies["oracle"]["cost_to_avg_loss"]
+        summary["over_oracle"] = {
+            name: {
+                k: (v / o[k] if (v is not None and o[k]) else None)
+                for k, v in s["cost_to_avg_loss"].items()
+            }
+            for name, s in policies.items()
+        }
     return summary, agg
 
 

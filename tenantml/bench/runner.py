@@ -7,6 +7,10 @@ kernel from all other tenants, then replay every policy on the same split until 
 with every cost set to 1 (``cost_oblivious``). Loss curves are sampled on a grid over the budget
 axis, so "cost" below is a fraction of the budget in [0, 1].
 
+With ``costs="predicted"`` the policies do not see the table's costs: they see the predictions
+of a log-additive cost model fitted on the training tenants' costs (:mod:`policy.costs`),
+refined from each finished job; the simulated clock still charges the true costs.
+
 With ``gpus = G > 1`` every policy fills G slots (one model per GPU), and ``hybrid-pooled`` is
 ease.ml's own choice: one job at a time on the whole pool, ``lambda(G) = G^lambda_exp`` times
 faster. All run for the same wall-clock horizon ``budget / lambda(G)``, which is the unit of the
@@ -37,6 +41,7 @@ from policy import (
     validate_problem,
 )
 from policy._types import FloatArray
+from policy.costs import fit_cost_prior, prior_costs
 from tenantml.bench.datasets import BenchInputError, QualityTable
 
 __all__ = ["Protocol", "RepeatResult", "all_policy_names", "default_test_users", "run_protocol"]
@@ -54,11 +59,13 @@ class Protocol:
     gpus: int = 1
     lambda_exp: float = 0.8
     seed: int = 0
-    grid_points: int = 201
+    grid_points: int = 1001
     beta_rule: str = "simple"
     delta: float = 0.1
     hybrid_s: int = 10
     cost_scale: str = "mean"
+    kernel: str = "app-a"
+    costs: str = "given"
 
 
 @dataclass
@@ -150,15 +157,24 @@ def run_repeat(table: QualityTable, cost: FloatArray, proto: Protocol, r: int) -
     avail = np.isfinite(q) & np.isfinite(c)
     q0 = np.where(avail, q, 0.0)
     c1 = np.where(avail, c, 1.0)
-    prior = fit_arm_prior(table.quality[train].T, random_state=r)
+    prior = fit_arm_prior(
+        table.quality[train].T,
+        random_state=r,
+        method=proto.kernel,  # type: ignore[arg-type]
+    )
+    believed, cost_prior = c1, None
+    if proto.costs == "predicted":  # the policies see predictions; the clock charges c1
+        cost_prior = fit_cost_prior(cost[train])
+        believed = np.where(avail, prior_costs(cost_prior, avail), 1.0)
     problem = validate_problem(
         Problem.create(
             [table.tenants[i] for i in test],
             table.models,
             avail,
-            c1,
+            believed,
             prior=prior,
             meta=table.meta,
+            cost_prior=cost_prior,
         )
     )
     best_possible = np.where(avail, q, -np.inf).max(axis=1)

@@ -67,7 +67,7 @@ def test_bench_on_user_csv_writes_all_outputs(tmp_path: Path) -> None:
     assert summary["speedups"]["hybrid"]["0.02"] in (1.0, None)
     lines = (out / "curves.csv").read_text().splitlines()
     assert lines[0] == "policy,repeat,cost,avg_loss,worst_loss,rel_accuracy"
-    assert len(lines) == 1 + 3 * len(summary["policies"]) * 201
+    assert len(lines) == 1 + 3 * len(summary["policies"]) * 1001
     assert (out / "avg_loss.png").stat().st_size > 1000 and (out / "worst_loss.png").exists()
 
 
@@ -153,7 +153,7 @@ def test_missing_columns_and_unknowns(tmp_path: Path) -> None:
     res = runner.invoke(app, ["bench", "--data", str(bad)])
     assert res.exit_code == 2 and "expected columns tenant,model,quality[,cost]" in res.output
     res = runner.invoke(app, ["bench", "easeml-dl", "--policies", "hybrid,bogus"])
-    assert res.exit_code == 2 and "unknown policy 'bogus'; valid: hybrid" in res.output
+    assert res.exit_code == 2 and "unknown policy 'bogus'; valid: rate, hybrid" in res.output
     res = runner.invoke(app, ["bench", "easeml-dl", "--test-users", "12"])
     assert res.exit_code == 2 and "--test-users 12 but easeml-dl has 8 tenants" in res.output
     res = runner.invoke(app, ["bench", "nope"])
@@ -219,7 +219,7 @@ def test_bench_logs_each_policy_to_mlflow(tmp_path: Path, monkeypatch) -> None:
     assert sorted(r.data.tags["mlflow.runName"] for r in runs) == ["hybrid", "roundrobin"]
     run = next(r for r in runs if r.data.tags["mlflow.runName"] == "hybrid")
     assert run.data.params["policy"] == "hybrid"
-    assert len(client.get_metric_history(run.info.run_id, "avg_loss")) == 201
+    assert len(client.get_metric_history(run.info.run_id, "avg_loss")) == 1001
     names = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"avg_loss.png", "worst_loss.png", "summary.json"} <= names
 
