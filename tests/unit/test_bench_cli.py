@@ -160,6 +160,52 @@ def test_missing_columns_and_unknowns(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "unknown data set 'nope'" in res.output
     res = runner.invoke(app, ["bench", "delgado179", "--policies", "mostcited"])
     assert res.exit_code == 2 and "needs model metadata" in res.output
+    res = runner.invoke(app, ["bench", "lcdb", "--costs", "guessed"])
+    assert res.exit_code == 2 and "--costs 'guessed'; valid: given, predicted" in res.output
+    res = runner.invoke(app, ["bench", "lcdb", "--kernel", "rbf"])
+    assert res.exit_code == 2 and "--kernel 'rbf'; valid: app-a, empirical" in res.output
+    res = runner.invoke(app, ["bench", "lcdb", "--costs", "predicted", "--cost-oblivious"])
+    assert res.exit_code == 2 and "--costs predicted needs the cost-aware protocol" in res.output
+
+
+def test_predicted_costs_change_decisions_but_not_the_clock(tmp_path: Path) -> None:
+    table = load_dataset("oboe", 0)
+    kw = dict(policies=("rate", "oracle"), test_users=5, repeats=2, grid_points=51)
+    given = run_protocol(table, Protocol(**kw), jobs=1)  # type: ignore[arg-type]
+    pred = run_protocol(table, Protocol(costs="predicted", **kw), jobs=1)  # type: ignore[arg-type]
+    # the oracle knows the true costs: identical; rate decides from predictions: different
+    for g, p in zip(given, pred, strict=True):
+        np.testing.assert_array_equal(
+            g.curves["oracle"]["avg_loss"], p.curves["oracle"]["avg_loss"]
+        )
+    assert any(
+        not np.array_equal(g.curves["rate"]["avg_loss"], p.curves["rate"]["avg_loss"])
+        for g, p in zip(given, pred, strict=True)
+    )
+    out = tmp_path / "o"
+    res = runner.invoke(
+        app,
+        [
+            "bench",
+            "oboe",
+            "--costs",
+            "predicted",
+            "--policies",
+            "rate,oracle",
+            "--repeats",
+            "2",
+            "--test-users",
+            "4",
+            "--out",
+            str(out),
+            "--jobs",
+            "1",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["protocol"]["costs"] == "predicted"
+    assert set(summary["over_oracle"]["rate"]) == {"0.05", "0.02", "0.01"}
 
 
 def test_fewer_tenants_than_test_users(tmp_path: Path) -> None:

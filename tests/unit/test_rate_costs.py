@@ -1,0 +1,178 @@
+"""The joint ``rate`` picker (policy/rate.py) and the predicted-cost model (policy/costs.py)."""
+
+import numpy as np
+import pytest
+
+from policy import (
+    Assignment,
+    History,
+    Observation,
+    Problem,
+    Snapshot,
+    TenantPosterior,
+    fit_arm_prior,
+    make_policy,
+    replay,
+)
+from policy.acquisition import expected_improvement
+from policy.costs import CostEstimator, fit_cost_prior, prior_costs
+from policy.rate import RatePolicy
+
+
+def _problem(n=3, m=5, seed=0, weights=None, cost=None):
+    rng = np.random.default_rng(seed)
+    train = rng.uniform(0.3, 0.9, (m, 12))
+    avail = np.ones((n, m), dtype=bool)
+    c = rng.uniform(0.2, 2.0, (n, m)) if cost is None else cost
+    prior = fit_arm_prior(train)
+    return Problem.create(
+        [f"t{i}" for i in range(n)], [f"m{k}" for k in range(m)], avail, c, weights, prior
+    )
+
+
+def _brute_force_rates(problem, history, calibration=0.0):
+    """w_i EI_ik / c_ik for every pair, recomputed from scratch (no book, no cache)."""
+    n, m = problem.cost.shape
+    ref = float(np.nanmean(problem.cost))
+    out = np.full((n, m), -np.inf)
+    for i in range(n):
+        post = TenantPosterior(problem.prior, np.arange(m))
+        best, z2, t = 0.0, 0.0, 0
+        tried = set()
+        for o in history.log:
+            if o.tenant == i:
+                z2 += (o.quality - post.mu[o.arm]) ** 2 / (post.var[o.arm] + post.noise)
+                post.update(o.arm, o.quality)
+                best, t = max(best, o.quality), t + 1
+                tried.add(o.arm)
+        sd = np.sqrt(post.var)
+        if calibration:
+            sd = sd * np.sqrt((calibration + z2) / (calibration + t))
+        ei = expected_improvement(post.mu, sd, best)
+        for k in range(m):
+            if k not in tried:
+                out[i, k] = problem.weights[i] * ei[k] / (problem.cost[i, k] / ref)
+    return out
+
+
+@pytest.mark.parametrize("calibration", [0.0, 3.0])
+def test_rate_picks_the_pair_with_the_largest_expected_loss_reduction_per_cost(calibration):
+    problem = _problem(weights=np.array([1.0, 2.0, 0.5]))
+    log = (
+        Observation(0, 1, 0.7, 1.0),
+        Observation(1, 2, 0.55, 1.0),
+        Observation(1, 0, 0.8, 1.0),
+        Observation(2, 4, 0.6, 1.0),
+    )
+    hist = History(log)
+    pol = RatePolicy(calibration=calibration)
+    for step in range(len(log) + 1):  # also checks the incremental cache after each append
+        h = History(log[:step])
+        d = pol.decide(Snapshot(problem, h, (), 1), None, np.random.default_rng(0))
+        rates = _brute_force_rates(problem, h, calibration)
+        i, k = np.unravel_index(np.argmax(rates), rates.shape)
+        assert d.assignments == (Assignment(int(i), int(k)),)
+    assert hist  # the full history was exercised
+
+
+def test_rate_serves_every_tenant_before_a_second_model_when_losses_are_large():
+    problem = _problem(n=4, cost=np.ones((4, 5)))
+    res = replay(problem, np.full((4, 5), 0.8), np.ones((4, 5)), make_policy("rate"), horizon=4)
+    assert sorted(o.tenant for o in res.trace) == [0, 1, 2, 3]
+
+
+def test_rate_fills_slots_with_distinct_pairs_and_believes_pending_jobs():
+    problem = _problem(n=2)
+    pol = RatePolicy()
+    d = pol.decide(Snapshot(problem, History(), (), 6), None, np.random.default_rng(0))
+    assert len(set(d.assignments)) == 6
+    book = pol.book(Snapshot(problem, History()))
+    # a pending job lowers the rates of its tenant's other arms (expected best rises)
+    before = pol.tenant_rates(book, 0, ())
+    after = pol.tenant_rates(book, 0, [0])
+    assert after[0] == -np.inf and np.all(after[1:] <= before[1:] + 1e-12)
+    # pending assignments passed in are never picked again
+    d2 = pol.decide(Snapshot(problem, History(), d.assignments, 4), None, np.random.default_rng(0))
+    assert not set(d2.assignments) & set(d.assignments)
+    assert len(d2.assignments) == 4
+
+
+def test_a_zero_weight_tenant_waits_until_the_others_are_done():
+    problem = _problem(n=2, weights=np.array([0.0, 1.0]))
+    q = np.full((2, 5), 0.7)
+    res = replay(problem, q, np.asarray(problem.cost), make_policy("rate"), horizon=1e9)
+    tenants = [o.tenant for o in res.trace]
+    assert tenants[:5] == [1] * 5 and tenants[5:] == [0] * 5
+
+
+def _log_additive(n, m, seed, tau=0.8, s=0.1):
+    rng = np.random.default_rng(seed)
+    a = rng.normal(0, tau, n)
+    b = rng.normal(0, 1.5, m)
+    return np.exp(a[:, None] + b[None, :] + rng.normal(0, s, (n, m))), a, b
+
+
+def test_cost_prior_recovers_a_log_additive_model():
+    c, a, b = _log_additive(200, 30, 0)
+    c[np.random.default_rng(1).random(c.shape) < 0.3] = np.nan  # missing cells
+    p = fit_cost_prior(c)
+    # b is identified up to the level of a (centred): compare centred
+    np.testing.assert_allclose(p.log_base - p.log_base.mean(), b - b.mean(), atol=0.05)
+    assert p.noise_var == pytest.approx(0.01, rel=0.2)
+    assert p.tenant_var == pytest.approx(np.var(a), rel=0.2)
+
+
+def test_cost_prior_uses_tenant_sizes():
+    rng = np.random.default_rng(2)
+    sizes = np.exp(rng.uniform(5, 12, 100))
+    b = rng.normal(0, 1, 20)
+    c = np.exp(0.9 * np.log(sizes)[:, None] + b[None, :] + rng.normal(0, 0.05, (100, 20)))
+    p = fit_cost_prior(c, sizes)
+    assert p.size_slope == pytest.approx(0.9, abs=0.05)
+    assert p.tenant_var < 0.01  # the size explains the tenant scale
+
+
+def test_cost_estimator_refines_one_tenant_from_its_jobs():
+    c, _, _ = _log_additive(300, 20, 3, tau=1.0, s=0.05)
+    p = fit_cost_prior(c[:200])
+    test = c[200:]
+    arms = [np.arange(20)] * 100
+    est = CostEstimator(p, arms)
+    before = np.mean(np.abs(np.log(np.vstack([est.expected(i) for i in range(100)]) / test)))
+    for i in range(100):
+        est.observe(i, 3, float(test[i, 3]))
+    after = np.mean(np.abs(np.log(np.vstack([est.expected(i) for i in range(100)]) / test)))
+    assert after < 0.5 * before  # one observed job pins the tenant's scale
+    with pytest.raises(ValueError, match="finite and > 0"):
+        est.observe(0, 1, -1.0)
+    pc = prior_costs(p, np.array([[True, False] + [True] * 18]))
+    assert np.isnan(pc[0, 1]) and np.all(pc[0, [0, 2]] > 0)
+
+
+def test_cost_prior_rejects_empty_input():
+    with pytest.raises(ValueError, match="no finite positive training cost"):
+        fit_cost_prior(np.full((3, 4), np.nan))
+    with pytest.raises(ValueError, match="tenants, models"):
+        fit_cost_prior(np.ones(5))
+
+
+def test_predicted_costs_are_refined_only_for_the_observed_tenant():
+    c, _, _ = _log_additive(40, 5, 4)
+    prior_c = fit_cost_prior(c[:30])
+    avail = np.ones((3, 5), dtype=bool)
+    base = _problem(n=3)
+    problem = Problem.create(
+        base.tenants,
+        base.models,
+        avail,
+        prior_costs(prior_c, avail),
+        prior=base.prior,
+        cost_prior=prior_c,
+    )
+    pol = RatePolicy()
+    book = pol.book(Snapshot(problem, History()))
+    c0 = [x.copy() for x in book.costs]
+    pol.book(Snapshot(problem, History((Observation(1, 0, 0.7, float(c[31, 0]) * 5.0),))))
+    np.testing.assert_array_equal(book.costs[0], c0[0])
+    np.testing.assert_array_equal(book.costs[2], c0[2])
+    assert np.all(book.costs[1] > c0[1])  # a job 5x dearer than predicted raises the rest
