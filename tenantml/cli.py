@@ -224,19 +224,26 @@ def bench_overhead(
     decisions: Annotated[int, typer.Option()] = 200,
     memory_tenants: Annotated[int, typer.Option(help="tenants for the memory figure")] = 10000,
     out: Annotated[Path | None, typer.Option(help="directory for overhead.json")] = None,
+    policy: Annotated[str, typer.Option(help="policy to time (any of tenantml bench's)")] = (
+        "hybrid"
+    ),
 ) -> None:
     """Median decision time (n x K, one new observation each) and peak memory at 10x scale."""
+    from policy import POLICY_NAMES
     from tenantml.bench.overhead import measure_overhead
 
-    speed = measure_overhead(tenants, models, obs, decisions)
+    if policy not in POLICY_NAMES:
+        raise _fail(f"--policy {policy!r}; valid: {', '.join(POLICY_NAMES)}")
+    console.print(f"policy: {policy}")
+    speed = measure_overhead(tenants, models, obs, decisions, policy=policy)
     console.print(
         f"decision, {tenants} tenants x {models} models, {obs} obs each: median "
         f"{speed.decision_ms_median:.2f} ms, p95 {speed.decision_ms_p95:.2f} ms "
         f"(target <= 20 ms); build {speed.build_s:.1f} s"
     )
-    result = {"speed": speed.__dict__}
+    result: dict[str, object] = {"policy": policy, "speed": speed.__dict__}
     if memory_tenants > 0:
-        mem = measure_overhead(memory_tenants, models, obs, decisions=20)
+        mem = measure_overhead(memory_tenants, models, obs, decisions=20, policy=policy)
         console.print(
             f"memory, {memory_tenants} tenants x {models} models: peak {mem.peak_mib:.0f} MiB "
             f"(target <= 2048 MiB); median decision {mem.decision_ms_median:.2f} ms"

@@ -1,8 +1,8 @@
 """Decision overhead at cluster scale: ``tenantml bench-overhead``.
 
 Builds ``n`` tenants x ``K`` models with ``obs`` observations each (SYN(0.5, 0.1) qualities, the
-GP kernel learnt from 100 extra SYN tenants), then times single decisions of the default Hybrid
-policy, each after one new observation arrives (only that tenant's posterior is recomputed).
+GP kernel learnt from 100 extra SYN tenants), then times single decisions of a policy (Hybrid by
+default), each after one new observation arrives (only that tenant's posterior is recomputed).
 Memory is the peak of Python/numpy allocations (tracemalloc) while building and deciding.
 """
 
