@@ -1,5 +1,8 @@
 """Scheduling mathematics of tenantml: pure numpy / scipy / scikit-learn, no I/O, no frameworks.
 
+Beyond ease.ml: the joint ``rate`` picker (:mod:`policy.rate`) and predicted costs
+(:mod:`policy.costs`).
+
 ease.ml (shared/papers/000-002): GP over arms with a kernel from other tenants, cost-aware GP-UCB,
 tenant pickers FCFS / RoundRobin / Random / Greedy / Hybrid, baselines, regret accounting, the
 SYN generator and the replay simulator that drives the same :class:`SchedulerLoop` as the live
@@ -21,12 +24,21 @@ from policy.acquisition import beta, ei_per_cost, ucb
 from policy.gp import TenantPosterior, fit_arm_prior, independent_prior
 from policy.loop import SchedulerLoop, SimClock
 from policy.pickers import FCFS, Greedy, Hybrid, HybridState, RandomPicker, RoundRobin
-from policy.policies import POLICY_NAMES, Oracle, Policy, StaticOrder, TwoPhasePolicy, make_policy
+from policy.policies import (
+    DEFAULT_POLICY,
+    POLICY_NAMES,
+    Oracle,
+    Policy,
+    StaticOrder,
+    TwoPhasePolicy,
+    make_policy,
+)
 from policy.regret import LossCurves, cumulative_regret, loss_curves
 from policy.replay import ReplayResult, replay, sublinear_speedup
 from policy.synthetic import syn
 
 __all__ = [
+    "DEFAULT_POLICY",
     "FCFS",
     "POLICY_NAMES",
     "ArmPrior",

@@ -42,8 +42,9 @@ class CostPrior:
 
     ``log_base`` (M,): ``b_k``, NaN for models no training tenant ran (then ``b`` falls back
     to the mean of the known ``b``). ``intercept``, ``size_slope``: ``a0 = intercept +
-    size_slope * log(size)`` (slope 0 without sizes). ``tenant_var``: ``tau^2``;
-    ``noise_var``: ``s^2``.
+    size_slope * log(size)`` (slope 0 without sizes); a tenant of unknown size gets
+    ``log(size) = mean_log_size``, the training tenants' mean, i.e. ``a0 = mean(a)``.
+    ``tenant_var``: ``tau^2``; ``noise_var``: ``s^2``.
     """
 
     log_base: FloatArray
@@ -51,13 +52,17 @@ class CostPrior:
     size_slope: float
     tenant_var: float
     noise_var: float
+    mean_log_size: float = 0.0
 
     def tenant_prior_mean(self, sizes: FloatArray | None, n: int) -> FloatArray:
-        """``a0`` (n,) for new tenants with the given data sizes (None: unknown)."""
+        """``a0`` (n,) for new tenants with the given data sizes (None or NaN: unknown)."""
         if sizes is None:
-            return np.full(n, self.intercept)
-        s = np.asarray(sizes, dtype=float)
-        out: FloatArray = self.intercept + self.size_slope * np.log(np.maximum(s, 1.0))
+            ls = np.full(n, self.mean_log_size)
+        else:
+            s = np.asarray(sizes, dtype=float)
+            known = np.isfinite(s) & (np.nan_to_num(s) > 0)
+            ls = np.where(known, np.log(np.where(known, s, 1.0)), self.mean_log_size)
+        out: FloatArray = self.intercept + self.size_slope * ls
         return out
 
     def base(self) -> FloatArray:
@@ -73,7 +78,8 @@ def fit_cost_prior(
 ) -> CostPrior:
     """Fit ``log c_jk = a_j + b_k + eps`` on ``train_cost`` (n_train, M); NaN = not observed.
 
-    ``train_sizes`` (n_train,): optional data sizes; ``a_j`` is then regressed on their log.
+    ``train_sizes`` (n_train,): optional data sizes (NaN = unknown); ``a_j`` is then regressed
+    on their log over the tenants whose size is known.
     Raises ``ValueError`` if no finite positive cost is given.
     """
     c = np.asarray(train_cost, dtype=float)
@@ -98,18 +104,21 @@ def fit_cost_prior(
     resid = (y - a[:, None] - b[None, :])[obs]
     dof = max(int(obs.sum()) - len(a) - int((n_obs_col > 0).sum()) + 1, 1)
     noise_var = max(float(resid @ resid) / dof, VAR_FLOOR)
-    intercept, slope = 0.0, 0.0
+    intercept, slope, mean_ls = 0.0, 0.0, 0.0
     a_res = a
     if train_sizes is not None:
-        ls = np.log(np.maximum(np.asarray(train_sizes, dtype=float)[rows], 1.0))
-        if len(a) >= 3 and float(np.var(ls)) > 0:
-            slope, intercept = (float(v) for v in np.polyfit(ls, a, 1))
-            a_res = a - (intercept + slope * ls)
+        sz = np.asarray(train_sizes, dtype=float)[rows]
+        known = np.isfinite(sz) & (np.nan_to_num(sz) > 0)
+        ls = np.log(np.where(known, sz, 1.0))
+        if known.sum() >= 3 and float(np.var(ls[known])) > 0:
+            slope, intercept = (float(v) for v in np.polyfit(ls[known], a[known], 1))
+            mean_ls = float(ls[known].mean())
+            a_res = a[known] - (intercept + slope * ls[known])
     # between-tenant spread, less the estimation noise of each a_j (method of moments)
     tenant_var = float(np.var(a_res)) - float(np.mean(noise_var / n_obs_row))
     tenant_var = max(tenant_var, VAR_FLOOR)
     log_base = np.where(n_obs_col > 0, b, np.nan)
-    return CostPrior(log_base, intercept, slope, tenant_var, noise_var)
+    return CostPrior(log_base, intercept, slope, tenant_var, noise_var, mean_ls)
 
 
 class CostEstimator:

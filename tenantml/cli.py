@@ -7,6 +7,7 @@ runs a short benchmark on built-in real data until the live service lands.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -90,6 +91,9 @@ def bench(
     data_set: Annotated[str | None, typer.Argument(help="built-in data set name")] = None,
     data: Annotated[Path | None, typer.Option(help="long CSV: tenant,model,quality,cost")] = None,
     models_meta: Annotated[Path | None, typer.Option(help="CSV: model,year,citations")] = None,
+    tenant_sizes: Annotated[
+        Path | None, typer.Option(help="CSV: tenant,size (data sizes for --costs predicted)")
+    ] = None,
     test_users: Annotated[int | None, typer.Option(help="test tenants per repeat")] = None,
     repeats: Annotated[int, typer.Option()] = 50,
     budget: Annotated[
@@ -126,6 +130,7 @@ def bench(
         load_dataset,
         read_models_meta,
         read_quality_csv,
+        read_tenant_sizes,
     )
     from tenantml.bench.report import log_to_mlflow, write_outputs
     from tenantml.bench.runner import (
@@ -154,6 +159,8 @@ def bench(
                 table.kernel_only,
                 meta,
             )
+        if tenant_sizes is not None:
+            table = dataclasses.replace(table, sizes=read_tenant_sizes(tenant_sizes, table.tenants))
         for opt, value, valid in (
             ("--beta", beta, ("simple", "theorem")),
             ("--kernel", kernel, ("app-a", "empirical")),
@@ -265,6 +272,7 @@ def demo(
         data_set="easeml-dl",
         data=None,
         models_meta=None,
+        tenant_sizes=None,
         test_users=None,
         repeats=repeats,
         budget=None,

@@ -14,7 +14,9 @@ Derivations (values are copied, only reshaped):
 - ``oboe``: quality = 1 - balanced error (``error_matrix.csv``), cost = CV wall-clock seconds
   (``runtime_matrix.csv``); model names are the pipeline dict literals.
 - ``lcdb``: ``lcdb_accuracy_final_long.csv``, the row of the largest training size per
-  (data set, learner): quality = ``score_test_mean``, cost = ``traintime_mean`` seconds.
+  (data set, learner): quality = ``score_test_mean``, cost = ``traintime_mean`` seconds;
+  ``lcdb.tenants.csv``: size = largest ``size_train`` x ``NumberOfFeaturesAfterBinarization``
+  (``lcdb_datasets_meta.csv``), for the predicted-cost model.
 """
 
 from __future__ import annotations
@@ -80,6 +82,13 @@ def lcdb(src: Path) -> None:
     )
     long["tenant"] = [f"openml-{t}" for t in long.openmlid]
     _write(long.dropna(subset=["quality"]), "lcdb")
+    # tenant data sizes for the cost model: training examples x features after binarisation
+    meta = pd.read_csv(src / "lcdb" / "lcdb_datasets_meta.csv").set_index("openmlid")
+    n_train = fin.groupby("openmlid").size_train.max()
+    size = (n_train * meta.NumberOfFeaturesAfterBinarization.reindex(n_train.index)).dropna()
+    sizes = pd.DataFrame({"tenant": [f"openml-{t}" for t in size.index], "size": size.values})
+    sizes.to_csv(OUT / "lcdb.tenants.csv", index=False, float_format="%.0f")
+    print(f"lcdb.tenants.csv: {len(sizes)} tenant sizes")
 
 
 if __name__ == "__main__":

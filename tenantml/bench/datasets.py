@@ -12,7 +12,7 @@ import csv
 import gzip
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
@@ -28,6 +28,7 @@ __all__ = [
     "load_dataset",
     "read_models_meta",
     "read_quality_csv",
+    "read_tenant_sizes",
 ]
 
 SYN_SETS = {
@@ -53,6 +54,7 @@ class QualityTable:
     cost: FloatArray
     kernel_only: BoolArray
     meta: ModelMeta | None = None
+    sizes: FloatArray | None = None  # (n,) tenant data sizes for the cost model; NaN = unknown
 
     @property
     def has_cost(self) -> bool:
@@ -177,6 +179,31 @@ def read_models_meta(path: str | Path, models: tuple[str, ...]) -> ModelMeta:
     return ModelMeta(year, cites)
 
 
+def read_tenant_sizes(path: str | Path, tenants: tuple[str, ...]) -> FloatArray:
+    """Read ``tenant,size`` (size > 0: how much data, e.g. examples x features); tenants not
+    listed stay NaN (unknown). Extra columns are ignored."""
+    p = Path(path)
+    if not p.exists():
+        raise BenchInputError(f"{p}: no such file")
+    sizes = np.full(len(tenants), np.nan)
+    index = {t: i for i, t in enumerate(tenants)}
+    with open(p, newline="") as fh:
+        reader = csv.DictReader(fh)
+        if not {"tenant", "size"} <= set(reader.fieldnames or ()):
+            raise BenchInputError(
+                f"{p}: header {','.join(reader.fieldnames or [])!r}; expected tenant,size"
+            )
+        for line, row in enumerate(reader, start=2):
+            i = index.get((row["tenant"] or "").strip())
+            if i is None:
+                continue
+            v = _parse_float((row["size"] or "").strip(), "size", f"{p}: line {line}")
+            if not (np.isfinite(v) and v > 0):
+                raise BenchInputError(f"{p}: line {line}: size {v!r}; must be finite and > 0")
+            sizes[i] = v
+    return sizes
+
+
 def _builtin_path(name: str) -> Path:
     return Path(str(resources.files("tenantml") / "data" / name))
 
@@ -209,4 +236,7 @@ def load_dataset(name: str, seed: int = 0) -> QualityTable:
             table.kernel_only,
             read_models_meta(meta_path, table.models),
         )
+    sizes_path = _builtin_path(f"{name}.tenants.csv")
+    if sizes_path.exists():
+        table = replace(table, sizes=read_tenant_sizes(sizes_path, table.tenants))
     return table

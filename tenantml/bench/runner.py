@@ -9,7 +9,9 @@ axis, so "cost" below is a fraction of the budget in [0, 1].
 
 With ``costs="predicted"`` the policies do not see the table's costs: they see the predictions
 of a log-additive cost model fitted on the training tenants' costs (:mod:`policy.costs`),
-refined from each finished job; the simulated clock still charges the true costs.
+refined from each finished job (with the tenants' data sizes where the table has them: the
+tenant scale ``a_i`` is then regressed on ``log size``); the simulated clock still charges the
+true costs.
 
 With ``gpus = G > 1`` every policy fills G slots (one model per GPU), and ``hybrid-pooled`` is
 ease.ml's own choice: one job at a time on the whole pool, ``lambda(G) = G^lambda_exp`` times
@@ -162,10 +164,13 @@ def run_repeat(table: QualityTable, cost: FloatArray, proto: Protocol, r: int) -
         random_state=r,
         method=proto.kernel,  # type: ignore[arg-type]
     )
-    believed, cost_prior = c1, None
+    believed, cost_prior, sizes = c1, None, None
     if proto.costs == "predicted":  # the policies see predictions; the clock charges c1
-        cost_prior = fit_cost_prior(cost[train])
-        believed = np.where(avail, prior_costs(cost_prior, avail), 1.0)
+        sizes = None if table.sizes is None else table.sizes[test]
+        cost_prior = fit_cost_prior(
+            cost[train], None if table.sizes is None else table.sizes[train]
+        )
+        believed = np.where(avail, prior_costs(cost_prior, avail, sizes), 1.0)
     problem = validate_problem(
         Problem.create(
             [table.tenants[i] for i in test],
@@ -175,6 +180,7 @@ def run_repeat(table: QualityTable, cost: FloatArray, proto: Protocol, r: int) -
             prior=prior,
             meta=table.meta,
             cost_prior=cost_prior,
+            sizes=sizes if proto.costs == "predicted" else None,
         )
     )
     best_possible = np.where(avail, q, -np.inf).max(axis=1)

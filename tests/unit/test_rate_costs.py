@@ -176,3 +176,28 @@ def test_predicted_costs_are_refined_only_for_the_observed_tenant():
     np.testing.assert_array_equal(book.costs[0], c0[0])
     np.testing.assert_array_equal(book.costs[2], c0[2])
     assert np.all(book.costs[1] > c0[1])  # a job 5x dearer than predicted raises the rest
+
+
+def test_cost_prior_with_some_sizes_unknown_uses_the_mean_scale():
+    rng = np.random.default_rng(5)
+    sizes = np.exp(rng.uniform(5, 12, 60))
+    c = np.exp(np.log(sizes)[:, None] + rng.normal(0, 1, 8)[None, :] + rng.normal(0, 0.1, (60, 8)))
+    sizes[::4] = np.nan
+    p = fit_cost_prior(c, sizes)
+    assert p.size_slope == pytest.approx(1.0, abs=0.1)
+    a0 = p.tenant_prior_mean(np.array([np.nan, np.exp(p.mean_log_size)]), 2)
+    assert a0[0] == pytest.approx(a0[1])
+
+
+def test_bench_reads_tenant_sizes(tmp_path):
+    from tenantml.bench.datasets import BenchInputError, load_dataset, read_tenant_sizes
+
+    t = load_dataset("lcdb")
+    assert t.sizes is not None and np.isfinite(t.sizes).sum() > 150
+    bad = tmp_path / "s.csv"
+    bad.write_text("tenant,size\nopenml-3,-4\n")
+    with pytest.raises(BenchInputError, match="line 2: size -4.0; must be finite and > 0"):
+        read_tenant_sizes(bad, t.tenants)
+    bad.write_text("name,rows\n")
+    with pytest.raises(BenchInputError, match="expected tenant,size"):
+        read_tenant_sizes(bad, t.tenants)
