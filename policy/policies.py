@@ -44,6 +44,7 @@ __all__ = [
     "StaticOrder",
     "TwoPhasePolicy",
     "make_policy",
+    "ABLATION_NAMES",
     "DEFAULT_POLICY",
     "POLICY_NAMES",
 ]
@@ -191,6 +192,10 @@ POLICY_NAMES = (
 )
 
 
+#: variants of ``rate`` for the README's ablation (accepted by name, not run by default)
+ABLATION_NAMES = ("rate-uncalibrated", "rate-predictive")
+
+
 def make_policy(
     name: str,
     *,
@@ -218,6 +223,10 @@ def make_policy(
     }
     if name == "rate":
         return RatePolicy(cost_aware=cost_aware, cost_scale=cost_scale)
+    if name == "rate-uncalibrated":
+        return RatePolicy(name, cost_aware=cost_aware, cost_scale=cost_scale, calibration=0.0)
+    if name == "rate-predictive":
+        return RatePolicy(name, cost_aware=cost_aware, cost_scale=cost_scale, predictive=True)
     if name in pickers:
         return TwoPhasePolicy(name, pickers[name], "ucb", **kw)
     if name == "mostcited":
@@ -226,4 +235,5 @@ def make_policy(
         return TwoPhasePolicy(name, RoundRobin(), StaticOrder("year"), **kw)
     if name == "spearmint":
         return TwoPhasePolicy(name, RoundRobin(), "ei", **kw)
-    raise ValueError(f"unknown policy {name!r}; valid: {', '.join(POLICY_NAMES)}")
+    valid = ", ".join((*POLICY_NAMES, *ABLATION_NAMES))
+    raise ValueError(f"unknown policy {name!r}; valid: {valid}")

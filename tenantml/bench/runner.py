@@ -44,6 +44,7 @@ from policy import (
 )
 from policy._types import FloatArray
 from policy.costs import fit_cost_prior, prior_costs
+from policy.policies import ABLATION_NAMES
 from tenantml.bench.datasets import BenchInputError, QualityTable
 
 __all__ = ["Protocol", "RepeatResult", "all_policy_names", "default_test_users", "run_protocol"]
@@ -107,7 +108,8 @@ def all_policy_names(table: QualityTable, gpus: int = 1) -> tuple[str, ...]:
 
 def check_policies(names: Sequence[str], table: QualityTable, gpus: int) -> tuple[str, ...]:
     valid = all_policy_names(table, gpus)
-    known = (*POLICY_NAMES, "optuna", "oracle", "hybrid-pooled")
+    known = (*POLICY_NAMES, *ABLATION_NAMES, "optuna", "oracle", "hybrid-pooled")
+    valid = (*valid, *ABLATION_NAMES)
     for name in names:
         if name not in known:
             raise BenchInputError(f"unknown policy {name!r}; valid: {', '.join(valid)}")

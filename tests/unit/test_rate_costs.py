@@ -201,3 +201,21 @@ def test_bench_reads_tenant_sizes(tmp_path):
     bad.write_text("name,rows\n")
     with pytest.raises(BenchInputError, match="expected tenant,size"):
         read_tenant_sizes(bad, t.tenants)
+
+
+def test_ablation_variants_are_built_by_name_but_not_run_by_default():
+    from policy import DEFAULT_POLICY, POLICY_NAMES
+    from policy.policies import ABLATION_NAMES
+    from tenantml.bench.datasets import load_dataset
+    from tenantml.bench.runner import all_policy_names, check_policies
+
+    assert DEFAULT_POLICY == "rate" and DEFAULT_POLICY in POLICY_NAMES
+    unc = make_policy("rate-uncalibrated")
+    pred = make_policy("rate-predictive")
+    assert isinstance(unc, RatePolicy) and unc.calibration == 0 and unc.name == "rate-uncalibrated"
+    assert isinstance(pred, RatePolicy) and pred.predictive
+    table = load_dataset("easeml-dl")
+    assert check_policies(list(ABLATION_NAMES), table, 1) == ABLATION_NAMES
+    assert not set(ABLATION_NAMES) & set(all_policy_names(table))
+    with pytest.raises(ValueError, match="valid: rate, hybrid"):
+        make_policy("rate-fast")
