@@ -168,7 +168,7 @@ class TenantBook:
                 "does not have"
             )
         y = float(obs.quality)
-        if self.use_gp:
+        if self.use_gp and obs.completed:
             post = self.posterior(i)
             b = self.beta_at(i, int(self.n_obs[i]) + 1)
             bound = post.mu[la] + np.sqrt(b / self.costs[i][la]) * np.sqrt(post.var[la])

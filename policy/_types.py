@@ -128,13 +128,19 @@ class Problem:
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """One finished training job: tenant index, model index, quality ``y``, cost, finish time."""
+    """One finished training job: tenant index, model index, quality ``y``, cost, finish time.
+
+    ``completed=False``: the job was stopped at its time limit (costs predicted, not known) and
+    produced no model; ``quality`` is then 0 (no improvement for anyone taking a best) and
+    ``cost`` is the time it ran, a lower bound of its true cost. The arm counts as tried.
+    """
 
     tenant: int
     arm: int
     quality: float
     cost: float
     finished_at: float = 0.0
+    completed: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -157,9 +157,11 @@ class Oracle:
         problem = snapshot.problem
         n = problem.n_tenants
         best = np.zeros(n)
+        tried = np.zeros(problem.available.shape, dtype=bool)
         for obs in snapshot.history.log:
             best[obs.tenant] = max(best[obs.tenant], obs.quality)
-        q = np.where(problem.available, self.quality, -np.inf)
+            tried[obs.tenant, obs.arm] = True  # also a job stopped at its time limit
+        q = np.where(problem.available & ~tried, self.quality, -np.inf)
         for a in snapshot.pending:  # a pending job counts as already delivered
             best[a.tenant] = max(best[a.tenant], float(q[a.tenant, a.arm]))
         out = []

@@ -2,7 +2,9 @@
 
 A simulated trainer returns the table's quality ``q[i, k]`` for a job after advancing the clock
 by its duration ``c[i, k] / speed`` (``speed = lambda(G)`` when the whole pool of G GPUs trains
-one model, ease.ml's single-device choice; 1 for one GPU per job). Jobs start only while
+one model, ease.ml's single-device choice; 1 for one GPU per job). A job longer than the loop's
+time limit (only when costs are predicted, :class:`~policy.loop.SchedulerLoop`) is stopped at
+the limit, charged it, and reports no model (``completed=False``). Jobs start only while
 ``now < horizon``; each completion is one :class:`~policy._types.Observation` in the trace.
 """
 
@@ -45,6 +47,8 @@ def replay(
     slots: int = 1,
     speed: float = 1.0,
     rng: np.random.Generator | None = None,
+    time_limits: bool = True,
+    limit_factor: float = 8.0,
 ) -> ReplayResult:
     """Run ``policy`` on ``problem`` until ``horizon`` (simulated wall clock).
 
@@ -53,7 +57,9 @@ def replay(
     """
     clock = SimClock()
     loop = SchedulerLoop(problem, policy, slots, rng or np.random.default_rng(0))
-    running: list[tuple[float, int, int, int]] = []  # (finish, seq, tenant, arm)
+    loop.limit_factor = limit_factor if time_limits else float("inf")
+    # (finish, seq, tenant, arm, device-time charged, completed)
+    running: list[tuple[float, int, int, int, float, bool]] = []
     seq = 0
     busy = 0.0
     trace: list[Observation] = []
@@ -61,14 +67,17 @@ def replay(
         if clock.now() < horizon:
             for a in loop.fill():
                 c = float(cost[a.tenant, a.arm])
-                heapq.heappush(running, (clock.now() + c / speed, seq, a.tenant, a.arm))
+                limit = loop.time_limit(a)
+                done = c <= limit
+                c = c if done else limit  # stopped at its time limit: charged the limit
+                heapq.heappush(running, (clock.now() + c / speed, seq, a.tenant, a.arm, c, done))
                 seq += 1
                 busy += c
         if not running:
             break
-        finish, _, i, k = heapq.heappop(running)
+        finish, _, i, k, charged, done = heapq.heappop(running)
         clock.advance_to(finish)
-        obs = Observation(i, k, float(quality[i, k]), float(cost[i, k]), finish)
+        obs = Observation(i, k, float(quality[i, k]) if done else 0.0, charged, finish, done)
         trace.append(obs)
         loop.finished([obs])
     return ReplayResult(tuple(trace), horizon, busy)

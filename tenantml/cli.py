@@ -118,6 +118,9 @@ def bench(
         str, typer.Option(help="given (the table's, ease.ml) | predicted (policy.costs)")
     ] = "given",
     cost_scale: Annotated[str, typer.Option(help="mean | tenant-mean | max")] = "mean",
+    time_limit_factor: Annotated[
+        float, typer.Option(help="with --costs predicted: stop a job at this x its prediction")
+    ] = 8.0,
     mlflow: Annotated[
         bool, typer.Option("--mlflow", help="log each policy as an MLflow run")
     ] = False,
@@ -169,6 +172,8 @@ def bench(
         ):
             if value not in valid:
                 raise BenchInputError(f"{opt} {value!r}; valid: {', '.join(valid)}")
+        if not time_limit_factor > 0:
+            raise BenchInputError(f"--time-limit-factor {time_limit_factor}; valid: > 0")
         if costs == "predicted" and cost_oblivious:
             raise BenchInputError("--costs predicted needs the cost-aware protocol")
         names = (
@@ -194,6 +199,7 @@ def bench(
             cost_scale=cost_scale,
             kernel=kernel,
             costs=costs,
+            limit_factor=time_limit_factor,
         )
         t0 = time.perf_counter()
         with Progress(

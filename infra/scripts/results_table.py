@@ -7,7 +7,17 @@ import sys
 from pathlib import Path
 
 root = Path(sys.argv[1] if len(sys.argv) > 1 else "results")
-BASE = ("roundrobin", "random", "spearmint", "optuna", "mostcited", "mostrecent", "fcfs", "greedy")
+BASE = (
+    "rate",
+    "roundrobin",
+    "random",
+    "spearmint",
+    "optuna",
+    "mostcited",
+    "mostrecent",
+    "fcfs",
+    "greedy",
+)
 
 
 def fmt(v: float | None, spec: str = ".3f") -> str:

@@ -11,6 +11,6 @@ done
 "$tm" bench delgado179 --cost-oblivious --out "$out/delgado179-oblivious" > /dev/null
 "$tm" bench easeml-dl --cost-oblivious --out "$out/easeml-dl-oblivious" > /dev/null
 for ds in easeml-dl delgado179 oboe lcdb; do
-  "$tm" bench "$ds" --gpus 8 --policies hybrid,roundrobin,spearmint --out "$out/$ds-g8" > /dev/null
+  "$tm" bench "$ds" --gpus 8 --policies rate,hybrid,roundrobin,spearmint --out "$out/$ds-g8" > /dev/null
 done
 "$tm" bench-overhead --out "$out/overhead"

@@ -46,11 +46,14 @@ class OptunaPeer:
         for obs in log[self._seen :]:  # report finished trials to their studies
             trial = self._asked.pop((obs.tenant, obs.arm), None)
             if trial is not None:
-                self._studies[obs.tenant].tell(trial, obs.quality)
+                if obs.completed:
+                    self._studies[obs.tenant].tell(trial, obs.quality)
+                else:  # stopped at its time limit: no model
+                    self._studies[obs.tenant].tell(trial, state=_failed())
         self._seen = len(log)
         tried: dict[int, dict[int, float]] = {}
         for obs in log:
-            tried.setdefault(obs.tenant, {})[obs.arm] = obs.quality
+            tried.setdefault(obs.tenant, {})[obs.arm] = obs.quality if obs.completed else 0.0
         busy = {a.tenant for a in snapshot.pending} | {t for t, _ in self._asked}
         pending_arms = {(a.tenant, a.arm) for a in snapshot.pending}
         n = problem.n_tenants
@@ -103,6 +106,12 @@ class OptunaPeer:
         arm = int(trial.suggest_categorical("model", choices))
         self._asked[(i, arm)] = trial
         return arm
+
+
+def _failed() -> Any:
+    import optuna
+
+    return optuna.trial.TrialState.FAIL
 
 
 def _pruned() -> Any:

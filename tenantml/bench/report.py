@@ -86,6 +86,7 @@ def summarize(
             "cost_scale": proto.cost_scale,
             "kernel": proto.kernel,
             "costs": proto.costs,
+            "time_limit_factor": proto.limit_factor,
         },
         "policies": policies,
         "speedups": speedups,

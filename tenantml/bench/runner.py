@@ -11,7 +11,9 @@ With ``costs="predicted"`` the policies do not see the table's costs: they see t
 of a log-additive cost model fitted on the training tenants' costs (:mod:`policy.costs`),
 refined from each finished job (with the tenants' data sizes where the table has them: the
 tenant scale ``a_i`` is then regressed on ``log size``); the simulated clock still charges the
-true costs.
+true costs, and, as the live service would, stops a job at ``limit_factor`` (8) x its
+predicted cost (the oracle,
+which knows every cost, is never stopped).
 
 With ``gpus = G > 1`` every policy fills G slots (one model per GPU), and ``hybrid-pooled`` is
 ease.ml's own choice: one job at a time on the whole pool, ``lambda(G) = G^lambda_exp`` times
@@ -69,6 +71,7 @@ class Protocol:
     cost_scale: str = "mean"
     kernel: str = "app-a"
     costs: str = "given"
+    limit_factor: float = 8.0
 
 
 @dataclass
@@ -203,6 +206,8 @@ def run_repeat(table: QualityTable, cost: FloatArray, proto: Protocol, r: int) -
             slots=1 if pooled else proto.gpus,
             speed=speed if pooled else 1.0,
             rng=np.random.default_rng([proto.seed, r, p_idx]),
+            time_limits=name != "oracle",
+            limit_factor=proto.limit_factor,
         )
         lc = loss_curves(res.trace, best_possible, grid, problem.weights)
         out.curves[name] = {

@@ -18,6 +18,7 @@ from policy import (
     make_policy,
     replay,
 )
+from policy.costs import fit_cost_prior, prior_costs
 from tenantml.bench.optuna_peer import OptunaPeer
 
 ALL = (*POLICY_NAMES, "oracle", "optuna")
@@ -43,13 +44,19 @@ def problems(draw):
     c = np.where(avail, rng.uniform(0.05, 1, (n, m)), 1.0)
     train = np.clip(rng.uniform(0, 1, (m, 6)), 0, 1)
     meta = ModelMeta(rng.integers(2000, 2020, m).astype(float), rng.integers(0, 99, m) * 1.0)
+    cost_prior = None
+    believed = c
+    if draw(st.booleans()):  # predicted costs: policies see a model's guesses, jobs may stop
+        cost_prior = fit_cost_prior(rng.uniform(0.05, 1, (8, m)))
+        believed = np.where(avail, prior_costs(cost_prior, avail), 1.0)
     problem = Problem.create(
         [f"t{i}" for i in range(n)],
         [f"m{k}" for k in range(m)],
         avail,
-        c,
+        believed,
         prior=fit_arm_prior(train),
         meta=meta,
+        cost_prior=cost_prior,
     )
     return problem, q, c, seed
 
@@ -68,8 +75,15 @@ def test_replay_invariants(name, data, slots) -> None:
         horizon=horizon,
         slots=slots,
         rng=np.random.default_rng(seed),
+        limit_factor=1.0,  # with predicted costs: many jobs stop at their limit
     )
     pairs = [(o.tenant, o.arm) for o in res.trace]
+    # a stopped job is charged its limit and delivers no model
+    assert all(
+        o.quality == 0.0 and o.cost < c[o.tenant, o.arm] for o in res.trace if not o.completed
+    )
+    if problem.cost_prior is None:
+        assert all(o.completed for o in res.trace)
     # no policy picks an arm a tenant does not have, nor trains one twice
     assert all(problem.available[i, k] for i, k in pairs)
     assert len(set(pairs)) == len(pairs)

@@ -11,6 +11,7 @@ from policy import (
     Snapshot,
     TenantPosterior,
     fit_arm_prior,
+    loss_curves,
     make_policy,
     replay,
 )
@@ -219,3 +220,43 @@ def test_ablation_variants_are_built_by_name_but_not_run_by_default():
     assert not set(ABLATION_NAMES) & set(all_policy_names(table))
     with pytest.raises(ValueError, match="valid: rate, hybrid"):
         make_policy("rate-fast")
+
+
+def _predicted_problem(true_cost):
+    n, m = true_cost.shape
+    rng = np.random.default_rng(9)
+    train_c = np.exp(rng.normal(0, 0.1, (30, m)))  # every model costs about 1 on training data
+    cp = fit_cost_prior(train_c)
+    avail = np.ones((n, m), dtype=bool)
+    base = _problem(n=n, m=m)
+    return Problem.create(
+        base.tenants, base.models, avail, prior_costs(cp, avail), prior=base.prior, cost_prior=cp
+    )
+
+
+def test_a_job_far_dearer_than_predicted_is_stopped_at_its_time_limit():
+    c = np.ones((2, 5))
+    c[0, :] = 1000.0  # tenant 0: every job 1000x its prediction
+    q = np.full((2, 5), 0.8)
+    problem = _predicted_problem(c)
+    res = replay(problem, q, c, make_policy("rate"), horizon=60.0)
+    stopped = [o for o in res.trace if not o.completed]
+    assert stopped and all(o.tenant == 0 for o in stopped)
+    assert all(o.cost < 1000.0 and o.quality == 0.0 for o in stopped)
+    # the loop learnt tenant 0 is dear: its limit grew after the first stop
+    assert stopped[-1].cost > stopped[0].cost
+    # tenant 1's cheap jobs all completed; no arm ran twice
+    assert all(o.completed for o in res.trace if o.tenant == 1)
+    pairs = [(o.tenant, o.arm) for o in res.trace]
+    assert len(pairs) == len(set(pairs))
+    # the stopped jobs delivered no model (quality 0 is no improvement): tenant 0 stays at a*
+    assert not any(o.completed for o in res.trace if o.tenant == 0)
+    lc = loss_curves(res.trace, np.array([0.8, 0.8]), np.array([59.0]))
+    assert lc.worst_loss[0] == pytest.approx(0.8) and lc.avg_loss[0] == pytest.approx(0.4)
+    # the oracle (knows costs) and given-cost problems are never stopped
+    oracle = replay(problem, q, c, make_policy("rate"), horizon=60.0, time_limits=False)
+    assert all(o.completed for o in oracle.trace)
+    given = Problem.create(
+        problem.tenants, problem.models, problem.available, c, prior=problem.prior
+    )
+    assert all(o.completed for o in replay(given, q, c, make_policy("rate"), horizon=60.0).trace)
