@@ -45,7 +45,8 @@ class SchedulerLoop:
     """State of one scheduler: feed it finished observations, ask it what to start next.
 
     Time limits: when costs are predicted (``problem.cost_prior``), a job is stopped once it
-    has run ``limit_factor`` (default 8, the best of 2-32 measured on lcdb) times its expected
+    has run ``limit_factor`` (default 16; README: 8 is best on lcdb, costs oboe 20%) times its
+    expected
     cost under the loop's own cost estimate (the same model the policies use, refined from
     every finished job). Without a limit one job whose cost the model underestimates by orders
     of magnitude (heavy tails, measured on lcdb) would hold its device for the whole budget.
@@ -60,7 +61,7 @@ class SchedulerLoop:
     pending: tuple[Assignment, ...] = ()
     state: Any = None
     last_decision: Decision | None = None
-    limit_factor: float = 8.0
+    limit_factor: float = 16.0
     _costs: CostEstimator | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:

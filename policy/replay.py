@@ -48,7 +48,7 @@ def replay(
     speed: float = 1.0,
     rng: np.random.Generator | None = None,
     time_limits: bool = True,
-    limit_factor: float = 8.0,
+    limit_factor: float = 16.0,
 ) -> ReplayResult:
     """Run ``policy`` on ``problem`` until ``horizon`` (simulated wall clock).
 

@@ -120,7 +120,7 @@ def bench(
     cost_scale: Annotated[str, typer.Option(help="mean | tenant-mean | max")] = "mean",
     time_limit_factor: Annotated[
         float, typer.Option(help="with --costs predicted: stop a job at this x its prediction")
-    ] = 8.0,
+    ] = 16.0,
     mlflow: Annotated[
         bool, typer.Option("--mlflow", help="log each policy as an MLflow run")
     ] = False,

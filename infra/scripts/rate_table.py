@@ -75,6 +75,15 @@ for ds in SETS:
         f"{ratio(c['hybrid-pooled'], c['rate'])} | {p['rate']['auc_avg_loss']:.4f} / "
         f"{p['hybrid-pooled']['auc_avg_loss']:.4f} |"
     )
+for ds in ("lcdb", "oboe"):
+    sweep = []
+    for f in ("4", "8", "16", "32", "1000000"):
+        s = load(f"{ds}-predicted" + ("" if f == "16" else f"-limit{f}"))
+        if s is not None:
+            label = "no limit" if f == "1000000" else f"{f}x"
+            sweep.append(f"{label}: {s['policies']['rate']['auc_avg_loss']:.4f}")
+    if sweep:
+        print(f"\n{ds}, predicted costs, rate AUC by time-limit factor: " + ", ".join(sweep))
 ov = root / "overhead" / "overhead.json"
 if ov.exists():
     o = json.loads(ov.read_text())

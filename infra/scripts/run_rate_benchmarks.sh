@@ -15,4 +15,10 @@ for ds in easeml-dl delgado179 oboe lcdb; do
   "$tm" bench "$ds" --policies rate,hybrid,oracle --gpus 8 --out "$out/$ds-g8" > "$out/$ds-g8.log" 2>&1
   echo "$ds done"
 done
+for f in 4 8 32 1000000; do  # the default time limit is 16x the predicted cost (above)
+  for ds in lcdb oboe; do
+    "$tm" bench "$ds" --policies rate --costs predicted --time-limit-factor "$f" \
+      --out "$out/$ds-predicted-limit$f" > /dev/null 2>&1
+  done
+done
 "$tm" bench-overhead --policy rate --out "$out/overhead"

@@ -11,7 +11,7 @@ With ``costs="predicted"`` the policies do not see the table's costs: they see t
 of a log-additive cost model fitted on the training tenants' costs (:mod:`policy.costs`),
 refined from each finished job (with the tenants' data sizes where the table has them: the
 tenant scale ``a_i`` is then regressed on ``log size``); the simulated clock still charges the
-true costs, and, as the live service would, stops a job at ``limit_factor`` (8) x its
+true costs, and, as the live service would, stops a job at ``limit_factor`` (16) x its
 predicted cost (the oracle,
 which knows every cost, is never stopped).
 
@@ -71,7 +71,7 @@ class Protocol:
     cost_scale: str = "mean"
     kernel: str = "app-a"
     costs: str = "given"
-    limit_factor: float = 8.0
+    limit_factor: float = 16.0
 
 
 @dataclass
