@@ -46,9 +46,8 @@ class SchedulerLoop:
 
     Time limits: when costs are predicted (``problem.cost_prior``), a job is stopped once it
     has run ``limit_factor`` (default 16; README: 8 is best on lcdb, costs oboe 20%) times its
-    expected
-    cost under the loop's own cost estimate (the same model the policies use, refined from
-    every finished job). Without a limit one job whose cost the model underestimates by orders
+    expected cost under the loop's own cost estimate (the same model the policies use, refined
+    from every finished job). Without a limit one job whose cost the model underestimates by orders
     of magnitude (heavy tails, measured on lcdb) would hold its device for the whole budget.
     With known costs there is no limit.
     """
