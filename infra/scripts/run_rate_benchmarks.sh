@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces the README's "Beyond Hybrid: the rate policy" numbers (50 repeats, seed 0):
 # given costs, predicted costs, and G = 8 devices, on the four built-in real data sets.
-# Usage: infra/scripts/run_rate_benchmarks.sh [OUT_DIR]   (about 15 min on 2 cores)
+# Usage: infra/scripts/run_rate_benchmarks.sh [OUT_DIR]   (about 25 min on 2 cores)
 # Then:  .venv/bin/python infra/scripts/rate_table.py OUT_DIR
 set -euo pipefail
 out=${1:-results/rate}
