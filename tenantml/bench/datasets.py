@@ -12,6 +12,7 @@ import csv
 import gzip
 import io
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -153,54 +154,50 @@ def _read_rows(fh: io.TextIOBase | io.TextIOWrapper, label: str, where: str) -> 
     return QualityTable(label, tuple(tenants), tuple(models), quality, cost, kernel_only)
 
 
-def read_models_meta(path: str | Path, models: tuple[str, ...]) -> ModelMeta:
-    """Read ``model,year,citations`` (extra columns ignored); unknown models stay NaN."""
+def _keyed_rows(
+    path: str | Path, key: str, columns: tuple[str, ...], names: tuple[str, ...]
+) -> Iterator[tuple[int, str, dict[str, str]]]:
+    """Rows of a side CSV keyed by ``key`` (a tenant or model name): ``(index into names,
+    'PATH: line N', row)``; rows naming something not in ``names`` are skipped. Checks that the
+    file exists and the header has ``key`` and ``columns`` (extra columns are ignored)."""
     p = Path(path)
     if not p.exists():
         raise BenchInputError(f"{p}: no such file")
-    year = np.full(len(models), np.nan)
-    cites = np.full(len(models), np.nan)
-    index = {m: k for k, m in enumerate(models)}
+    index = {n: i for i, n in enumerate(names)}
     with open(p, newline="") as fh:
         reader = csv.DictReader(fh)
-        cols = set(reader.fieldnames or ())
-        if not {"model", "year", "citations"} <= cols:
+        if not {key, *columns} <= set(reader.fieldnames or ()):
             raise BenchInputError(
-                f"{p}: header {','.join(reader.fieldnames or [])!r}; expected model,year,citations"
+                f"{p}: header {','.join(reader.fieldnames or [])!r}; "
+                f"expected {','.join((key, *columns))}"
             )
         for line, row in enumerate(reader, start=2):
-            k = index.get((row["model"] or "").strip())
-            if k is None:
-                continue
-            for arr, key in ((year, "year"), (cites, "citations")):
-                text = (row[key] or "").strip()
-                if text:
-                    arr[k] = _parse_float(text, key, f"{p}: line {line}")
+            i = index.get((row[key] or "").strip())
+            if i is not None:
+                yield i, f"{p}: line {line}", row
+
+
+def read_models_meta(path: str | Path, models: tuple[str, ...]) -> ModelMeta:
+    """Read ``model,year,citations`` (extra columns ignored); unknown models stay NaN."""
+    year = np.full(len(models), np.nan)
+    cites = np.full(len(models), np.nan)
+    for k, where, row in _keyed_rows(path, "model", ("year", "citations"), models):
+        for arr, key in ((year, "year"), (cites, "citations")):
+            text = (row[key] or "").strip()
+            if text:
+                arr[k] = _parse_float(text, key, where)
     return ModelMeta(year, cites)
 
 
 def read_tenant_sizes(path: str | Path, tenants: tuple[str, ...]) -> FloatArray:
     """Read ``tenant,size`` (size > 0: how much data, e.g. examples x features); tenants not
     listed stay NaN (unknown). Extra columns are ignored."""
-    p = Path(path)
-    if not p.exists():
-        raise BenchInputError(f"{p}: no such file")
     sizes = np.full(len(tenants), np.nan)
-    index = {t: i for i, t in enumerate(tenants)}
-    with open(p, newline="") as fh:
-        reader = csv.DictReader(fh)
-        if not {"tenant", "size"} <= set(reader.fieldnames or ()):
-            raise BenchInputError(
-                f"{p}: header {','.join(reader.fieldnames or [])!r}; expected tenant,size"
-            )
-        for line, row in enumerate(reader, start=2):
-            i = index.get((row["tenant"] or "").strip())
-            if i is None:
-                continue
-            v = _parse_float((row["size"] or "").strip(), "size", f"{p}: line {line}")
-            if not (np.isfinite(v) and v > 0):
-                raise BenchInputError(f"{p}: line {line}: size {v!r}; must be finite and > 0")
-            sizes[i] = v
+    for i, where, row in _keyed_rows(path, "tenant", ("size",), tenants):
+        v = _parse_float((row["size"] or "").strip(), "size", where)
+        if not (np.isfinite(v) and v > 0):
+            raise BenchInputError(f"{where}: size {v!r}; must be finite and > 0")
+        sizes[i] = v
     return sizes
 
 
