@@ -19,6 +19,13 @@ def _csv(path: Path, rows: list[str], header: str = "tenant,model,quality,cost")
     return path
 
 
+def _bench(out: Path, *args: str) -> dict:
+    """Run ``tenantml bench ARGS --out OUT``; assert success; return summary.json."""
+    res = runner.invoke(app, ["bench", *args, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    return json.loads((out / "summary.json").read_text())
+
+
 def _good_rows(n_tenants: int = 6, n_models: int = 5) -> list[str]:
     rng = np.random.default_rng(0)
     return [
@@ -37,26 +44,10 @@ def test_bench_on_user_csv_writes_all_outputs(tmp_path: Path) -> None:
         header="model,year,citations",
     )
     out = tmp_path / "out"
-    res = runner.invoke(
-        app,
-        [
-            "bench",
-            "--data",
-            str(data),
-            "--models-meta",
-            str(meta),
-            "--test-users",
-            "3",
-            "--repeats",
-            "3",
-            "--out",
-            str(out),
-            "--jobs",
-            "1",
-        ],
-    )
-    assert res.exit_code == 0, res.output
-    summary = json.loads((out / "summary.json").read_text())
+    summary = _bench(
+        out, "--data", str(data), "--models-meta", str(meta), "--test-users", "3",
+        "--repeats", "3", "--jobs", "1",
+    )  # fmt: skip
     assert summary["dataset"] == "d"
     assert {"hybrid", "mostcited", "mostrecent", "spearmint", "oracle", "optuna"} <= set(
         summary["policies"]
@@ -83,40 +74,14 @@ def test_protocol_is_bit_for_bit_reproducible_across_worker_counts() -> None:
 
 
 def test_multi_device_and_cost_oblivious_modes(tmp_path: Path) -> None:
-    res = runner.invoke(
-        app,
-        [
-            "bench",
-            "easeml-dl",
-            "--repeats",
-            "2",
-            "--gpus",
-            "4",
-            "--policies",
-            "hybrid,roundrobin",
-            "--out",
-            str(tmp_path / "g"),
-        ],
-    )
-    assert res.exit_code == 0, res.output
-    summary = json.loads((tmp_path / "g" / "summary.json").read_text())
+    summary = _bench(
+        tmp_path / "g", "easeml-dl", "--repeats", "2", "--gpus", "4",
+        "--policies", "hybrid,roundrobin",
+    )  # fmt: skip
     assert set(summary["policies"]) == {"hybrid", "roundrobin", "hybrid-pooled"}
-    res = runner.invoke(
-        app,
-        [
-            "bench",
-            "syn-0.5-1.0",
-            "--repeats",
-            "1",
-            "--cost-oblivious",
-            "--policies",
-            "hybrid",
-            "--out",
-            str(tmp_path / "o"),
-        ],
+    summary = _bench(
+        tmp_path / "o", "syn-0.5-1.0", "--repeats", "1", "--cost-oblivious", "--policies", "hybrid"
     )
-    assert res.exit_code == 0, res.output
-    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["protocol"]["budget"] == 0.5 and summary["protocol"]["cost_oblivious"]
 
 
@@ -182,28 +147,10 @@ def test_predicted_costs_change_decisions_but_not_the_clock(tmp_path: Path) -> N
         not np.array_equal(g.curves["rate"]["avg_loss"], p.curves["rate"]["avg_loss"])
         for g, p in zip(given, pred, strict=True)
     )
-    out = tmp_path / "o"
-    res = runner.invoke(
-        app,
-        [
-            "bench",
-            "oboe",
-            "--costs",
-            "predicted",
-            "--policies",
-            "rate,oracle",
-            "--repeats",
-            "2",
-            "--test-users",
-            "4",
-            "--out",
-            str(out),
-            "--jobs",
-            "1",
-        ],
-    )
-    assert res.exit_code == 0, res.output
-    summary = json.loads((out / "summary.json").read_text())
+    summary = _bench(
+        tmp_path / "o", "oboe", "--costs", "predicted", "--policies", "rate,oracle",
+        "--repeats", "2", "--test-users", "4", "--jobs", "1",
+    )  # fmt: skip
     assert summary["protocol"]["costs"] == "predicted"
     assert set(summary["over_oracle"]["rate"]) == {"0.05", "0.02", "0.01"}
 
