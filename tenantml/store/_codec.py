@@ -1,0 +1,175 @@
+"""Schema-checked encoding of examples into arrays, and the errors bad input gets.
+
+Notation: a batch has ``n`` examples. For a data type whose one tensor field has shape ``S``:
+
+* non-recursive: the batch encodes as one array ``(n, *S)``;
+* a sequence (one recursive field, e.g. ``next``): example ``i`` is an array ``(T_i, *S)``,
+  ``T_i >= 1``; the batch encodes as the concatenation ``(sum T_i, *S)`` plus ``lengths (n,)``.
+
+Class outputs (a single 1-D ``Tensor[D]`` with no recursive fields, Fig. 4 rows 1, 3, 5) are
+labels: an int in ``[0, D)`` or a class name; names are given indices in order of first appearance
+and kept in the tenant's manifest, so at most ``D`` distinct names are accepted.
+
+Every check names the example index and the reason; one bad example rejects the whole batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tenantml.schema import DataType, Schema
+
+__all__ = ["BadExampleError", "Encoded", "encode_inputs", "encode_labels", "is_class_output"]
+
+
+class BadExampleError(ValueError):
+    """A batch was rejected; `index` is the first bad example (0-based), `reason` says why."""
+
+    def __init__(self, index: int, reason: str, side: str = "input") -> None:
+        self.index = index
+        self.reason = reason
+        self.side = side
+        super().__init__(f"example {index} rejected ({side}): {reason}; nothing was stored")
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """`values` ``(n, *S)`` or ``(sum T_i, *S)``; `lengths` ``(n,)`` for sequences else None."""
+
+    values: NDArray[Any]
+    lengths: NDArray[np.int64] | None
+
+    def __len__(self) -> int:
+        return len(self.lengths) if self.lengths is not None else len(self.values)
+
+
+def is_class_output(schema: Schema) -> bool:
+    """Whether outputs are class labels: one 1-D tensor field and no recursive fields."""
+    out = schema.output
+    return out.single is not None and len(out.single.shape) == 1 and not out.recursive
+
+
+def _field_shape(dt: DataType, side: str) -> tuple[int, ...]:
+    if dt.single is None:
+        raise ValueError(
+            f"the {side} data type {dt} has {len(dt.fields)} tensor fields; the store holds data "
+            "types with exactly one tensor field (plus recursive fields) for now"
+        )
+    if len(dt.recursive) > 1:
+        raise ValueError(
+            f"the {side} data type {dt} is a tree ({len(dt.recursive)} recursive fields); "
+            "feeding trees is not supported yet: use one recursive field (a sequence) or none"
+        )
+    return dt.single.shape
+
+
+def _as_float(item: Any, index: int, side: str, check_finite: bool = True) -> NDArray[Any]:
+    try:
+        arr = np.asarray(item)
+    except (ValueError, TypeError) as e:
+        raise BadExampleError(index, f"not an array ({e})", side) from None
+    if arr.dtype == np.uint8:
+        return arr
+    if arr.dtype.kind not in "biuf":
+        raise BadExampleError(index, f"values of dtype {arr.dtype} are not numbers", side)
+    arr = arr.astype(np.float32, copy=False)
+    if check_finite and not np.isfinite(arr).all():
+        raise BadExampleError(index, "contains NaN or inf", side)
+    return arr
+
+
+def encode_values(dt: DataType, items: Any, side: str = "input") -> Encoded:
+    """Check each example against `dt` and encode the batch (see the module docstring)."""
+    shape = _field_shape(dt, side)
+    if dt.is_sequence:
+        parts, lengths = [], []
+        for i, item in enumerate(items):
+            arr = _as_float(item, i, side)
+            if arr.ndim != len(shape) + 1 or arr.shape[1:] != shape or arr.shape[0] < 1:
+                raise BadExampleError(
+                    i,
+                    f"shape {arr.shape} is not (T, {', '.join(map(str, shape))}) with T >= 1",
+                    side,
+                )
+            parts.append(arr)
+            lengths.append(arr.shape[0])
+        if not parts:
+            raise ValueError("the batch is empty: give at least one example")
+        dtype = np.uint8 if all(p.dtype == np.uint8 for p in parts) else np.float32
+        values = np.concatenate([p.astype(dtype, copy=False) for p in parts])
+        return Encoded(values, np.asarray(lengths, dtype=np.int64))
+    if isinstance(items, np.ndarray) and items.dtype.kind in "biuf":
+        if items.ndim != len(shape) + 1 or items.shape[1:] != shape:
+            raise BadExampleError(
+                0, f"batch shape {items.shape} is not (n, {', '.join(map(str, shape))})", side
+            )
+        arr = _as_float(items, 0, side, check_finite=False)
+        if arr.dtype != np.uint8:
+            bad = ~np.isfinite(arr.reshape(len(arr), -1)).all(axis=1)
+            if bad.any():
+                raise BadExampleError(int(np.argmax(bad)), "contains NaN or inf", side)
+        if len(arr) == 0:
+            raise ValueError("the batch is empty: give at least one example")
+        return Encoded(arr, None)
+    rows = []
+    for i, item in enumerate(items):
+        arr = _as_float(item, i, side)
+        if arr.shape != shape:
+            raise BadExampleError(
+                i, f"shape {arr.shape} is not ({', '.join(map(str, shape))})", side
+            )
+        rows.append(arr)
+    if not rows:
+        raise ValueError("the batch is empty: give at least one example")
+    dtype = np.uint8 if all(r.dtype == np.uint8 for r in rows) else np.float32
+    return Encoded(np.stack([r.astype(dtype, copy=False) for r in rows]), None)
+
+
+def encode_inputs(schema: Schema, items: Any) -> Encoded:
+    return encode_values(schema.input, items, "input")
+
+
+def encode_labels(
+    schema: Schema, labels: Sequence[Any] | NDArray[Any], classes: list[str]
+) -> NDArray[np.int64]:
+    """Class indices ``(n,)``; new class names are appended to `classes` (in place)."""
+    single = schema.output.single
+    assert single is not None
+    n_classes = single.shape[0]
+    known = {c: k for k, c in enumerate(classes)}
+    out = np.empty(len(labels), dtype=np.int64)
+    for i, label in enumerate(labels):
+        if isinstance(label, np.generic):
+            label = label.item()
+        if isinstance(label, str):
+            if label not in known:
+                if len(classes) >= n_classes:
+                    raise BadExampleError(
+                        i,
+                        f"label {label!r} would be class {len(classes) + 1} but the output space "
+                        f"Tensor[{n_classes}] has {n_classes} classes: {classes}",
+                        "output",
+                    )
+                known[label] = len(classes)
+                classes.append(label)
+            out[i] = known[label]
+        elif isinstance(label, int) and not isinstance(label, bool):
+            if not 0 <= label < n_classes:
+                raise BadExampleError(
+                    i, f"label {label} is outside the output space [0, {n_classes})", "output"
+                )
+            out[i] = label
+        elif isinstance(label, float) and label.is_integer() and 0 <= label < n_classes:
+            out[i] = int(label)
+        else:
+            raise BadExampleError(
+                i,
+                f"label {label!r} is not a class index in [0, {n_classes}) or a class name",
+                "output",
+            )
+    return out

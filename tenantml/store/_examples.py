@@ -1,0 +1,443 @@
+"""The tenant data store: immutable example batches, versioned manifests, checkpoints.
+
+Layout under a blob backend, per tenant ``<name>``::
+
+    tenants/<name>/schema.txt                     the schema, Fig. 2 syntax (written once)
+    tenants/<name>/batches/<uuid>.npz             immutable example batches (x, y[, lengths])
+    tenants/<name>/manifests/<version:010d>.json  snapshot `version`: batches, ids, enabled flags
+    tenants/<name>/checkpoints/<job>.pt           a training job's last checkpoint
+    tenants/<name>/blobs/<key>                    anything else a job stores (results, models)
+
+A snapshot (manifest version) is immutable; `feed` and `refine` publish version ``v + 1`` with a
+create-only write, last, after every batch it names is stored. So a crash at any point leaves the
+latest published snapshot intact (at worst an unreferenced batch, which `gc` removes), a training
+run that records its snapshot version can always reload exactly the examples it saw, and two
+writers racing for version ``v + 1`` cannot both win (the loser re-reads and retries).
+
+Example ids are integers ``first_id + j`` for the ``j``-th example of a batch, unique per tenant.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tenantml.schema import Schema
+from tenantml.store._blobs import BlobStore
+from tenantml.store._codec import (
+    BadExampleError,
+    Encoded,
+    encode_inputs,
+    encode_labels,
+    encode_values,
+    is_class_output,
+)
+
+__all__ = [
+    "ConcurrentUpdateError",
+    "Dataset",
+    "ExampleRecord",
+    "ExampleStore",
+    "Manifest",
+    "TenantExistsError",
+    "UnknownTenantError",
+    "validate_tenant_name",
+]
+
+TENANT_NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}\Z")
+FEED_CHUNK = 4096  # examples per stored batch object when a feed streams
+
+
+class UnknownTenantError(KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class TenantExistsError(ValueError):
+    pass
+
+
+class ConcurrentUpdateError(RuntimeError):
+    pass
+
+
+def validate_tenant_name(name: str) -> str:
+    """Tenant names become storage keys and URIs: only ``[a-z][a-z0-9_-]{0,62}``."""
+    if not isinstance(name, str) or not TENANT_NAME.match(name):
+        raise ValueError(
+            f"tenant name {name!r} is not valid: use 1-63 characters of lowercase letters, "
+            "digits, '_' or '-', starting with a letter (no '/', '.', ':' or spaces)"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class BatchRef:
+    key: str
+    first_id: int
+    count: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Snapshot `version` of one tenant: which batches, which ids are switched off, class names."""
+
+    version: int
+    batches: tuple[BatchRef, ...] = ()
+    disabled: frozenset[int] = frozenset()
+    classes: tuple[str, ...] = ()
+    next_id: int = 0
+
+    @property
+    def n_examples(self) -> int:
+        return self.next_id
+
+    @property
+    def n_enabled(self) -> int:
+        return self.next_id - len(self.disabled)
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "version": self.version,
+                "batches": [[b.key, b.first_id, b.count] for b in self.batches],
+                "disabled": sorted(self.disabled),
+                "classes": list(self.classes),
+                "next_id": self.next_id,
+            }
+        ).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Manifest:
+        d = json.loads(data)
+        return cls(
+            version=d["version"],
+            batches=tuple(BatchRef(k, f, c) for k, f, c in d["batches"]),
+            disabled=frozenset(d["disabled"]),
+            classes=tuple(d["classes"]),
+            next_id=d["next_id"],
+        )
+
+
+@dataclass(frozen=True)
+class ExampleRecord:
+    """One fed example as `refine` lists it."""
+
+    id: int
+    enabled: bool
+    label: str | int | None
+
+
+@dataclass
+class Dataset:
+    """Examples of one snapshot. `x` ``(n, *S)`` (sequences zero-padded to ``(n, T_max, *S)``
+    with `lengths` ``(n,)``), `y` ``(n,)`` class indices or ``(n, *S_out)``, `ids` ``(n,)``."""
+
+    x: NDArray[Any]
+    y: NDArray[Any]
+    ids: NDArray[np.int64]
+    lengths: NDArray[np.int64] | None = None
+    classes: tuple[str, ...] = ()
+    version: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def _pack(x: Encoded, y: NDArray[Any] | Encoded) -> bytes:
+    arrays: dict[str, NDArray[Any]] = {"x": x.values}
+    if x.lengths is not None:
+        arrays["x_lengths"] = x.lengths
+    if isinstance(y, Encoded):
+        arrays["y"] = y.values
+        if y.lengths is not None:
+            arrays["y_lengths"] = y.lengths
+    else:
+        arrays["y"] = y
+    buf = io.BytesIO()
+    np.savez(buf, allow_pickle=False, **arrays)
+    return buf.getvalue()
+
+
+def _unpack(data: bytes) -> dict[str, NDArray[Any]]:
+    with np.load(io.BytesIO(data), allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def _split(values: NDArray[Any], lengths: NDArray[np.int64] | None) -> list[NDArray[Any]]:
+    if lengths is None:
+        return list(values)
+    return np.split(values, np.cumsum(lengths)[:-1])
+
+
+class ExampleStore:
+    """feed / refine / snapshots / checkpoints for every tenant, over one `BlobStore`."""
+
+    def __init__(self, blobs: BlobStore) -> None:
+        self.blobs = blobs
+
+    # -- tenants -------------------------------------------------------------------------------
+    def _t(self, name: str) -> str:
+        return f"tenants/{validate_tenant_name(name)}/"
+
+    def create_tenant(self, name: str, schema: Schema) -> None:
+        """Register `name` with `schema`; an existing tenant with a different schema is an error."""
+        key = self._t(name) + "schema.txt"
+        text = str(schema)
+        if not self.blobs.put_new(key, text.encode()):
+            old = self.blobs.get(key).decode()
+            if old != text:
+                raise TenantExistsError(
+                    f"tenant {name!r} already exists with schema {old}; "
+                    "choose another name to declare a different task"
+                )
+            return
+        self.blobs.put_new(self._manifest_key(name, 0), Manifest(0).to_json())
+
+    def tenants(self) -> list[str]:
+        return sorted(
+            k.split("/")[1] for k in self.blobs.list("tenants/") if k.endswith("/schema.txt")
+        )
+
+    def schema(self, name: str) -> Schema:
+        try:
+            return Schema.parse(self.blobs.get(self._t(name) + "schema.txt").decode())
+        except KeyError:
+            raise UnknownTenantError(
+                f"unknown tenant {name!r} in {self.blobs.describe()}; "
+                f"known tenants: {self.tenants() or 'none yet'}"
+            ) from None
+
+    # -- manifests -----------------------------------------------------------------------------
+    def _manifest_key(self, name: str, version: int) -> str:
+        return f"{self._t(name)}manifests/{version:010d}.json"
+
+    def versions(self, name: str) -> list[int]:
+        keys = self.blobs.list(self._t(name) + "manifests/")
+        return [int(k.rsplit("/", 1)[1].split(".")[0]) for k in keys if k.endswith(".json")]
+
+    def manifest(self, name: str, version: int | None = None) -> Manifest:
+        """Snapshot `version` (default: the latest)."""
+        self.schema(name)  # unknown tenant -> a clear error
+        if version is None:
+            versions = self.versions(name)
+            version = versions[-1]
+        try:
+            return Manifest.from_json(self.blobs.get(self._manifest_key(name, version)))
+        except KeyError:
+            raise KeyError(
+                f"tenant {name!r} has no snapshot {version}; snapshots: {self.versions(name)}"
+            ) from None
+
+    def _publish(
+        self, name: str, make: Callable[[Manifest], Manifest], retries: int = 20
+    ) -> Manifest:
+        """Publish ``make(latest) -> new`` as version latest+1, retrying if another writer won."""
+        for _ in range(retries):
+            latest = self.manifest(name)
+            new = replace(make(latest), version=latest.version + 1)
+            if self.blobs.put_new(self._manifest_key(name, new.version), new.to_json()):
+                return new
+        raise ConcurrentUpdateError(f"tenant {name!r}: gave up after {retries} concurrent updates")
+
+    # -- feed ----------------------------------------------------------------------------------
+    def feed(
+        self,
+        name: str,
+        inputs: Iterable[Any] | NDArray[Any],
+        outputs: Iterable[Any] | NDArray[Any],
+        *,
+        chunk: int = FEED_CHUNK,
+    ) -> tuple[Manifest, range]:
+        """Validate and store examples; returns the new snapshot and the ids given.
+
+        `inputs` and `outputs` are arrays or iterables (streamed `chunk` examples at a time, so
+        memory stays bounded). Any bad example rejects the whole call: the batches already
+        written are deleted and no snapshot is published. Raises `BadExampleError`.
+        """
+        schema = self.schema(name)
+        latest = self.manifest(name)
+        classes = list(latest.classes)
+        class_out = is_class_output(schema)
+        written: list[tuple[str, int]] = []
+        offset = 0
+        try:
+            for xs, ys in _chunks(inputs, outputs, chunk):
+                try:
+                    x = encode_inputs(schema, xs)
+                    y: NDArray[Any] | Encoded = (
+                        encode_labels(schema, ys, classes)
+                        if class_out
+                        else encode_values(schema.output, ys, "output")
+                    )
+                except BadExampleError as e:
+                    raise BadExampleError(offset + e.index, e.reason, e.side) from None
+                if len(y) != len(x):
+                    raise ValueError(f"{len(x)} inputs but {len(y)} outputs: give one per input")
+                key = f"{self._t(name)}batches/{uuid.uuid4().hex}.npz"
+                self.blobs.put(key, _pack(x, y))
+                written.append((key, len(x)))
+                offset += len(x)
+            if not written:
+                raise ValueError("the batch is empty: give at least one example")
+
+            def add(m: Manifest) -> Manifest:
+                if list(m.classes) != classes[: len(m.classes)]:
+                    raise ConcurrentUpdateError("class names changed concurrently; feed again")
+                refs, nid = list(m.batches), m.next_id
+                for key, count in written:
+                    refs.append(BatchRef(key, nid, count))
+                    nid += count
+                return replace(m, batches=tuple(refs), classes=tuple(classes), next_id=nid)
+
+            new = self._publish(name, add)
+        except BaseException:
+            for key, _ in written:
+                self.blobs.delete(key)
+            raise
+        first = new.next_id - offset
+        return new, range(first, new.next_id)
+
+    # -- refine --------------------------------------------------------------------------------
+    def refine(
+        self, name: str, *, enable: Iterable[int] = (), disable: Iterable[int] = ()
+    ) -> Manifest:
+        """Switch examples on/off by id (the paper's refine); publishes a new snapshot."""
+        on, off = {int(i) for i in enable}, {int(i) for i in disable}
+        if on & off:
+            raise ValueError(f"ids {sorted(on & off)[:10]} are both enabled and disabled")
+
+        def change(m: Manifest) -> Manifest:
+            unknown = sorted(i for i in on | off if not 0 <= i < m.next_id)
+            if unknown:
+                raise KeyError(
+                    f"tenant {name!r} has no example ids {unknown[:10]}; ids are 0..{m.next_id - 1}"
+                )
+            return replace(m, disabled=frozenset((m.disabled - on) | off))
+
+        return self._publish(name, change)
+
+    def examples(self, name: str, version: int | None = None) -> Iterator[ExampleRecord]:
+        """Every example of a snapshot with its enabled flag and label (class name if known)."""
+        m = self.manifest(name, version)
+        for ref in m.batches:
+            y = _unpack(self.blobs.get(ref.key))["y"]
+            for j in range(ref.count):
+                i = ref.first_id + j
+                label: str | int | None = None
+                if y.ndim == 1:
+                    k = int(y[j])
+                    label = m.classes[k] if k < len(m.classes) else k
+                yield ExampleRecord(i, i not in m.disabled, label)
+
+    # -- training side -------------------------------------------------------------------------
+    def load(self, name: str, version: int | None = None, *, enabled_only: bool = True) -> Dataset:
+        """The (enabled) examples of snapshot `version`, in id order."""
+        schema = self.schema(name)
+        m = self.manifest(name, version)
+        xs: list[NDArray[Any]] = []
+        ys: list[NDArray[Any]] = []
+        ids: list[NDArray[np.int64]] = []
+        seq = schema.input.is_sequence
+        for ref in m.batches:
+            z = _unpack(self.blobs.get(ref.key))
+            bid = np.arange(ref.first_id, ref.first_id + ref.count, dtype=np.int64)
+            keep = (
+                ~np.isin(bid, np.fromiter(m.disabled, dtype=np.int64))
+                if enabled_only and m.disabled
+                else np.ones(ref.count, dtype=bool)
+            )
+            x_items = _split(z["x"], z.get("x_lengths"))
+            y_items = _split(z["y"], z.get("y_lengths")) if "y_lengths" in z else list(z["y"])
+            xs.extend(x for x, k in zip(x_items, keep, strict=True) if k)
+            ys.extend(y for y, k in zip(y_items, keep, strict=True) if k)
+            ids.append(bid[keep])
+        id_arr = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+        lengths = None
+        shape = schema.input.single.shape if schema.input.single else ()
+        if seq:
+            lengths = np.asarray([len(x) for x in xs], dtype=np.int64)
+            t_max = int(lengths.max()) if len(lengths) else 0
+            dtype = xs[0].dtype if xs else np.float32
+            x = np.zeros((len(xs), t_max, *shape), dtype=dtype)
+            for i, item in enumerate(xs):
+                x[i, : len(item)] = item
+        else:
+            x = np.stack(xs) if xs else np.zeros((0, *shape), dtype=np.float32)
+        y = np.stack(ys) if ys else np.zeros(0, dtype=np.int64)
+        return Dataset(x, y, id_arr, lengths, m.classes, m.version)
+
+    def put_checkpoint(self, name: str, job_id: str, data: bytes) -> None:
+        self.blobs.put(f"{self._t(name)}checkpoints/{_safe_key(job_id)}.pt", data)
+
+    def get_checkpoint(self, name: str, job_id: str) -> bytes | None:
+        try:
+            return self.blobs.get(f"{self._t(name)}checkpoints/{_safe_key(job_id)}.pt")
+        except KeyError:
+            return None
+
+    def delete_checkpoint(self, name: str, job_id: str) -> None:
+        self.blobs.delete(f"{self._t(name)}checkpoints/{_safe_key(job_id)}.pt")
+
+    def put_blob(self, name: str, key: str, data: bytes) -> None:
+        self.blobs.put(f"{self._t(name)}blobs/{_safe_key(key)}", data)
+
+    def get_blob(self, name: str, key: str) -> bytes:
+        return self.blobs.get(f"{self._t(name)}blobs/{_safe_key(key)}")
+
+    def gc(self, name: str) -> list[str]:
+        """Delete batches no snapshot refers to (left by a crash mid-feed); returns their keys."""
+        used = {ref.key for v in self.versions(name) for ref in self.manifest(name, v).batches}
+        orphans = [k for k in self.blobs.list(self._t(name) + "batches/") if k not in used]
+        for k in orphans:
+            self.blobs.delete(k)
+        return orphans
+
+
+_SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.=-]{0,199}\Z")
+
+
+def _safe_key(key: str) -> str:
+    if not _SAFE.match(key) or ".." in key:
+        raise ValueError(f"key {key!r} is not valid: use [A-Za-z0-9_.=-], no '..' or '/'")
+    return key
+
+
+def _chunks(
+    inputs: Iterable[Any] | NDArray[Any], outputs: Iterable[Any] | NDArray[Any], size: int
+) -> Iterator[tuple[Sequence[Any] | NDArray[Any], Sequence[Any] | NDArray[Any]]]:
+    """Pair inputs with outputs, `size` at a time; arrays are sliced without copying."""
+    if isinstance(inputs, np.ndarray) and isinstance(outputs, np.ndarray):
+        if len(inputs) != len(outputs):
+            raise ValueError(
+                f"{len(inputs)} inputs but {len(outputs)} outputs: give one output per input"
+            )
+        for s in range(0, len(inputs), size):
+            yield inputs[s : s + size], outputs[s : s + size]
+        return
+    it_x, it_y = iter(inputs), iter(outputs)
+    while True:
+        xs: list[Any] = []
+        ys: list[Any] = []
+        for x in it_x:
+            xs.append(x)
+            try:
+                ys.append(next(it_y))
+            except StopIteration:
+                raise ValueError("more inputs than outputs: give one output per input") from None
+            if len(xs) == size:
+                break
+        if not xs:
+            if next(it_y, None) is not None:
+                raise ValueError("more outputs than inputs: give one output per input")
+            return
+        yield xs, ys

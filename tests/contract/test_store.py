@@ -1,0 +1,217 @@
+"""One contract suite over every store backend: a local directory and S3 (real server, loopback)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import numpy as np
+import pytest
+
+from tenantml.schema import DataType, Schema, Tensor
+from tenantml.store import (
+    BadExampleError,
+    ExampleStore,
+    LocalBlobStore,
+    S3BlobStore,
+    TenantExistsError,
+    UnknownTenantError,
+)
+from tests.servers import S3Server
+
+IMAGES = Schema(input=Tensor(4, 4, 1), output=Tensor(3))
+SERIES = Schema(input=DataType([Tensor(2)], ["next"]), output=Tensor(2))
+RECOVERY = Schema(input=Tensor(4, 4, 1), output=Tensor(4, 4, 1))
+
+
+@pytest.fixture(params=["local", "s3"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ExampleStore]:
+    if request.param == "local":
+        yield ExampleStore(LocalBlobStore(tmp_path / "store"))
+        return
+    server: S3Server = request.getfixturevalue("s3")
+    client = boto3.client("s3", endpoint_url=server.endpoint_url)
+    bucket = f"t-{uuid.uuid4().hex[:12]}"
+    client.create_bucket(Bucket=bucket)
+    yield ExampleStore(S3BlobStore(bucket, "tenantml", client=client))
+
+
+def _images(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.random((n, 4, 4, 1), dtype=np.float32), rng.integers(0, 3, n)
+
+
+def _state(store: ExampleStore, name: str) -> tuple[list[int], list[str]]:
+    return store.versions(name), store.blobs.list(f"tenants/{name}/")
+
+
+def test_create_and_list_tenants(store: ExampleStore) -> None:
+    assert store.tenants() == []
+    store.create_tenant("a", IMAGES)
+    store.create_tenant("b", SERIES)
+    store.create_tenant("a", IMAGES)  # idempotent with the same schema
+    assert store.tenants() == ["a", "b"]
+    assert store.schema("b") == SERIES
+    with pytest.raises(TenantExistsError, match="already exists"):
+        store.create_tenant("a", SERIES)
+    with pytest.raises(UnknownTenantError, match="unknown tenant 'zz'.*known tenants"):
+        store.schema("zz")
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "A", "", "s3://x", "a.b", "x" * 64, "-a"])
+def test_tenant_names_cannot_escape(store: ExampleStore, name: str) -> None:
+    with pytest.raises(ValueError, match="tenant name"):
+        store.create_tenant(name, IMAGES)
+    assert store.blobs.list("") == []
+
+
+def test_feed_snapshots_and_load(store: ExampleStore) -> None:
+    store.create_tenant("t", IMAGES)
+    x, y = _images(10)
+    m1, ids1 = store.feed("t", x, y, chunk=4)
+    assert (m1.version, list(ids1), len(m1.batches)) == (1, list(range(10)), 3)
+    m2, ids2 = store.feed("t", [x[0]], ["cat"])
+    assert list(ids2) == [10] and m2.classes == ("cat",) and m2.version == 2
+    d1 = store.load("t", 1)
+    np.testing.assert_array_equal(d1.x, x)
+    np.testing.assert_array_equal(d1.y, y)
+    assert len(store.load("t")) == 11 and store.load("t").classes == ("cat",)
+
+
+def test_refine_switches_examples_and_keeps_old_snapshots(store: ExampleStore) -> None:
+    store.create_tenant("t", IMAGES)
+    x, y = _images(6)
+    store.feed("t", x, y)
+    m = store.refine("t", disable=[1, 4])
+    d = store.load("t")
+    assert list(d.ids) == [0, 2, 3, 5]
+    np.testing.assert_array_equal(d.x, x[[0, 2, 3, 5]])
+    assert len(store.load("t", m.version - 1)) == 6  # the snapshot a past run saw is unchanged
+    store.refine("t", enable=[4])
+    assert list(store.load("t").ids) == [0, 2, 3, 4, 5]
+    flags = {r.id: r.enabled for r in store.examples("t")}
+    assert flags == {0: True, 1: False, 2: True, 3: True, 4: True, 5: True}
+    before = _state(store, "t")
+    with pytest.raises(KeyError, match=r"no example ids \[99\]"):
+        store.refine("t", disable=[99])
+    assert _state(store, "t") == before
+
+
+def test_sequences_round_trip(store: ExampleStore) -> None:
+    store.create_tenant("s", SERIES)
+    seqs = [np.ones((3, 2)), np.full((1, 2), 2.0), np.zeros((5, 2))]
+    store.feed("s", seqs, [0, 1, 1])
+    d = store.load("s")
+    assert d.x.shape == (3, 5, 2) and list(d.lengths) == [3, 1, 5]
+    np.testing.assert_array_equal(d.x[1, :1], seqs[1])
+    assert (d.x[1, 1:] == 0).all()
+
+
+def test_tensor_outputs_round_trip(store: ExampleStore) -> None:
+    store.create_tenant("r", RECOVERY)
+    x, _ = _images(3)
+    store.feed("r", x, x * 2)
+    np.testing.assert_allclose(store.load("r").y, x * 2)
+
+
+def _bad_feeds() -> list[tuple[str, object, object, str]]:
+    x, y = _images(5)
+    nan = x.copy()
+    nan[3, 0, 0, 0] = np.nan
+    return [
+        ("wrong shape", [x[0], x[1], np.zeros((4, 4, 3))], [0, 1, 2], "example 2.*shape"),
+        ("NaN", nan, y, "example 3.*NaN"),
+        ("inf", [x[0], np.full((4, 4, 1), np.inf)], [0, 1], "example 1.*NaN or inf"),
+        ("label range", x, [0, 1, 2, 3, 0], "example 3.*outside the output space"),
+        ("too many names", x, ["a", "b", "c", "d", "a"], "example 3.*has 3 classes"),
+        ("bool label", x[:2], [True, False], "example 0.*not a class index"),
+        ("strings", [x[0], "hello"], [0, 1], "example 1.*not numbers"),
+        ("count", x, y[:4], "inputs but 4 outputs|more inputs than outputs"),
+        ("empty", np.zeros((0, 4, 4, 1)), np.zeros(0), "empty"),
+    ]
+
+
+@pytest.mark.parametrize(("case", "inputs", "outputs", "message"), _bad_feeds())
+def test_bad_batches_are_rejected_whole(
+    store: ExampleStore, case: str, inputs: object, outputs: object, message: str
+) -> None:
+    store.create_tenant("t", IMAGES)
+    x, y = _images(4, seed=1)
+    store.feed("t", x, y)
+    before = _state(store, "t")
+    with pytest.raises(ValueError, match=message):
+        store.feed("t", inputs, outputs, chunk=2)  # type: ignore[arg-type]
+    assert _state(store, "t") == before, case
+    np.testing.assert_array_equal(store.load("t").x, x)
+
+
+def test_bad_sequence_rejected(store: ExampleStore) -> None:
+    store.create_tenant("s", SERIES)
+    with pytest.raises(BadExampleError, match="example 1.*T >= 1"):
+        store.feed("s", [np.ones((2, 2)), np.ones((0, 2))], [0, 1])
+    assert store.versions("s") == [0] and store.blobs.list("tenants/s/batches/") == []
+
+
+def test_crash_between_batch_write_and_manifest_keeps_previous_state(
+    store: ExampleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.create_tenant("t", IMAGES)
+    x, y = _images(4)
+    store.feed("t", x, y)
+    before = store.manifest("t")
+    real_put_new = store.blobs.put_new
+
+    def crash(key: str, data: bytes) -> bool:
+        if "/manifests/" in key:
+            raise SystemExit("killed before the manifest was written")
+        return real_put_new(key, data)
+
+    monkeypatch.setattr(store.blobs, "put_new", crash)
+    # A process killed here runs no cleanup: write the batch, then die at the manifest.
+    monkeypatch.setattr(store.blobs, "delete", lambda key: None)
+    with pytest.raises(SystemExit):
+        store.feed("t", *_images(3, seed=5))
+    monkeypatch.undo()
+    assert store.manifest("t") == before
+    np.testing.assert_array_equal(store.load("t").x, x)
+    assert len(store.gc("t")) == 1  # the orphan batch, and only it
+    assert store.manifest("t") == before and len(store.load("t")) == 4
+
+
+def test_concurrent_feeds_lose_nothing(store: ExampleStore) -> None:
+    store.create_tenant("t", IMAGES)
+    errors: list[BaseException] = []
+
+    def feed(seed: int) -> None:
+        try:
+            for k in range(3):
+                store.feed("t", *_images(2, seed=seed * 10 + k))
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=feed, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    m = store.manifest("t")
+    assert m.next_id == 24 and m.version == 12
+    assert sorted(r.first_id for r in m.batches) == list(range(0, 24, 2))
+
+
+def test_checkpoints_and_blobs(store: ExampleStore) -> None:
+    store.create_tenant("t", IMAGES)
+    assert store.get_checkpoint("t", "job-1") is None
+    store.put_checkpoint("t", "job-1", b"one")
+    store.put_checkpoint("t", "job-1", b"two")
+    assert store.get_checkpoint("t", "job-1") == b"two"
+    store.delete_checkpoint("t", "job-1")
+    assert store.get_checkpoint("t", "job-1") is None
+    store.put_blob("t", "result.json", b"{}")
+    assert store.get_blob("t", "result.json") == b"{}"
+    with pytest.raises(ValueError, match="not valid"):
+        store.put_checkpoint("t", "../../escape", b"x")
