@@ -73,7 +73,8 @@ class StaticOrder:
         secondary = problem.meta.year if self.key == "citations" else problem.meta.citations
         p = np.where(np.isnan(primary), -np.inf, primary)
         s = np.where(np.isnan(secondary), -np.inf, secondary)
-        return np.lexsort((np.arange(len(p)), -s, -p))
+        order: np.ndarray = np.lexsort((np.arange(len(p)), -s, -p))
+        return order
 
 
 @dataclass
