@@ -1,1 +1,50 @@
-"""Placeholder package; built by a later issue (see ARCHITECTURE.md)."""
+"""Schema -> candidate models (Fig. 4), the model zoo, and one `train(job, store)` per family.
+
+Torch is imported only when a torch model is trained or loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tenantml.store import ExampleStore
+from trainers._job import EpochReport, TrainJob, TrainResult
+from trainers._model import TrainedModel
+from trainers.templates import (
+    NORMALIZATION_KS,
+    TEMPLATES,
+    Candidate,
+    NoCandidatesError,
+    candidates,
+    match,
+)
+from trainers.zoo import ZOO, ModelSpec
+
+__all__ = [
+    "NORMALIZATION_KS",
+    "TEMPLATES",
+    "ZOO",
+    "Candidate",
+    "EpochReport",
+    "ModelSpec",
+    "NoCandidatesError",
+    "TrainJob",
+    "TrainResult",
+    "TrainedModel",
+    "candidates",
+    "match",
+    "train",
+]
+
+
+def train(
+    job: TrainJob, store: ExampleStore, on_epoch: Callable[[EpochReport], None] | None = None
+) -> TrainResult:
+    """Train (or resume) `job` with the trainer of its model's family."""
+    if Candidate.parse(job.candidate).spec.family == "sklearn":
+        from trainers.sklearn_trainer import train_sklearn
+
+        return train_sklearn(job, store, on_epoch)
+    from trainers.torch_trainer import train_torch
+
+    return train_torch(job, store, on_epoch)

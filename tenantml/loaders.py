@@ -1,0 +1,110 @@
+"""Inputs from files, decoded exactly as `feed` and `infer` both need them.
+
+* images (JPEG, PNG, ...) for an input ``Tensor[A, B, C]`` with C in {1, 3}: decoded with
+  torchvision to ``C`` channels, resized (antialiased bilinear) to ``A x B``, as uint8
+  ``(A, B, C)``;
+* CSV files for a flat input ``Tensor[A]``: one example per row, ``A`` numeric columns, plus a
+  label column when `label_column` is given (by header name or 0-based index);
+* sequence files for ``{[Tensor[A]], [next]}``: one file per sequence, ``T`` rows of ``A`` numbers
+  (CSV or ``.npy``).
+
+A file that cannot be read raises `BadExampleError` with the example's index and the path, so a
+batch fed from files is rejected whole like any other.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tenantml.schema import Schema
+from tenantml.store import BadExampleError
+
+__all__ = ["iter_file_inputs", "load_image", "load_sequence", "read_csv_rows"]
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp"}
+
+
+def load_image(path: str | Path, shape: tuple[int, ...]) -> NDArray[np.uint8]:
+    """Decode an image file into uint8 ``(A, B, C)`` for ``Tensor[A, B, C]``."""
+    import torch
+    from torchvision.io import ImageReadMode, decode_image
+    from torchvision.transforms.v2 import functional as tvf
+
+    a, b, c = shape
+    if c not in (1, 3):
+        raise ValueError(f"images load into Tensor[A, B, 1] or Tensor[A, B, 3], not {shape}")
+    data = torch.frombuffer(bytearray(Path(path).read_bytes()), dtype=torch.uint8)
+    img = decode_image(data, mode=ImageReadMode.RGB if c == 3 else ImageReadMode.GRAY)
+    img = tvf.resize(img, [a, b], antialias=True)
+    out: NDArray[np.uint8] = img.permute(1, 2, 0).contiguous().numpy()
+    return out
+
+
+def load_sequence(path: str | Path) -> NDArray[np.float32]:
+    """``T x A`` numbers from a CSV (no header) or ``.npy`` file."""
+    p = Path(path)
+    if p.suffix == ".npy":
+        arr: NDArray[np.float32] = np.load(p, allow_pickle=False).astype(np.float32)
+        return arr
+    return np.loadtxt(p, delimiter=",", dtype=np.float32, ndmin=2)
+
+
+def iter_file_inputs(schema: Schema, paths: Iterable[str | Path]) -> Iterator[NDArray[Any]]:
+    """One decoded input per path (images or sequence files), lazily, so feeds can stream."""
+    field = schema.input.single
+    if field is None:
+        raise ValueError(f"input {schema.input} has several tensor fields; feed arrays instead")
+    for i, path in enumerate(paths):
+        try:
+            if schema.input.is_sequence:
+                yield load_sequence(path)
+            elif len(field.shape) == 3:
+                yield load_image(path, field.shape)
+            else:
+                raise ValueError(
+                    f"input {schema.input} is not an image or a sequence: feed flat tensors "
+                    "as CSV rows (read_csv_rows) or arrays"
+                )
+        except (OSError, RuntimeError, ValueError) as e:
+            if isinstance(e, ValueError) and "feed flat tensors" in str(e):
+                raise
+            raise BadExampleError(i, f"cannot read {str(path)!r}: {e}") from None
+
+
+def read_csv_rows(
+    path: str | Path, n_features: int, label_column: str | int | None = None
+) -> tuple[NDArray[np.float32], list[str] | None]:
+    """Rows of a CSV with a header line: ``(n, n_features)`` inputs and optional labels."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        raise ValueError(f"{path}: empty CSV file")
+    header, body = rows[0], rows[1:]
+    label_at: int | None = None
+    if label_column is not None:
+        if isinstance(label_column, int):
+            label_at = label_column
+        elif label_column in header:
+            label_at = header.index(label_column)
+        else:
+            raise ValueError(f"{path}: no label column {label_column!r}; columns: {header}")
+    xs = np.empty((len(body), n_features), dtype=np.float32)
+    labels: list[str] = []
+    for i, row in enumerate(body):
+        values = [v for j, v in enumerate(row) if j != label_at]
+        if len(values) != n_features:
+            raise BadExampleError(i, f"row {i + 2} of {path} has {len(values)} features, "
+                                     f"not {n_features}")  # fmt: skip
+        try:
+            xs[i] = [float(v) for v in values]
+        except ValueError as e:
+            raise BadExampleError(i, f"row {i + 2} of {path}: {e}") from None
+        if label_at is not None:
+            labels.append(row[label_at])
+    return xs, (labels if label_at is not None else None)

@@ -1,0 +1,180 @@
+"""Trainers on real offline data: accuracy, checkpoint/resume, time budget, saved models."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tenantml import datasets
+from tenantml.store import BadExampleError, ExampleStore, LocalBlobStore
+from trainers import EpochReport, TrainedModel, TrainJob, train
+
+
+def _store(tmp_path: Path, *names: str) -> ExampleStore:
+    store = ExampleStore(LocalBlobStore(tmp_path / "store"))
+    for name in names:
+        d = datasets.load(name)
+        store.create_tenant(name.replace("_", "-"), d.schema)
+        store.feed(name.replace("_", "-"), d.inputs, d.labels)
+    return store
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory: pytest.TempPathFactory) -> ExampleStore:
+    return _store(tmp_path_factory.mktemp("digits"), "digits")
+
+
+DIGITS_JOB = TrainJob("digits", "lenet", hyperparameters={"lr": 0.05}, max_epochs=6)
+
+
+def test_small_cnn_learns_digits(digits: ExampleStore) -> None:
+    r = train(DIGITS_JOB, digits)
+    assert r.accuracy >= 0.9, r.curve
+    assert r.epochs == 6 and [e.epoch for e in r.curve] == [1, 2, 3, 4, 5, 6]
+    assert r.cost_s > 0 and r.n_val == 360 and r.device == "cpu"
+    d = datasets.load("digits")
+    pred = r.model.predict(d.inputs[:200])
+    assert (pred == d.labels[:200]).mean() >= 0.9
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_resume_continues_from_the_checkpoint_and_matches_an_uninterrupted_run(
+    digits: ExampleStore,
+) -> None:
+    full = train(DIGITS_JOB, digits)
+
+    def die_after_epoch_2(report: EpochReport) -> None:
+        if report.epoch == 2:
+            raise _Killed
+
+    job = TrainJob(**{**DIGITS_JOB.__dict__, "job_id": "resume-test"})
+    with pytest.raises(_Killed):
+        train(job, digits, on_epoch=die_after_epoch_2)
+    resumed = train(job, digits)
+    assert resumed.resumed_from_epoch == 2
+    assert resumed.epochs == 6 and [e.epoch for e in resumed.curve] == [1, 2, 3, 4, 5, 6]
+    # Same seeded batches and restored optimizer state: the very same model.
+    assert [e.val_accuracy for e in resumed.curve] == [e.val_accuracy for e in full.curve]
+    again = train(job, digits)  # a finished job returns its result without training
+    assert again.resumed_from_epoch == 6 and again.accuracy == resumed.accuracy
+
+
+_KILL_SCRIPT = """
+import sys
+from tenantml.store import ExampleStore, LocalBlobStore
+from trainers import TrainJob, train
+store = ExampleStore(LocalBlobStore(sys.argv[1]))
+train(TrainJob("digits", "lenet", hyperparameters={"lr": 0.05}, max_epochs=40,
+               job_id="killed"), store)
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_mid_training_loses_at_most_one_epoch(digits: ExampleStore, tmp_path: Path) -> None:
+    import io
+
+    import torch
+
+    root = str(digits.blobs.root)  # type: ignore[attr-defined]
+    proc = subprocess.Popen([sys.executable, "-c", _KILL_SCRIPT, root], start_new_session=True)
+    deadline = time.monotonic() + 240
+    done = 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        blob = digits.get_checkpoint("digits", "killed")
+        if blob is not None:
+            done = torch.load(io.BytesIO(blob), weights_only=True)["epochs_total"]
+            if done >= 2:
+                break
+        time.sleep(0.05)
+    assert proc.poll() is None, "training ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    saved = torch.load(io.BytesIO(digits.get_checkpoint("digits", "killed")), weights_only=True)
+    job = TrainJob("digits", "lenet", hyperparameters={"lr": 0.05}, max_epochs=40, job_id="killed")
+    r = train(job, digits)
+    assert r.resumed_from_epoch == saved["epochs_total"] >= 2
+    assert r.epochs == 40 and [e.epoch for e in r.curve] == list(range(1, 41))
+
+
+def test_learning_rate_grid_and_time_budget(digits: ExampleStore) -> None:
+    r = train(TrainJob("digits", "lenet", max_epochs=1), digits)
+    assert sorted({e.lr for e in r.curve}) == [0.0001, 0.001, 0.01, 0.1]
+    assert r.hyperparameters["lr"] == max(r.curve, key=lambda e: e.val_accuracy).lr
+    short = train(TrainJob("digits", "lenet", max_epochs=50, time_budget_s=1e-3), digits)
+    assert short.epochs == 1  # the budget is spent after the first epoch
+
+
+def test_saved_model_predicts_the_same_and_checks_inputs(
+    digits: ExampleStore, tmp_path: Path
+) -> None:
+    r = train(TrainJob("digits", "lenet+f0.25", hyperparameters={"lr": 0.05}, max_epochs=2),
+              digits)  # fmt: skip
+    x = datasets.load("digits").inputs[:50]
+    loaded = TrainedModel.load(r.model.save(tmp_path / "m"))
+    np.testing.assert_array_equal(loaded.predict(x), r.model.predict(x))
+    with pytest.raises(
+        BadExampleError, match=r"example 0.*shape \(1, 8, 8, 3\) is not \(n, 8, 8, 1\)"
+    ):
+        loaded.predict(np.zeros((1, 8, 8, 3)))
+
+
+@pytest.mark.parametrize("name", ["breast_cancer", "wine"])
+@pytest.mark.parametrize("model", ["logistic_regression", "random_forest", "svm", "knn"])
+def test_sklearn_models_on_tabular_data(tmp_path: Path, name: str, model: str) -> None:
+    store = _store(tmp_path, name)
+    tenant = name.replace("_", "-")
+    r = train(TrainJob(tenant, model), store)
+    assert r.accuracy >= 0.85 and r.epochs == 1
+    d = datasets.load(name)
+    assert set(r.model.predict(d.inputs[:20])) <= set(d.labels)
+    loaded = TrainedModel.load(r.model.save(tmp_path / "m"))
+    assert list(loaded.predict(d.inputs[:20])) == list(r.model.predict(d.inputs[:20]))
+
+
+def test_bad_hyperparameters_name_the_valid_ones(tmp_path: Path) -> None:
+    store = _store(tmp_path, "wine")
+    with pytest.raises(ValueError, match="not valid for svm.*valid names.*'C'"):
+        train(TrainJob("wine", "svm", hyperparameters={"bogus": 1}), store)
+    with pytest.raises(ValueError, match="max_epochs=0"):
+        train(TrainJob("wine", "svm", max_epochs=0), store)
+
+
+def test_bad_torch_options(digits: ExampleStore) -> None:
+    with pytest.raises(ValueError, match="optimizer 'lbfgs' is not valid: use 'sgd' or 'adam'"):
+        train(TrainJob("digits", "lenet", hyperparameters={"optimizer": "lbfgs"}), digits)
+    with pytest.raises(ValueError, match="batch_size=0"):
+        train(TrainJob("digits", "lenet", hyperparameters={"batch_size": 0}), digits)
+
+
+@pytest.mark.slow
+def test_recurrent_nets_on_japanese_vowels(tmp_path: Path) -> None:
+    store = _store(tmp_path, "japanese_vowels")
+    r = train(TrainJob("japanese-vowels", "gru", hyperparameters={"lr": 0.01}, max_epochs=8),
+              store)  # fmt: skip
+    assert r.accuracy >= 0.8, r.curve
+    d = datasets.load("japanese_vowels")
+    assert (r.model.predict(d.inputs[:100]) == np.asarray(d.labels[:100])).mean() >= 0.8
+
+
+def test_recovery_autoencoder_denoises_digits(tmp_path: Path) -> None:
+    from tenantml.schema import Schema, Tensor
+
+    store = ExampleStore(LocalBlobStore(tmp_path / "store"))
+    clean = datasets.load("digits").inputs[:600]
+    noisy = clean + np.random.default_rng(0).normal(0, 3, clean.shape).astype(np.float32)
+    store.create_tenant("denoise", Schema(input=Tensor(8, 8, 1), output=Tensor(8, 8, 1)))
+    store.feed("denoise", noisy, clean)
+    r = train(TrainJob("denoise", "conv_autoencoder", hyperparameters={"lr": 0.01},
+                       max_epochs=15), store)  # fmt: skip
+    assert r.accuracy >= 0.5, r.curve  # R^2 on held-out pairs
+    assert r.model.predict(noisy[:3]).shape == (3, 8, 8, 1)

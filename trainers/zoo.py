@@ -1,0 +1,62 @@
+"""The model zoo: every candidate model with the metadata the MostRecent/MostCited baselines use.
+
+Years are first publication. Citation counts are approximate orders of magnitude (Google
+Scholar, rounded; for the networks in ease.ml's DL data set, the values of
+``tenantml/data/easeml-dl.models.csv``).
+They only order the MostCited baseline, so their precision does not matter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["ZOO", "ModelSpec"]
+
+Family = Literal["cnn", "autoencoder", "rnn", "sklearn"]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    title: str
+    family: Family
+    year: int
+    citations: int
+    reference: str
+
+
+ZOO: dict[str, ModelSpec] = {
+    s.name: s
+    for s in [
+        ModelSpec("alexnet", "AlexNet", "cnn", 2012, 170000, "Krizhevsky et al., NeurIPS 2012"),
+        ModelSpec("bn_alexnet", "BN-AlexNet", "cnn", 2015, 55000, "Ioffe & Szegedy, ICML 2015"),
+        ModelSpec("resnet18", "ResNet-18", "cnn", 2015, 250000, "He et al., CVPR 2016"),
+        ModelSpec("resnet50", "ResNet-50", "cnn", 2015, 250000, "He et al., CVPR 2016"),
+        ModelSpec("googlenet", "GoogLeNet", "cnn", 2014, 60000, "Szegedy et al., CVPR 2015"),
+        ModelSpec("squeezenet", "SqueezeNet", "cnn", 2016, 9000, "Iandola et al., 2016"),
+        ModelSpec("vgg16", "VGG-16", "cnn", 2014, 130000, "Simonyan & Zisserman, ICLR 2015"),
+        ModelSpec("nin", "NIN", "cnn", 2013, 9000, "Lin, Chen & Yan, ICLR 2014"),
+        ModelSpec("lenet", "LeNet-5", "cnn", 1998, 60000, "LeCun et al., Proc. IEEE 1998"),
+        ModelSpec(
+            "conv_autoencoder",
+            "Conv. auto-encoder",
+            "autoencoder",
+            2011,
+            3000,
+            "Masci et al., ICANN 2011",
+        ),  # fmt: skip
+        ModelSpec("rnn", "RNN", "rnn", 1990, 15000, "Elman, Cognitive Science 1990"),
+        ModelSpec("lstm", "LSTM", "rnn", 1997, 100000, "Hochreiter & Schmidhuber 1997"),
+        ModelSpec("bilstm", "bi-LSTM", "rnn", 2005, 6000, "Graves & Schmidhuber 2005"),
+        ModelSpec("gru", "GRU", "rnn", 2014, 30000, "Cho et al., EMNLP 2014"),
+        ModelSpec("logistic_regression", "Logistic regression", "sklearn", 1958, 10000, "Cox 1958"),
+        ModelSpec("random_forest", "Random forest", "sklearn", 2001, 120000, "Breiman 2001"),
+        ModelSpec(
+            "gradient_boosting", "Gradient boosting", "sklearn", 2001, 25000, "Friedman 2001"
+        ),
+        ModelSpec("svm", "SVM (RBF)", "sklearn", 1995, 60000, "Cortes & Vapnik 1995"),
+        ModelSpec("knn", "k-NN", "sklearn", 1967, 20000, "Cover & Hart 1967"),
+        ModelSpec("mlp", "MLP", "sklearn", 1986, 40000, "Rumelhart et al. 1986"),
+    ]
+}
