@@ -1,7 +1,7 @@
 """Inputs from files, decoded exactly as `feed` and `infer` both need them.
 
-* images (JPEG, PNG, ...) for an input ``Tensor[A, B, C]`` with C in {1, 3}: decoded with
-  torchvision to ``C`` channels, resized (antialiased bilinear) to ``A x B``, as uint8
+* images (JPEG, PNG, ...) for an input ``Tensor[A, B, C]`` with C in {1, 3}: decoded
+  (Pillow) to ``C`` channels, resized (torchvision, antialiased bilinear) to ``A x B``, as uint8
   ``(A, B, C)``;
 * CSV files for a flat input ``Tensor[A]``: one example per row, ``A`` numeric columns, plus a
   label column when `label_column` is given (by header name or 0-based index);
@@ -23,24 +23,28 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tenantml.schema import Schema
-from tenantml.store import BadExampleError
+from tenantml.store import BadExampleError, ExampleStore, Manifest
 
-__all__ = ["iter_file_inputs", "load_image", "load_sequence", "read_csv_rows"]
+__all__ = ["feed_files", "iter_file_inputs", "load_image", "load_sequence", "read_csv_rows"]
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp"}
 
 
 def load_image(path: str | Path, shape: tuple[int, ...]) -> NDArray[np.uint8]:
-    """Decode an image file into uint8 ``(A, B, C)`` for ``Tensor[A, B, C]``."""
+    """Decode an image file into uint8 ``(A, B, C)`` for ``Tensor[A, B, C]``.
+
+    Pillow decodes (torchvision 0.29 deprecated its own decoders); torchvision resizes.
+    """
     import torch
-    from torchvision.io import ImageReadMode, decode_image
+    from PIL import Image
     from torchvision.transforms.v2 import functional as tvf
 
     a, b, c = shape
     if c not in (1, 3):
         raise ValueError(f"images load into Tensor[A, B, 1] or Tensor[A, B, 3], not {shape}")
-    data = torch.frombuffer(bytearray(Path(path).read_bytes()), dtype=torch.uint8)
-    img = decode_image(data, mode=ImageReadMode.RGB if c == 3 else ImageReadMode.GRAY)
+    with Image.open(path) as im:
+        pixels = np.array(im.convert("RGB" if c == 3 else "L"), dtype=np.uint8)
+    img = torch.from_numpy(pixels.reshape(*pixels.shape[:2], c)).permute(2, 0, 1)
     img = tvf.resize(img, [a, b], antialias=True)
     out: NDArray[np.uint8] = img.permute(1, 2, 0).contiguous().numpy()
     return out
@@ -71,7 +75,7 @@ def iter_file_inputs(schema: Schema, paths: Iterable[str | Path]) -> Iterator[ND
                     f"input {schema.input} is not an image or a sequence: feed flat tensors "
                     "as CSV rows (read_csv_rows) or arrays"
                 )
-        except (OSError, RuntimeError, ValueError) as e:
+        except (OSError, RuntimeError, ValueError, SyntaxError) as e:
             if isinstance(e, ValueError) and "feed flat tensors" in str(e):
                 raise
             raise BadExampleError(i, f"cannot read {str(path)!r}: {e}") from None
@@ -108,3 +112,13 @@ def read_csv_rows(
         if label_at is not None:
             labels.append(row[label_at])
     return xs, (labels if label_at is not None else None)
+
+
+def feed_files(
+    store: ExampleStore, tenant: str, paths: Iterable[str | Path], labels: Iterable[Any]
+) -> tuple[Manifest, range]:
+    """Feed one example per file (images or sequences), decoded lazily and streamed to `store`.
+
+    A file that cannot be read rejects the whole call, like any other bad example.
+    """
+    return store.feed(tenant, iter_file_inputs(store.schema(tenant), paths), labels)
