@@ -268,6 +268,79 @@ def bench_overhead(
         console.print(f"wrote {out}/overhead.json")
 
 
+@app.command("bench-trainer")
+def bench_trainer(
+    image_size: Annotated[int | None, typer.Option(help="default: 224 on CUDA, 64 on CPU")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="default: 128 on CUDA, 32 on CPU")] = None,
+    steps: Annotated[
+        int | None, typer.Option(help="steps per round; default 30 CUDA, 5 CPU")
+    ] = None,
+    rounds: Annotated[int, typer.Option(help="alternating rounds; medians are compared")] = 3,
+    device: Annotated[str | None, typer.Option(help="cuda, cuda:1, cpu; default: auto")] = None,
+    out: Annotated[Path | None, typer.Option(help="directory for trainer.json")] = None,
+) -> None:
+    """ResNet-18 images/s: our trainer's step vs a plain PyTorch loop, same batch, one run."""
+    from tenantml.bench.trainer import measure_trainer
+    from trainers.torch_trainer import pick_device
+
+    gpu = pick_device(device).type == "cuda"
+    for name, value in (("image-size", image_size), ("batch-size", batch_size), ("steps", steps)):
+        if value is not None and value < 1:
+            raise _fail(f"--{name} {value} is not valid: use 1 or more")
+    if rounds < 1:
+        raise _fail(f"--rounds {rounds} is not valid: use 1 or more")
+    r = measure_trainer(
+        device=device, rounds=rounds,
+        image_size=image_size or (224 if gpu else 64),
+        batch_size=batch_size or (128 if gpu else 32),
+        steps=steps or (30 if gpu else 5),
+    )  # fmt: skip
+    console.print(
+        f"ResNet-18 on {r.device}, {r.image_size}x{r.image_size}x3, batch {r.batch_size}, "
+        f"{r.steps} steps x {r.rounds} rounds:\n"
+        f"  plain PyTorch loop {r.plain_images_per_s:9.1f} images/s\n"
+        f"  tenantml trainer   {r.ours_images_per_s:9.1f} images/s\n"
+        f"  ratio ours/plain   {r.ratio:9.3f}  (target >= 0.90)"
+    )
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "trainer.json").write_text(json.dumps(r.to_json(), indent=2) + "\n")
+        console.print(f"wrote {out}/trainer.json")
+
+
+@app.command("bench-feed")
+def bench_feed(
+    examples: Annotated[int, typer.Option(help="examples to feed")] = 100_000,
+    shape: Annotated[str, typer.Option(help="input tensor shape, comma-separated")] = "32,32,3",
+    out: Annotated[Path | None, typer.Option(help="directory for feed.json")] = None,
+) -> None:
+    """Peak RSS of streaming many small examples into a fresh local store (target < 1 GiB)."""
+    import tempfile
+
+    from tenantml.bench.feed import measure_feed
+
+    try:
+        dims = tuple(int(d) for d in shape.split(","))
+        if not dims or min(dims) < 1:
+            raise ValueError
+    except ValueError:
+        raise _fail(f"--shape {shape!r} is not valid: use positive integers like 32,32,3") from None
+    if examples < 1:
+        raise _fail(f"--examples {examples} is not valid: use 1 or more")
+    with tempfile.TemporaryDirectory(prefix="tenantml-feed-") as tmp:
+        r = measure_feed(Path(tmp), examples, dims)
+    console.print(
+        f"fed {r['examples']:,} examples of Tensor[{shape}] ({r['raw_mib']:.0f} MiB raw) in "
+        f"{r['seconds']:.1f} s ({r['examples_per_s']:,.0f}/s), {r['batches']} batches; "
+        f"peak RSS {r['peak_rss_mib']:.0f} MiB (after imports {r['rss_after_imports_mib']:.0f} "
+        "MiB; target < 1024 MiB)"
+    )
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "feed.json").write_text(json.dumps(r, indent=2) + "\n")
+        console.print(f"wrote {out}/feed.json")
+
+
 @app.command()
 def demo(
     out: Annotated[Path, typer.Option(help="output directory")] = Path("results/demo"),

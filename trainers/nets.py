@@ -53,7 +53,8 @@ class Preprocess(nn.Module):
 
     Steps: to float (uint8 / 255); optional f_k normalization (`k`); per-channel standardization
     with training-set statistics (buffers `mean`, `std`, last axis of the input); for images,
-    HWC -> CHW and bilinear resize up to `min_size` when the input is smaller.
+    HWC -> CHW (channels-last memory on CUDA) and bilinear resize up to `min_size` when the
+    input is smaller.
     """
 
     mean: torch.Tensor
@@ -93,7 +94,9 @@ class Preprocess(nn.Module):
             if min(h, w) < self.min_size:
                 size = (max(h, self.min_size), max(w, self.min_size))
                 x = F.interpolate(x, size=size, mode="bilinear", align_corners=False)
-            x = x.contiguous(memory_format=torch.channels_last)
+            # Channels-last pays on CUDA (tensor cores); on CPU the plain layout is faster.
+            fmt = torch.channels_last if x.is_cuda else torch.contiguous_format
+            x = x.contiguous(memory_format=fmt)
         return x
 
 
