@@ -36,8 +36,14 @@ class TrainedModel:
 
         return Candidate.parse(self.candidate).spec.family
 
-    def predict_raw(self, inputs: Any) -> NDArray[Any]:
-        """Class indices ``(n,)`` or tensor outputs ``(n, *S_out)``."""
+    def predict_raw(self, inputs: Any, lengths: Any = None) -> NDArray[Any]:
+        """Class indices ``(n,)`` or tensor outputs ``(n, *S_out)``.
+
+        Sequences come as a list of ``(T_i, *S)`` arrays, or padded ``(n, T_max, *S)`` with
+        `lengths` ``(n,)``.
+        """
+        if lengths is not None:
+            inputs = [row[: int(t)] for row, t in zip(inputs, lengths, strict=True)]
         x, lengths = encode_for_inference(self.schema, inputs)
         if self.family == "sklearn":
             return np.asarray(self.net.predict(x.reshape(len(x), -1)))
@@ -48,8 +54,8 @@ class TrainedModel:
         out = infer_batches(self.net, x, lengths, torch.device("cpu"))
         return out.argmax(1) if is_class_output(self.schema) else out
 
-    def predict(self, inputs: Any) -> NDArray[Any]:
-        raw = self.predict_raw(inputs)
+    def predict(self, inputs: Any, lengths: Any = None) -> NDArray[Any]:
+        raw = self.predict_raw(inputs, lengths)
         if is_class_output(self.schema) and self.classes:
             # Named classes (fed as strings); an index past the names prints as a number.
             return np.asarray([self.classes[i] if i < len(self.classes) else str(i) for i in raw])

@@ -51,14 +51,16 @@ def normalize_fk(x: torch.Tensor, k: float) -> torch.Tensor:
 class Preprocess(nn.Module):
     """Raw schema-shaped input -> the float tensor a body expects.
 
-    Steps: to float (uint8 / 255); optional f_k normalization (`k`); per-channel standardization
-    with training-set statistics (buffers `mean`, `std`, last axis of the input); for images,
-    HWC -> CHW (channels-last memory on CUDA) and bilinear resize up to `min_size` when the
-    input is smaller.
+    Steps: to float, divided by 255 when the training data was uint8 (buffer `input_scale`, so
+    images cast to float at inference get the same treatment); optional f_k normalization
+    (`k`); per-channel standardization with training-set statistics (buffers `mean`, `std`,
+    last axis of the input); for images, HWC -> CHW (channels-last memory on CUDA) and bilinear
+    resize up to `min_size` when the input is smaller.
     """
 
     mean: torch.Tensor
     std: torch.Tensor
+    input_scale: torch.Tensor
 
     def __init__(self, n_channels: int, *, k: float | None, image: bool, min_size: int) -> None:
         super().__init__()
@@ -67,17 +69,19 @@ class Preprocess(nn.Module):
         self.min_size = min_size
         self.register_buffer("mean", torch.zeros(n_channels))
         self.register_buffer("std", torch.ones(n_channels))
+        self.register_buffer("input_scale", torch.ones(()))
 
     def scale(self, x: torch.Tensor) -> torch.Tensor:
         """Everything before standardization; used to fit `mean` and `std` too."""
-        x = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
+        x = x.float() * self.input_scale
         if self.k is not None:
             x = normalize_fk(x, self.k)
         return x
 
     @torch.no_grad()
     def fit(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> None:
-        """Set `mean`/`std` from training inputs (padding excluded for sequences)."""
+        """Set `input_scale`, `mean`, `std` from training inputs (padding excluded)."""
+        self.input_scale.fill_(1.0 / 255.0 if x.dtype == torch.uint8 else 1.0)
         v = self.scale(x)
         if lengths is not None:
             mask = torch.arange(v.shape[1])[None, :] < lengths[:, None]
