@@ -1,1 +1,72 @@
-"""Placeholder package; built by a later issue (see ARCHITECTURE.md)."""
+"""The MLflow side of tenantml: pyfunc tenant models, job runs as the service's memory, the
+registry alias ``best``, and a run-context provider (entry point
+``mlflow.run_context_provider``).
+
+Names load lazily: MLflow imports `mlflow_plugin.context` while MLflow itself is still importing,
+so this package must not import MLflow's client eagerly.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mlflow_plugin.context import TenantRunContext, context_env
+    from mlflow_plugin.pyfunc import TenantPyfunc, log_trained_model, signature_for
+    from mlflow_plugin.registry import BEST, BestModel, best_model, promote_if_better
+    from mlflow_plugin.tracking import (
+        SCHEDULER_EXPERIMENT,
+        JobRecord,
+        end_job_run,
+        ensure_tenant_experiment,
+        experiment_name,
+        job_records,
+        start_job_run,
+        tenant_experiments,
+    )
+
+_HOME = {
+    "TenantRunContext": "context",
+    "context_env": "context",
+    "TenantPyfunc": "pyfunc",
+    "log_trained_model": "pyfunc",
+    "signature_for": "pyfunc",
+    "BEST": "registry",
+    "BestModel": "registry",
+    "best_model": "registry",
+    "promote_if_better": "registry",
+    "SCHEDULER_EXPERIMENT": "tracking",
+    "JobRecord": "tracking",
+    "end_job_run": "tracking",
+    "ensure_tenant_experiment": "tracking",
+    "experiment_name": "tracking",
+    "job_records": "tracking",
+    "start_job_run": "tracking",
+    "tenant_experiments": "tracking",
+}
+__all__ = [
+    "BEST",
+    "BestModel",
+    "JobRecord",
+    "SCHEDULER_EXPERIMENT",
+    "TenantPyfunc",
+    "TenantRunContext",
+    "best_model",
+    "context_env",
+    "end_job_run",
+    "ensure_tenant_experiment",
+    "experiment_name",
+    "job_records",
+    "log_trained_model",
+    "promote_if_better",
+    "signature_for",
+    "start_job_run",
+    "tenant_experiments",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'mlflow_plugin' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"mlflow_plugin.{_HOME[name]}"), name)

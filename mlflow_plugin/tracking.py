@@ -1,0 +1,142 @@
+"""MLflow as the service's memory: one experiment per tenant, one run per training job.
+
+Experiment ``tenantml/<tenant>`` (tags: ``tenantml.kind=tenant``, the schema, the candidates).
+A job's run is named after its job id and tagged ``tenantml.kind=job``, ``tenantml.job_id``; it is
+created when the job starts (status RUNNING) and ended FINISHED with its metrics and model, or
+FAILED. The scheduler rebuilds its whole state from these runs at start: FINISHED runs are the
+observations (one per job id, so none is counted twice), RUNNING ones the jobs in flight.
+Scheduler-level per-tick metrics go to the experiment ``tenantml/scheduler``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import mlflow
+from mlflow.entities import Run, RunStatus
+from mlflow.tracking import MlflowClient
+
+__all__ = [
+    "SCHEDULER_EXPERIMENT",
+    "JobRecord",
+    "end_job_run",
+    "ensure_tenant_experiment",
+    "experiment_name",
+    "job_records",
+    "start_job_run",
+    "tenant_experiments",
+]
+
+SCHEDULER_EXPERIMENT = "tenantml/scheduler"
+KIND, JOB_ID = "tenantml.kind", "tenantml.job_id"
+
+
+def experiment_name(tenant: str) -> str:
+    return f"tenantml/{tenant}"
+
+
+def ensure_tenant_experiment(
+    client: MlflowClient, tenant: str, schema: str, candidates: Iterable[str]
+) -> str:
+    """The tenant's experiment id, created with its tags if missing."""
+    exp = client.get_experiment_by_name(experiment_name(tenant))
+    if exp is not None:
+        return str(exp.experiment_id)
+    tags = {KIND: "tenant", "tenantml.tenant": tenant, "tenantml.schema": schema,
+            "tenantml.candidates": ",".join(candidates)}  # fmt: skip
+    return str(client.create_experiment(experiment_name(tenant), tags=tags))
+
+
+def tenant_experiments(client: MlflowClient) -> dict[str, str]:
+    """tenant name -> experiment id, for every submitted tenant."""
+    exps = client.search_experiments(filter_string=f"tags.`{KIND}` = 'tenant'")
+    return {e.tags["tenantml.tenant"]: str(e.experiment_id) for e in exps}
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One training job as MLflow holds it."""
+
+    run_id: str
+    tenant: str
+    candidate: str
+    job_id: str
+    status: str
+    accuracy: float | None
+    cost_s: float | None
+    tick: int | None
+    snapshot: int | None
+    start_time: float
+    end_time: float | None
+    flow_run_id: str | None
+
+    @staticmethod
+    def from_run(run: Run) -> JobRecord:
+        tags, metrics, params = run.data.tags, run.data.metrics, run.data.params
+        tick = tags.get("tenantml.tick")
+        snap = params.get("snapshot")
+        return JobRecord(
+            run.info.run_id, tags.get("tenantml.tenant", ""), params.get("model", ""),
+            tags.get(JOB_ID, ""), run.info.status, metrics.get("accuracy"),
+            metrics.get("cost_s"), int(tick) if tick else None,
+            int(snap) if snap not in (None, "") else None,
+            run.info.start_time / 1000.0,
+            None if run.info.end_time is None else run.info.end_time / 1000.0,
+            tags.get("tenantml.flow_run_id"),
+        )  # fmt: skip
+
+
+def job_records(client: MlflowClient, experiment_ids: Iterable[str]) -> list[JobRecord]:
+    """Every job run of these experiments, oldest first (paged through)."""
+    ids = list(experiment_ids)
+    if not ids:
+        return []
+    out: list[JobRecord] = []
+    token = None
+    while True:
+        page = client.search_runs(
+            ids, filter_string=f"tags.`{KIND}` = 'job'", max_results=1000,
+            order_by=["attributes.start_time ASC"], page_token=token,
+        )  # fmt: skip
+        out += [JobRecord.from_run(r) for r in page]
+        token = page.token
+        if not token:
+            return out
+
+
+def start_job_run(
+    client: MlflowClient,
+    experiment_id: str,
+    *,
+    tenant: str,
+    job_id: str,
+    params: Mapping[str, Any],
+    tags: Mapping[str, str],
+) -> str:
+    """The job's run id: the existing run for `job_id` (a retry or resume), or a new one."""
+    found = client.search_runs(
+        [experiment_id], filter_string=f"tags.`{JOB_ID}` = '{job_id}'", max_results=1
+    )
+    if found:
+        run_id = str(found[0].info.run_id)
+        if found[0].info.status != "RUNNING":
+            client.update_run(run_id, status="RUNNING")
+        return run_id
+    all_tags = {KIND: "job", JOB_ID: job_id, "tenantml.tenant": tenant, **tags}
+    run = client.create_run(experiment_id, tags=all_tags, run_name=job_id)
+    for k, v in params.items():
+        client.log_param(run.info.run_id, k, v)
+    return str(run.info.run_id)
+
+
+def end_job_run(client: MlflowClient, run_id: str, ok: bool) -> None:
+    client.set_terminated(
+        run_id, RunStatus.to_string(RunStatus.FINISHED if ok else RunStatus.FAILED)
+    )
+
+
+def active_run(run_id: str) -> Any:
+    """`mlflow.start_run` on an existing run (model logging needs an active run)."""
+    return mlflow.start_run(run_id=run_id)

@@ -1,0 +1,114 @@
+"""The MLflow plugin against a real MLflow (SQLite store, local artifacts): pyfunc round trip
+with the schema's signature, job runs, the `best` alias, and the run-context provider, both
+installed (entry point) and called directly."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import mlflow
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+
+from mlflow_plugin import (
+    TenantRunContext,
+    best_model,
+    context_env,
+    ensure_tenant_experiment,
+    job_records,
+    log_trained_model,
+    promote_if_better,
+    signature_for,
+    start_job_run,
+    tenant_experiments,
+)
+from mlflow_plugin.tracking import end_job_run
+from tenantml import datasets
+from tenantml.schema import DataType, Schema, Tensor
+from tenantml.store import ExampleStore, LocalBlobStore
+from trainers import TrainJob, train
+
+
+@pytest.fixture(scope="module")
+def tracking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowClient]:
+    root = tmp_path_factory.mktemp("mlflow")
+    old = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(f"sqlite:///{root / 'mlflow.db'}")
+    mlflow.set_registry_uri(f"sqlite:///{root / 'mlflow.db'}")
+    yield MlflowClient()
+    mlflow.set_tracking_uri(old)
+
+
+@pytest.fixture(scope="module")
+def wine(tmp_path_factory: pytest.TempPathFactory) -> ExampleStore:
+    store = ExampleStore(LocalBlobStore(tmp_path_factory.mktemp("store")))
+    d = datasets.load("wine")
+    store.create_tenant("wine", d.schema)
+    store.feed("wine", d.inputs, d.labels)
+    return store
+
+
+def test_signature_from_schema() -> None:
+    img = signature_for(Schema(input=Tensor(8, 8, 1), output=Tensor(10))).to_dict()
+    assert '"shape": [-1, 8, 8, 1]' in img["inputs"] and '"string"' in img["outputs"]
+    seq = signature_for(Schema(input=DataType([Tensor(12)], ["next"]), output=Tensor(9)))
+    assert [s.name for s in seq.inputs.inputs] == ["x", "lengths"]
+    rec = signature_for(Schema(input=Tensor(4, 4, 1), output=Tensor(4, 4, 1))).to_dict()
+    assert '"shape": [-1, 4, 4, 1]' in rec["outputs"]
+
+
+def test_job_run_model_and_best_alias(tracking: MlflowClient, wine: ExampleStore) -> None:
+    exp = ensure_tenant_experiment(tracking, "wine", str(wine.schema("wine")), ["svm", "knn"])
+    assert ensure_tenant_experiment(tracking, "wine", "ignored", []) == exp
+    assert tenant_experiments(tracking) == {"wine": exp}
+    best = None
+    for model in ("knn", "logistic_regression"):
+        r = train(TrainJob("wine", model), wine)
+        params = {"model": model, "snapshot": r.snapshot}
+        run_id = start_job_run(tracking, exp, tenant="wine", job_id=r.job_id, params=params,
+                               tags={})  # fmt: skip
+        # A retry of the same job finds its run instead of making a second one.
+        assert start_job_run(tracking, exp, tenant="wine", job_id=r.job_id, params={},
+                             tags={}) == run_id  # fmt: skip
+        with mlflow.start_run(run_id=run_id):
+            uri = log_trained_model(r.model)
+            mlflow.log_metric("accuracy", r.accuracy)
+        end_job_run(tracking, run_id, ok=True)
+        new = promote_if_better(tracking, "wine", model_uri=uri, run_id=run_id,
+                                accuracy=r.accuracy, candidate=model, job_id=r.job_id,
+                                snapshot=r.snapshot)  # fmt: skip
+        if best is None or r.accuracy > best.accuracy:
+            assert new is not None and new.candidate == model
+            best = new
+        else:
+            assert new is None
+        # Promoting the same job again changes nothing and registers nothing new.
+        versions = len(tracking.search_model_versions("name = 'wine'"))
+        promote_if_better(tracking, "wine", model_uri=uri, run_id=run_id, accuracy=r.accuracy,
+                          candidate=model, job_id=r.job_id, snapshot=r.snapshot)  # fmt: skip
+        assert len(tracking.search_model_versions("name = 'wine'")) == versions
+    assert best is not None and best_model(tracking, "wine") == best
+    records = job_records(tracking, [exp])
+    assert [r.status for r in records] == ["FINISHED", "FINISHED"]
+    assert {r.candidate for r in records} == {"knn", "logistic_regression"}
+    # infer through the registry: models:/<tenant>@best, the schema's signature enforced
+    model = mlflow.pyfunc.load_model("models:/wine@best")
+    d = datasets.load("wine")
+    pred = model.predict(d.inputs[:30].astype(np.float32))
+    assert (np.asarray(pred) == np.asarray(d.labels[:30])).mean() >= 0.8
+    with pytest.raises(Exception, match="shape"):
+        model.predict(np.zeros((2, 5), dtype=np.float32))
+
+
+def test_run_context_provider_installed_and_direct(tracking: MlflowClient) -> None:
+    with context_env(tenant="wine", policy="rate", tick=7):
+        assert TenantRunContext().in_context()
+        assert TenantRunContext().tags() == {
+            "tenantml.tenant": "wine", "tenantml.policy": "rate", "tenantml.tick": "7",
+        }  # fmt: skip
+        with mlflow.start_run() as run:  # MLflow finds the provider by its entry point
+            pass
+    tags = tracking.get_run(run.info.run_id).data.tags
+    assert tags["tenantml.policy"] == "rate" and tags["tenantml.tick"] == "7"
+    assert not TenantRunContext().in_context()
