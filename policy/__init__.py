@@ -21,6 +21,7 @@ from policy._types import (
 )
 from policy._validate import validate_problem
 from policy.acquisition import beta, ei_per_cost, ucb
+from policy.estimates import loss_estimates
 from policy.gp import TenantPosterior, fit_arm_prior, independent_prior
 from policy.loop import SchedulerLoop, SimClock
 from policy.pickers import FCFS, Greedy, Hybrid, HybridState, RandomPicker, RoundRobin
@@ -69,6 +70,7 @@ __all__ = [
     "fit_arm_prior",
     "independent_prior",
     "loss_curves",
+    "loss_estimates",
     "make_policy",
     "replay",
     "sublinear_speedup",

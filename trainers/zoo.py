@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["ZOO", "ModelSpec"]
+__all__ = ["RELATIVE_COST", "ZOO", "ModelSpec"]
 
 Family = Literal["cnn", "autoencoder", "rnn", "sklearn"]
 
@@ -60,3 +60,16 @@ ZOO: dict[str, ModelSpec] = {
         ModelSpec("mlp", "MLP", "sklearn", 1986, 40000, "Rumelhart et al. 1986"),
     ]
 }
+
+
+#: Rough training cost of one epoch over 1,000 examples on one device, in seconds, relative
+#: between models (orders of magnitude, for small inputs on a CPU core). Only the *prior* of the
+#: live service's cost model (`policy.costs.CostPrior`): each tenant's scale is learnt from its
+#: finished jobs, so only the ratios between models matter, and only until jobs report.
+RELATIVE_COST: dict[str, float] = {
+    "lenet": 0.5, "nin": 8.0, "squeezenet": 3.0, "resnet18": 15.0, "googlenet": 20.0,
+    "alexnet": 25.0, "bn_alexnet": 25.0, "resnet50": 40.0, "vgg16": 100.0,
+    "conv_autoencoder": 1.0, "rnn": 0.5, "lstm": 1.0, "bilstm": 2.0, "gru": 1.0,
+    "logistic_regression": 0.05, "random_forest": 0.3, "gradient_boosting": 0.5, "svm": 0.05,
+    "knn": 0.01, "mlp": 0.5,
+}  # fmt: skip

@@ -1,0 +1,131 @@
+"""The `scheduler` flow: the long-running loop of the service.
+
+Each pass: collect finished `train` runs and `record` them (move `best`), `refresh` the state from
+the store and MLflow, and when slots are free, one *tick*: `decide` (the policy) and dispatch one
+`train` run per free slot, then log the tick's metrics. Passes never wait for a job; with G slots,
+G jobs run. ``ticks=N`` stops after N ticks once their jobs have finished; ``ticks=None`` runs
+until stopped (or, with ``stop_when_idle``, until no tenant has a model left to try).
+
+Restart safety: the state is rebuilt from MLflow at start. Jobs a previous scheduler left RUNNING
+are taken over (servers: its flow run is still going) or dispatched again with the same job id
+(they resume from their checkpoints); promotions a crash skipped are redone (idempotent).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prefect import flow
+
+from tenantml.settings import Settings
+
+__all__ = ["scheduler"]
+
+
+@flow(name="scheduler", log_prints=True)
+def scheduler(
+    ticks: int | None = None,
+    policy: str | None = None,
+    slots: int | None = None,
+    max_epochs: int = 10,
+    job_budget_s: float | None = None,
+    sleep_s: float | None = None,
+    poll_s: float = 0.5,
+    seed: int = 0,
+    stop_when_idle: bool = False,
+    dispatch: str = "auto",
+) -> dict[str, Any]:
+    """Run the service loop (see the module docstring); returns a summary."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from mlflow_plugin.tracking import SCHEDULER_EXPERIMENT
+    from tasks import JobSpec, decide, record, refresh, tick_metrics
+    from tasks._dispatch import DeploymentDispatcher, LocalDispatcher
+    from tasks._service import record_finished
+
+    settings = Settings.load().apply()
+    policy = policy or settings.policy
+    slots = slots or settings.gpu_slots
+    client = MlflowClient(settings.tracking_uri)
+    store = settings.store()
+    local = dispatch == "local" or (dispatch == "auto" and settings.mode == "embedded")
+    dispatcher: LocalDispatcher | DeploymentDispatcher = (
+        LocalDispatcher(slots) if local
+        else DeploymentDispatcher(slots, {"TENANTML_HOME": str(settings.home)})
+    )  # fmt: skip
+
+    state = refresh(client, store)
+    for tenant in state.tenants:  # promotions a crash may have skipped
+        ok = [r for r in state.records if r.tenant == tenant.name and r.status == "FINISHED"]
+        if ok:
+            record_finished(client, max(ok, key=lambda r: r.accuracy or 0.0))
+    tick = max((r.tick or 0 for r in state.records), default=0)
+    for r in state.running():  # left running by a previous scheduler
+        spec = JobSpec(r.tenant, r.candidate, r.snapshot or 0, r.job_id, r.tick or tick, policy,
+                       None, max_epochs, slot=len(dispatcher.in_flight) % slots,
+                       sleep_s=sleep_s)  # fmt: skip
+        if isinstance(dispatcher, DeploymentDispatcher) and r.flow_run_id:
+            dispatcher.adopt(spec, r.flow_run_id)
+        else:
+            dispatcher.submit(spec)
+        print(f"resuming {r.tenant}/{r.job_id} left running by an earlier scheduler")
+
+    exp = client.get_experiment_by_name(SCHEDULER_EXPERIMENT)
+    exp_id = exp.experiment_id if exp else client.create_experiment(SCHEDULER_EXPERIMENT)
+    started, done_ticks, jobs_done = time.monotonic(), 0, 0
+    with mlflow.start_run(experiment_id=exp_id, run_name=f"scheduler-{policy}") as run:
+        mlflow.log_params({"policy": policy, "slots": slots, "ticks": ticks,
+                           "max_epochs": max_epochs, "mode": settings.mode})  # fmt: skip
+        try:
+            while True:
+                finished = dispatcher.poll()
+                if finished:
+                    state = refresh(client, store)
+                for done in finished:
+                    jobs_done += 1
+                    rec = next((r for r in state.records if r.tenant == done.spec.tenant
+                                and r.job_id == done.spec.job_id), None)  # fmt: skip
+                    status = "ok" if done.ok else f"failed ({done.detail})"
+                    print(
+                        f"job {done.spec.tenant}/{done.spec.job_id} {status} in "
+                        f"{done.seconds:.1f} s, accuracy {rec.accuracy if rec else None}"
+                    )
+                    if rec is not None:
+                        record(client, rec)
+                want_more = ticks is None or done_ticks < ticks
+                new: list[JobSpec] = []
+                if want_more and len(dispatcher.in_flight) < slots:
+                    state = refresh(client, store)
+                    new = decide(state, policy=policy, slots=slots,
+                                 in_flight=dispatcher.in_flight, tick=tick + 1, seed=seed,
+                                 max_epochs=max_epochs, job_budget_s=job_budget_s)  # fmt: skip
+                    if sleep_s is not None:
+                        new = [JobSpec(**{**j.params(), "sleep_s": sleep_s}) for j in new]
+                    if new:
+                        tick += 1
+                        done_ticks += 1
+                        for spec in new:
+                            dispatcher.submit(spec)
+                        metrics = tick_metrics(state)
+                        wall = time.monotonic() - started
+                        metrics["gpu_busy_fraction"] = min(
+                            1.0, dispatcher.busy_s / max(slots * wall, 1e-9)
+                        )
+                        mlflow.log_metrics(metrics, step=tick)
+                        print(f"tick {tick}: " + ", ".join(f"{s.tenant}:{s.candidate}"
+                                                            for s in new))  # fmt: skip
+                idle = not dispatcher.in_flight and not new
+                if ticks is not None and done_ticks >= ticks and not dispatcher.in_flight:
+                    break
+                if idle and (stop_when_idle or ticks is not None) and want_more:
+                    break  # nothing left to try and nothing running
+                time.sleep(poll_s)
+        finally:
+            dispatcher.close()
+        wall = time.monotonic() - started
+        busy = min(1.0, dispatcher.busy_s / max(slots * wall, 1e-9))
+        mlflow.log_metrics({"gpu_busy_fraction_total": busy, "jobs_done": jobs_done})
+        return {"ticks": done_ticks, "jobs": jobs_done, "last_tick": tick, "wall_s": wall,
+                "busy_fraction": busy, "run_id": run.info.run_id}  # fmt: skip

@@ -1,0 +1,138 @@
+"""Getting `train` flow runs onto GPU slots and noticing when they end.
+
+* `LocalDispatcher` (embedded mode): the `train` flow runs in this process, one thread per slot.
+* `DeploymentDispatcher` (servers): ``run_deployment("train/train")`` on the work pool ``gpu``
+  without waiting (``timeout=0``); a worker process runs it with ``CUDA_VISIBLE_DEVICES`` set to
+  the slot. Poll reads the flow runs' states from the Prefect API.
+
+A job that fails or crashes (its process killed) is submitted again with the same spec, up to
+`max_attempts`: the job id is the same, so it resumes from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from tasks._service import JobSpec
+
+__all__ = ["DeploymentDispatcher", "Done", "LocalDispatcher"]
+
+
+@dataclass(frozen=True)
+class Done:
+    spec: JobSpec
+    ok: bool
+    seconds: float
+    detail: str = ""
+
+
+@dataclass
+class _Job:
+    spec: JobSpec
+    handle: Any
+    started: float
+    attempts: int = 1
+
+
+@dataclass
+class _Base:
+    slots: int
+    max_attempts: int = 3
+    jobs: dict[str, _Job] = field(default_factory=dict)
+    busy_s: float = 0.0
+
+    @property
+    def in_flight(self) -> list[JobSpec]:
+        return [j.spec for j in self.jobs.values()]
+
+    def _key(self, spec: JobSpec) -> str:
+        return f"{spec.tenant}/{spec.job_id}"
+
+    def submit(self, spec: JobSpec) -> None:
+        self.jobs[self._key(spec)] = _Job(spec, self._start(spec), time.monotonic())
+
+    def _start(self, spec: JobSpec) -> Any:
+        raise NotImplementedError
+
+    def _state(self, handle: Any) -> tuple[bool, bool, str]:
+        """(finished, ok, detail)."""
+        raise NotImplementedError
+
+    def poll(self) -> list[Done]:
+        done = []
+        for key, job in list(self.jobs.items()):
+            finished, ok, detail = self._state(job.handle)
+            if not finished:
+                continue
+            elapsed = time.monotonic() - job.started
+            self.busy_s += elapsed
+            if not ok and job.attempts < self.max_attempts:
+                job.handle, job.attempts = self._start(job.spec), job.attempts + 1
+                job.started = time.monotonic()
+                continue
+            del self.jobs[key]
+            done.append(Done(job.spec, ok, elapsed, detail))
+        return done
+
+    def close(self) -> None:
+        return None
+
+
+class LocalDispatcher(_Base):
+    """In-process: the `train` flow's own retries cover exceptions; a crash takes this process
+    down with it, and the next scheduler resumes the job (so one attempt here)."""
+
+    def __init__(self, slots: int, max_attempts: int = 1) -> None:
+        super().__init__(slots, max_attempts)
+        self.pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="tenantml-slot")
+
+    def _start(self, spec: JobSpec) -> Future[Any]:
+        from flows.train import train
+
+        return self.pool.submit(train, spec.params())
+
+    def _state(self, handle: Future[Any]) -> tuple[bool, bool, str]:
+        if not handle.done():
+            return False, False, ""
+        err = handle.exception()
+        return True, err is None, "" if err is None else f"{type(err).__name__}: {err}"
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class DeploymentDispatcher(_Base):
+    def __init__(
+        self, slots: int, env: dict[str, str], deployment: str = "train/train",
+        max_attempts: int = 3,
+    ) -> None:  # fmt: skip
+        super().__init__(slots, max_attempts)
+        self.env = env
+        self.deployment = deployment
+
+    def _start(self, spec: JobSpec) -> Any:
+        from prefect.deployments import run_deployment
+
+        env = {**self.env, "CUDA_VISIBLE_DEVICES": str(spec.slot)}
+        fr = run_deployment(
+            self.deployment, parameters={"spec": spec.params()}, timeout=0,
+            job_variables={"env": env}, flow_run_name=f"{spec.tenant}-{spec.job_id}",
+        )  # fmt: skip
+        return fr.id  # type: ignore[union-attr]  # sync call: a FlowRun, not a coroutine
+
+    def adopt(self, spec: JobSpec, flow_run_id: str) -> None:
+        """Track a run a previous scheduler started (if it is still going) instead of a new one."""
+        self.jobs[self._key(spec)] = _Job(spec, flow_run_id, time.monotonic())
+
+    def _state(self, handle: Any) -> tuple[bool, bool, str]:
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:
+            fr = client.read_flow_run(handle)
+        state = fr.state
+        if state is None or not state.is_final():
+            return False, False, ""
+        return True, state.is_completed(), f"{state.type.value}: {state.message or ''}"

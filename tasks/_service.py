@@ -1,0 +1,306 @@
+"""The service's logic between the world (store, MLflow) and `policy/` / `trainers/`, free of
+Prefect so it is tested directly; `tasks` wraps these functions as Prefect tasks.
+
+Notation: tenants ``i`` in submission order, the catalogue = the union of their candidates
+(`trainers.candidates`) in order of first appearance, so indices are stable across restarts.
+A job is (tenant, candidate) on the tenant's latest snapshot; its id ``<candidate>-s<snapshot>``
+names its MLflow run and its checkpoint, which is what makes retries and restarts resume instead
+of starting over or counting twice.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import mlflow
+import numpy as np
+from mlflow.tracking import MlflowClient
+
+from mlflow_plugin.context import context_env
+from mlflow_plugin.pyfunc import log_trained_model
+from mlflow_plugin.registry import BestModel, best_model, promote_if_better
+from mlflow_plugin.tracking import (
+    JobRecord,
+    end_job_run,
+    ensure_tenant_experiment,
+    job_records,
+    start_job_run,
+    tenant_experiments,
+)
+from policy import (
+    Assignment,
+    History,
+    ModelMeta,
+    Observation,
+    Problem,
+    SchedulerLoop,
+    independent_prior,
+    loss_estimates,
+    make_policy,
+)
+from policy.costs import CostPrior, prior_costs
+from tenantml.schema import Schema
+from tenantml.store import ExampleStore
+from trainers import ZOO, Candidate, EpochReport, TrainJob, candidates, train
+from trainers.torch_trainer import LR_GRID
+from trainers.zoo import RELATIVE_COST
+
+__all__ = [
+    "JobSpec",
+    "ServiceState",
+    "TenantInfo",
+    "build_problem",
+    "decide",
+    "load_state",
+    "record_finished",
+    "register_tenant",
+    "run_job",
+]
+
+
+@dataclass(frozen=True)
+class TenantInfo:
+    name: str
+    schema: Schema
+    candidates: tuple[str, ...]
+    n_examples: int
+    snapshot: int
+    experiment_id: str
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One training job as the scheduler dispatches it (JSON-able for `run_deployment`)."""
+
+    tenant: str
+    candidate: str
+    snapshot: int
+    job_id: str
+    tick: int
+    policy: str
+    time_budget_s: float | None = None
+    max_epochs: int = 10
+    slot: int = 0
+    sleep_s: float | None = None  # a sleep-based stand-in trainer (dispatch benchmarks)
+
+    def params(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ServiceState:
+    tenants: list[TenantInfo]
+    records: list[JobRecord]
+    problem: Problem
+    catalogue: tuple[str, ...] = field(default=())
+
+    def index(self) -> tuple[dict[str, int], dict[str, int]]:
+        return ({t.name: i for i, t in enumerate(self.tenants)},
+                {m: k for k, m in enumerate(self.catalogue)})  # fmt: skip
+
+    def history(self) -> History:
+        """FINISHED jobs are observations; FAILED ones count as tried with no model."""
+        ti, mi = self.index()
+        log = []
+        for r in self.records:
+            if (
+                r.tenant not in ti
+                or r.candidate not in mi
+                or r.status not in ("FINISHED", "FAILED")
+            ):
+                continue
+            ok = r.status == "FINISHED" and r.accuracy is not None
+            quality = float(r.accuracy or 0.0) if ok else 0.0
+            cost = float(r.cost_s or 1e-3)
+            log.append(
+                Observation(ti[r.tenant], mi[r.candidate], quality, cost, r.end_time or 0.0, ok)
+            )
+        return History(tuple(log))
+
+    def running(self) -> list[JobRecord]:
+        return [r for r in self.records if r.status == "RUNNING"]
+
+
+def register_tenant(client: MlflowClient, store: ExampleStore, name: str, schema: Schema) -> str:
+    """Create the tenant in the store and its MLflow experiment (idempotent for one schema)."""
+    cands = [c.name for c in candidates(schema)]  # raises NoCandidatesError first
+    store.create_tenant(name, schema)
+    return ensure_tenant_experiment(client, name, str(schema), cands)
+
+
+def load_state(client: MlflowClient, store: ExampleStore) -> ServiceState:
+    exps = tenant_experiments(client)
+    known = set(store.tenants())
+    created = {e.experiment_id: e.creation_time for e in client.search_experiments()}
+    tenants = []
+    for name, exp_id in sorted(exps.items(), key=lambda kv: (created.get(kv[1], 0), kv[0])):
+        if name not in known:
+            continue
+        schema = store.schema(name)
+        m = store.manifest(name)
+        cands = tuple(c.name for c in candidates(schema))
+        tenants.append(TenantInfo(name, schema, cands, m.n_enabled, m.version, exp_id))
+    records = job_records(client, [t.experiment_id for t in tenants])
+    problem, catalogue = build_problem(tenants)
+    return ServiceState(tenants, records, problem, catalogue)
+
+
+def build_problem(tenants: Sequence[TenantInfo]) -> tuple[Problem, tuple[str, ...]]:
+    """The policy's view: availability, predicted costs (prior from `RELATIVE_COST`, refined by
+    `policy.costs.CostEstimator` from finished jobs), an independent GP prior, model metadata."""
+    catalogue = tuple(dict.fromkeys(c for t in tenants for c in t.candidates))
+    n, m = len(tenants), len(catalogue)
+    available = np.zeros((n, m), dtype=bool)
+    for i, t in enumerate(tenants):
+        available[i, [catalogue.index(c) for c in t.candidates]] = True
+    models = [Candidate.parse(c).model for c in catalogue]
+    # log c_ik = a_i + b_k: b_k = log(seconds per 1,000 examples per epoch), a_i = log(n_i / 1000
+    # * epochs * |lr grid|) a priori, learnt per tenant from its jobs (tau^2 = 1: a factor e).
+    epochs_grid = 10 * len(LR_GRID)
+    cost_prior = CostPrior(
+        log_base=np.log([RELATIVE_COST[k] for k in models]) if m else np.zeros(0),
+        intercept=math.log(epochs_grid / 1000.0), size_slope=1.0, tenant_var=1.0,
+        noise_var=0.5, mean_log_size=math.log(1000.0),
+    )  # fmt: skip
+    sizes = np.array([max(t.n_examples, 1) for t in tenants], dtype=float)
+    cost = prior_costs(cost_prior, available, sizes) if n and m else np.zeros((n, m))
+    meta = ModelMeta(np.array([ZOO[k].year for k in models], float),
+                     np.array([ZOO[k].citations for k in models], float))  # fmt: skip
+    problem = Problem.create(
+        [t.name for t in tenants], list(catalogue), available, cost,
+        prior=independent_prior(np.full(m, 0.5)), meta=meta, cost_prior=cost_prior, sizes=sizes,
+    )  # fmt: skip
+    return problem, catalogue
+
+
+def decide(
+    state: ServiceState,
+    *,
+    policy: str,
+    slots: int,
+    in_flight: Sequence[JobSpec],
+    tick: int,
+    rng: np.random.Generator,
+    max_epochs: int = 10,
+    job_budget_s: float | None = None,
+) -> list[JobSpec]:
+    """New jobs for the free slots: the policy's assignments on the tenants' latest snapshots."""
+    if not state.tenants or len(in_flight) >= slots:
+        return []
+    ti, mi = state.index()
+    pending = tuple(Assignment(ti[j.tenant], mi[j.candidate]) for j in in_flight
+                    if j.tenant in ti and j.candidate in mi)  # fmt: skip
+    loop = SchedulerLoop(state.problem, make_policy(policy), slots=slots, rng=rng,
+                         history=state.history(), pending=pending)  # fmt: skip
+    # Tenants with too few examples to train cannot be scheduled yet.
+    ready = {i for i, t in enumerate(state.tenants) if t.n_examples >= 10}
+    busy_slots = {j.slot for j in in_flight}
+    free_slots = [s for s in range(slots) if s not in busy_slots]
+    out = []
+    for a in loop.fill():
+        if a.tenant not in ready or not free_slots:
+            continue
+        t = state.tenants[a.tenant]
+        cand = state.catalogue[a.arm]
+        limit = loop.time_limit(a)
+        budget = min(x for x in (limit, job_budget_s or math.inf))
+        out.append(JobSpec(
+            t.name, cand, t.snapshot, f"{cand.replace('+', '_')}-s{t.snapshot}", tick, policy,
+            None if math.isinf(budget) else float(budget), max_epochs, free_slots.pop(0),
+        ))  # fmt: skip
+    return out
+
+
+def run_job(
+    spec: JobSpec,
+    client: MlflowClient,
+    store: ExampleStore,
+    experiment_id: str,
+    *,
+    flow_run_id: str | None = None,
+) -> JobRecord:
+    """Train one job and record it as an MLflow run (reusing the run of an earlier attempt, whose
+    checkpoint the trainer resumes from). Ends the run FINISHED, or FAILED and re-raises."""
+    params = {"model": spec.candidate, "snapshot": spec.snapshot, "policy": spec.policy,
+              "max_epochs": spec.max_epochs, "time_budget_s": spec.time_budget_s}  # fmt: skip
+    tags = {"tenantml.tick": str(spec.tick), "tenantml.policy": spec.policy,
+            "tenantml.slot": str(spec.slot)}  # fmt: skip
+    if flow_run_id:
+        tags["tenantml.flow_run_id"] = flow_run_id
+    run_id = start_job_run(client, experiment_id, tenant=spec.tenant, job_id=spec.job_id,
+                           params=params, tags=tags)  # fmt: skip
+    for k, v in tags.items():
+        client.set_tag(run_id, k, v)
+    try:
+        with context_env(spec.tenant, spec.policy, spec.tick), mlflow.start_run(run_id=run_id):
+            if spec.sleep_s is not None:
+                result_acc, cost, epochs = _sleep_job(spec.sleep_s)
+            else:
+                epochs_seen = [0]
+
+                def log_epoch(e: EpochReport) -> None:
+                    loss = e.train_loss if math.isfinite(e.train_loss) else -1.0
+                    metrics = {"val_accuracy": e.val_accuracy, "train_loss": loss}
+                    mlflow.log_metrics(metrics, step=epochs_seen[0])
+                    epochs_seen[0] += 1
+
+                job = TrainJob(spec.tenant, spec.candidate, spec.snapshot,
+                               time_budget_s=spec.time_budget_s, max_epochs=spec.max_epochs,
+                               job_id=f"{spec.job_id}")  # fmt: skip
+                result = train(job, store, on_epoch=log_epoch)
+                uri = log_trained_model(result.model)
+                client.set_tag(run_id, "tenantml.model_uri", uri)
+                for hp, value in result.hyperparameters.items():
+                    mlflow.log_param(f"hp.{hp}", value)
+                result_acc, cost, epochs = result.accuracy, result.cost_s, result.epochs
+            mlflow.log_metrics({"accuracy": result_acc, "cost_s": cost, "epochs": epochs})
+    except BaseException:
+        end_job_run(client, run_id, ok=False)
+        raise
+    end_job_run(client, run_id, ok=True)
+    return JobRecord.from_run(client.get_run(run_id))
+
+
+def _sleep_job(seconds: float) -> tuple[float, float, int]:
+    """A stand-in trainer for dispatch benchmarks: holds its slot `seconds`, reports accuracy 0."""
+    start = time.perf_counter()
+    time.sleep(seconds)
+    return 0.0, time.perf_counter() - start, 1
+
+
+def record_finished(client: MlflowClient, record: JobRecord) -> BestModel | None:
+    """After a job: move the tenant's ``best`` alias to it if it beats the current best."""
+    if record.status != "FINISHED" or record.accuracy is None:
+        return None
+    uri = client.get_run(record.run_id).data.tags.get("tenantml.model_uri")
+    if not uri:
+        return None  # a sleep-trainer job has no model
+    return promote_if_better(
+        client, record.tenant, model_uri=uri, run_id=record.run_id, accuracy=record.accuracy,
+        candidate=record.candidate, job_id=record.job_id, snapshot=record.snapshot or 0,
+    )  # fmt: skip
+
+
+def tick_metrics(state: ServiceState) -> dict[str, float]:
+    """Per-tick scheduler metrics: each tenant's loss estimate and the total regret estimate."""
+    loss = loss_estimates(state.problem, state.history()) if state.tenants else np.zeros(0)
+    out = {f"loss_estimate.{t.name}": float(x) for t, x in zip(state.tenants, loss, strict=True)}
+    out["regret_estimate"] = float(loss.sum())
+    best: dict[str, float] = {}
+    for r in state.records:
+        if r.status == "FINISHED" and r.accuracy is not None:
+            best[r.tenant] = max(best.get(r.tenant, 0.0), r.accuracy)
+    for name, acc in best.items():
+        out[f"best_accuracy.{name}"] = acc
+    return out
+
+
+def current_best(client: MlflowClient, tenant: str) -> BestModel | None:
+    return best_model(client, tenant)
+
+
+Callback = Callable[[JobSpec], None]

@@ -1,0 +1,200 @@
+"""The Python SDK: what a tenant (and an operator) does with tenantml.
+
+from tenantml import Client
+c = Client()                                    # TENANTML_HOME, embedded or `tenantml up`
+c.submit("digits", "{input: {[Tensor[8, 8, 1]], []}, output: {[Tensor[10]], []}}")
+c.feed("digits", images, labels)                # arrays; or c.feed_files(paths, labels)
+c.run(ticks=5)                                  # the scheduler, for 5 ticks
+c.infer("digits", images[:3])                   # with models:/digits@best
+c.status("digits")                              # leaderboard: models tried, accuracy, cost
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tenantml.schema import Schema
+from tenantml.settings import ServerUnreachableError, Settings
+from tenantml.store import ExampleRecord, ExampleStore
+
+__all__ = ["Client", "Leaderboard", "LeaderboardRow", "NoModelYetError"]
+
+
+class NoModelYetError(LookupError):
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class LeaderboardRow:
+    candidate: str
+    status: str
+    accuracy: float | None
+    cost_s: float | None
+    finished_at: float | None
+    best: bool
+
+
+@dataclass(frozen=True)
+class Leaderboard:
+    tenant: str
+    schema: str
+    n_examples: int
+    n_enabled: int
+    snapshot: int
+    n_candidates: int
+    rows: tuple[LeaderboardRow, ...]
+    best_version: str | None
+
+    @property
+    def best(self) -> LeaderboardRow | None:
+        return next((r for r in self.rows if r.best), None)
+
+
+def _check_http(url: str, what: str, how: str) -> None:
+    try:
+        with urllib.request.urlopen(url, timeout=5):
+            return
+    except OSError as e:
+        raise ServerUnreachableError(f"{what} at {url} is not reachable ({e}); {how}") from None
+
+
+class Client:
+    """One installation of tenantml (see `tenantml.settings` for where it lives)."""
+
+    def __init__(self, home: str | Path | None = None, *, check_servers: bool = True) -> None:
+        self.settings = Settings.load(home).apply()
+        if check_servers and self.settings.mode == "servers":
+            self.check_servers()
+
+    def check_servers(self) -> None:
+        """Raise `ServerUnreachableError` naming the server and how to start it."""
+        how = "start the servers with `tenantml up` (or remove TENANTML_HOME/servers.json)"
+        s = self.settings
+        if s.tracking_uri.startswith("http"):
+            _check_http(s.tracking_uri.rstrip("/") + "/health", "the MLflow server", how)
+        if s.prefect_api_url:
+            _check_http(s.prefect_api_url.rstrip("/") + "/health", "the Prefect server", how)
+        if s.s3_endpoint_url:
+            _check_http(s.s3_endpoint_url, "the S3 endpoint", how)
+
+    @cached_property
+    def store(self) -> ExampleStore:
+        return self.settings.store()
+
+    @cached_property
+    def mlflow(self) -> Any:
+        from mlflow.tracking import MlflowClient
+
+        return MlflowClient(self.settings.tracking_uri)
+
+    # -- tenants -------------------------------------------------------------------------------
+    def submit(self, name: str, schema: Schema | str) -> Leaderboard:
+        """Declare a task; idempotent for the same schema, an error for a different one."""
+        from tasks._service import register_tenant
+
+        if isinstance(schema, str):
+            schema = Schema.parse(schema)
+        register_tenant(self.mlflow, self.store, name, schema)
+        return self.status(name)
+
+    def tenants(self) -> list[str]:
+        return self.store.tenants()
+
+    def feed(
+        self, name: str, inputs: Iterable[Any] | NDArray[Any], outputs: Iterable[Any] | NDArray[Any]
+    ) -> tuple[int, range]:
+        """Store labelled examples; returns (snapshot, ids). A bad example rejects the call."""
+        m, ids = self.store.feed(name, inputs, outputs)
+        return m.version, ids
+
+    def feed_files(
+        self, name: str, paths: Iterable[str | Path], labels: Iterable[Any]
+    ) -> tuple[int, range]:
+        from tenantml.loaders import feed_files
+
+        m, ids = feed_files(self.store, name, paths, labels)
+        return m.version, ids
+
+    def refine(self, name: str, *, enable: Iterable[int] = (), disable: Iterable[int] = ()) -> int:
+        """Switch examples on/off by id; returns the new snapshot."""
+        return self.store.refine(name, enable=enable, disable=disable).version
+
+    def examples(self, name: str, snapshot: int | None = None) -> list[ExampleRecord]:
+        return list(self.store.examples(name, snapshot))
+
+    # -- models --------------------------------------------------------------------------------
+    def _best_version(self, name: str) -> str | None:
+        from mlflow_plugin.registry import best_model
+
+        best = best_model(self.mlflow, name)
+        return best.version if best else None
+
+    def infer(self, name: str, inputs: Any, lengths: Sequence[int] | None = None) -> NDArray[Any]:
+        """Predictions of the tenant's best model so far (``models:/<name>@best``)."""
+        import mlflow
+
+        schema = self.store.schema(name)  # unknown tenant -> clear error
+        version = self._best_version(name)
+        if version is None:
+            raise NoModelYetError(
+                f"tenant {name!r} has no model yet: feed examples and run the scheduler "
+                "(`tenantml run`), then try again"
+            )
+        from trainers._data import encode_for_inference
+
+        if lengths is not None:
+            inputs = [np.asarray(r)[: int(t)] for r, t in zip(inputs, lengths, strict=True)]
+        x, lens = encode_for_inference(schema, inputs)  # the feed checks, with example index
+        model = mlflow.pyfunc.load_model(f"models:/{name}@best")
+        model_input: Any = x.astype(np.float32)
+        if lens is not None:
+            model_input = {"x": model_input, "lengths": lens}
+        return np.asarray(model.predict(model_input))
+
+    def infer_files(self, name: str, paths: Sequence[str | Path]) -> NDArray[Any]:
+        from tenantml.loaders import iter_file_inputs
+
+        return self.infer(name, list(iter_file_inputs(self.store.schema(name), paths)))
+
+    def status(self, name: str) -> Leaderboard:
+        """Leaderboard: every model tried (accuracy, cost, when) and which one is `best`."""
+        from mlflow_plugin.tracking import experiment_name, job_records
+
+        schema = self.store.schema(name)
+        m = self.store.manifest(name)
+        from trainers import candidates
+
+        exp = self.mlflow.get_experiment_by_name(experiment_name(name))
+        records = job_records(self.mlflow, [exp.experiment_id]) if exp else []
+        best = None
+        from mlflow_plugin.registry import best_model
+
+        bm = best_model(self.mlflow, name)
+        rows = []
+        for r in sorted(records, key=lambda r: -(r.accuracy or -1.0)):
+            is_best = bm is not None and r.run_id == bm.run_id
+            rows.append(LeaderboardRow(r.candidate, r.status, r.accuracy, r.cost_s, r.end_time,
+                                       is_best))  # fmt: skip
+        best = bm.version if bm else None
+        return Leaderboard(name, str(schema), m.n_examples, m.n_enabled, m.version,
+                           len(candidates(schema)), tuple(rows), best)  # fmt: skip
+
+    # -- operating -----------------------------------------------------------------------------
+    def run(self, ticks: int | None = None, **options: Any) -> dict[str, Any]:
+        """Run the scheduler flow here (see `flows.scheduler.scheduler` for the options)."""
+        from flows.scheduler import scheduler
+
+        start = time.monotonic()
+        out: dict[str, Any] = scheduler(ticks=ticks, **options)
+        out.setdefault("wall_s", time.monotonic() - start)
+        return out

@@ -1,0 +1,125 @@
+"""Where a tenantml installation keeps its state, and how it reaches its servers.
+
+Everything of one installation lives under ``TENANTML_HOME`` (default ``~/.tenantml``), so
+several installations (and tests) coexist. Two modes, same code:
+
+* **embedded** (default, no servers): MLflow on ``sqlite:////<home>/mlflow.db`` with artifacts in
+  ``<home>/mlruns``; the example store in ``<home>/store``; Prefect ephemeral with
+  ``PREFECT_HOME=<home>/prefect``; training jobs run in-process, one thread per slot.
+* **servers**: ``tenantml up`` writes ``<home>/servers.json`` with the URLs of the Prefect
+  server, MLflow server and S3 endpoint it started; training jobs go to the Prefect work pool
+  ``gpu``. Environment variables override either: ``TENANTML_TRACKING_URI``,
+  ``TENANTML_STORE`` (``file:///abs/dir`` or ``s3://bucket/prefix``), ``TENANTML_S3_ENDPOINT_URL``,
+  ``PREFECT_API_URL``, ``TENANTML_GPU_SLOTS``, ``TENANTML_POLICY``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from tenantml.store import ExampleStore, LocalBlobStore, S3BlobStore
+
+__all__ = ["Settings", "ServerUnreachableError"]
+
+Mode = Literal["embedded", "servers"]
+
+
+class ServerUnreachableError(RuntimeError):
+    """A configured server does not answer; the message says which and how to start it."""
+
+
+def _cuda_devices() -> int:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip()])
+    try:
+        import torch
+
+        return int(torch.cuda.device_count())
+    except ImportError:
+        return 0
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path
+    mode: Mode
+    tracking_uri: str
+    artifact_location: str | None
+    store_url: str
+    s3_endpoint_url: str | None
+    prefect_api_url: str | None
+    gpu_slots: int
+    policy: str
+
+    @classmethod
+    def load(cls, home: str | Path | None = None) -> Settings:
+        from policy import DEFAULT_POLICY
+
+        root = Path(home or os.environ.get("TENANTML_HOME") or Path.home() / ".tenantml")
+        root = root.expanduser().resolve()
+        servers: dict[str, Any] = {}
+        if (root / "servers.json").exists():
+            servers = json.loads((root / "servers.json").read_text())
+        env = os.environ.get
+        mode: Mode = "servers" if servers else "embedded"
+        slots_env = env("TENANTML_GPU_SLOTS") or servers.get("gpu_slots")
+        slots = int(slots_env) if slots_env else max(1, _cuda_devices())
+        if slots < 1:
+            raise ValueError(f"TENANTML_GPU_SLOTS={slots_env!r} is not valid: use 1 or more")
+        return cls(
+            home=root,
+            mode=mode,
+            tracking_uri=env("TENANTML_TRACKING_URI")
+            or servers.get("tracking_uri")
+            or f"sqlite:///{root / 'mlflow.db'}",
+            artifact_location=None if servers else (root / "mlruns").as_uri(),
+            store_url=env("TENANTML_STORE") or servers.get("store") or (root / "store").as_uri(),
+            s3_endpoint_url=env("TENANTML_S3_ENDPOINT_URL") or servers.get("s3_endpoint_url"),
+            prefect_api_url=env("PREFECT_API_URL") or servers.get("prefect_api_url"),
+            gpu_slots=slots,
+            policy=env("TENANTML_POLICY") or DEFAULT_POLICY,
+        )
+
+    def prefect_env(self) -> dict[str, str]:
+        """What Prefect needs in the environment, set before Prefect is imported."""
+        env = {
+            "PREFECT_HOME": str(self.home / "prefect"),
+            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "DO_NOT_TRACK": "1",
+            "PREFECT_LOGGING_LEVEL": os.environ.get("PREFECT_LOGGING_LEVEL", "WARNING"),
+        }
+        if self.prefect_api_url:
+            env["PREFECT_API_URL"] = self.prefect_api_url
+        return env
+
+    def apply(self) -> Settings:
+        """Export this installation's settings to the process (Prefect, MLflow, boto3)."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        os.environ.update(self.prefect_env())
+        os.environ["TENANTML_HOME"] = str(self.home)
+        os.environ["MLFLOW_TRACKING_URI"] = self.tracking_uri
+        if self.s3_endpoint_url:
+            os.environ["MLFLOW_S3_ENDPOINT_URL"] = self.s3_endpoint_url
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+        return self
+
+    def store(self) -> ExampleStore:
+        """The example store this installation uses."""
+        if self.store_url.startswith("s3://"):
+            bucket, _, prefix = self.store_url[5:].partition("/")
+            return ExampleStore(S3BlobStore(bucket, prefix, endpoint_url=self.s3_endpoint_url))
+        if self.store_url.startswith("file://"):
+            from urllib.parse import unquote, urlparse
+
+            return ExampleStore(LocalBlobStore(unquote(urlparse(self.store_url).path)))
+        raise ValueError(
+            f"store {self.store_url!r} is not valid: use file:///abs/dir or s3://bucket/prefix"
+        )
