@@ -3,7 +3,6 @@ the decorator, no logic of their own."""
 
 from __future__ import annotations
 
-
 import numpy as np
 from mlflow.tracking import MlflowClient
 from prefect import task
