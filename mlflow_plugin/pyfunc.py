@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import mlflow
 import numpy as np
@@ -58,9 +57,8 @@ class TenantPyfunc(PythonModel):
     def load_context(self, context: PythonModelContext) -> None:
         self.model = TrainedModel.load(context.artifacts["model"])
 
-    def predict(
-        self, context: PythonModelContext, model_input: Any, params: dict[str, Any] | None = None
-    ) -> Any:
+    # No type hints here: MLflow would read them as a second, conflicting signature.
+    def predict(self, context, model_input, params=None):  # type: ignore[no-untyped-def]
         if isinstance(model_input, dict):
             out = self.model.predict(model_input["x"], model_input["lengths"])
         else:

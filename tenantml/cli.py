@@ -1,8 +1,9 @@
 """The ``tenantml`` command line.
 
 ``tenantml bench`` replays a quality/cost table through the scheduler loop (policy/), and
-``tenantml bench-overhead`` measures decision time and memory at cluster scale. ``tenantml demo``
-runs a short benchmark on built-in real data until the live service lands.
+``tenantml bench-overhead`` measures decision time and memory at cluster scale;
+``tenantml bench-demo`` is a short benchmark on built-in real data. The service commands (submit,
+feed, refine, examples, infer, status, tenants, run, demo) are in `tenantml.cli_service`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from tenantml import cli_service as _service
 
 __all__ = ["app", "main"]
 
@@ -341,8 +344,8 @@ def bench_feed(
         console.print(f"wrote {out}/feed.json")
 
 
-@app.command()
-def demo(
+@app.command("bench-demo")
+def bench_demo(
     out: Annotated[Path, typer.Option(help="output directory")] = Path("results/demo"),
     repeats: Annotated[int, typer.Option()] = 10,
 ) -> None:
@@ -367,6 +370,9 @@ def demo(
         hybrid_s=10,
         mlflow=False,
     )
+
+
+_service.register(app)
 
 
 def main() -> None:

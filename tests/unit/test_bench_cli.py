@@ -218,6 +218,6 @@ def test_bench_logs_each_policy_to_mlflow(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_demo_runs_the_short_protocol(tmp_path: Path) -> None:
-    res = runner.invoke(app, ["demo", "--repeats", "2", "--out", str(tmp_path / "demo")])
+    res = runner.invoke(app, ["bench-demo", "--repeats", "2", "--out", str(tmp_path / "demo")])
     assert res.exit_code == 0, res.output
     assert "hybrid" in res.output and (tmp_path / "demo" / "summary.json").exists()
