@@ -41,7 +41,7 @@ def scheduler(
     from mlflow.tracking import MlflowClient
 
     from mlflow_plugin.tracking import SCHEDULER_EXPERIMENT
-    from tasks import JobSpec, decide, record, refresh, tick_metrics
+    from tasks import JobSpec, Planner, decide, record, refresh, tick_metrics
     from tasks._dispatch import DeploymentDispatcher, LocalDispatcher
     from tasks._service import record_finished
 
@@ -56,6 +56,7 @@ def scheduler(
         else DeploymentDispatcher(slots, {"TENANTML_HOME": str(settings.home)})
     )  # fmt: skip
 
+    planner = Planner(policy, slots, seed)
     state = refresh(client, store)
     for tenant in state.tenants:  # promotions a crash may have skipped
         ok = [r for r in state.records if r.tenant == tenant.name and r.status == "FINISHED"]
@@ -98,8 +99,7 @@ def scheduler(
                 new: list[JobSpec] = []
                 if want_more and len(dispatcher.in_flight) < slots:
                     state = refresh(client, store)
-                    new = decide(state, policy=policy, slots=slots,
-                                 in_flight=dispatcher.in_flight, tick=tick + 1, seed=seed,
+                    new = decide(planner, state, in_flight=dispatcher.in_flight, tick=tick + 1,
                                  max_epochs=max_epochs, job_budget_s=job_budget_s)  # fmt: skip
                     if sleep_s is not None:
                         new = [JobSpec(**{**j.params(), "sleep_s": sleep_s}) for j in new]

@@ -3,14 +3,15 @@ the decorator, no logic of their own."""
 
 from __future__ import annotations
 
-import numpy as np
 from mlflow.tracking import MlflowClient
 from prefect import task
+from prefect.cache_policies import NO_CACHE
 
 from mlflow_plugin.registry import BestModel
 from mlflow_plugin.tracking import JobRecord
 from tasks._service import (
     JobSpec,
+    Planner,
     ServiceState,
     TenantInfo,
     build_problem,
@@ -20,11 +21,11 @@ from tasks._service import (
     run_job,
     tick_metrics,
 )
-from tasks._service import decide as _decide
 from tenantml.store import ExampleStore
 
 __all__ = [
     "JobSpec",
+    "Planner",
     "ServiceState",
     "TenantInfo",
     "build_problem",
@@ -39,31 +40,28 @@ __all__ = [
 ]
 
 
-@task(name="refresh", retries=2, retry_delay_seconds=1)
+@task(name="refresh", retries=2, retry_delay_seconds=1, cache_policy=NO_CACHE)
 def refresh(client: MlflowClient, store: ExampleStore) -> ServiceState:
     """Tenants from the store, jobs from MLflow: the scheduler's whole state."""
     return load_state(client, store)
 
 
-@task(name="decide")
+@task(name="decide", cache_policy=NO_CACHE)
 def decide(
+    planner: Planner,
     state: ServiceState,
     *,
-    policy: str,
-    slots: int,
     in_flight: list[JobSpec],
     tick: int,
-    seed: int,
     max_epochs: int,
     job_budget_s: float | None,
 ) -> list[JobSpec]:
     """The policy (policy/) picks (tenant, model) for every free slot."""
-    rng = np.random.default_rng([seed, tick])
-    return _decide(state, policy=policy, slots=slots, in_flight=in_flight, tick=tick, rng=rng,
-                   max_epochs=max_epochs, job_budget_s=job_budget_s)  # fmt: skip
+    return planner.decide(state, in_flight=in_flight, tick=tick, max_epochs=max_epochs,
+                          job_budget_s=job_budget_s)  # fmt: skip
 
 
-@task(name="train")
+@task(name="train", cache_policy=NO_CACHE)
 def train_task(
     spec: JobSpec, client: MlflowClient, store: ExampleStore, experiment_id: str,
     flow_run_id: str | None,
@@ -71,7 +69,7 @@ def train_task(
     return run_job(spec, client, store, experiment_id, flow_run_id=flow_run_id)
 
 
-@task(name="record", retries=2, retry_delay_seconds=1)
+@task(name="record", retries=2, retry_delay_seconds=1, cache_policy=NO_CACHE)
 def record(client: MlflowClient, job: JobRecord) -> BestModel | None:
     """Promote the job's model to `best` if it beats the tenant's current best."""
     return record_finished(client, job)

@@ -54,7 +54,7 @@ __all__ = [
     "ServiceState",
     "TenantInfo",
     "build_problem",
-    "decide",
+    "Planner",
     "load_state",
     "record_finished",
     "register_tenant",
@@ -177,42 +177,66 @@ def build_problem(tenants: Sequence[TenantInfo]) -> tuple[Problem, tuple[str, ..
     return problem, catalogue
 
 
-def decide(
-    state: ServiceState,
-    *,
-    policy: str,
-    slots: int,
-    in_flight: Sequence[JobSpec],
-    tick: int,
-    rng: np.random.Generator,
-    max_epochs: int = 10,
-    job_budget_s: float | None = None,
-) -> list[JobSpec]:
-    """New jobs for the free slots: the policy's assignments on the tenants' latest snapshots."""
-    if not state.tenants or len(in_flight) >= slots:
-        return []
-    ti, mi = state.index()
-    pending = tuple(Assignment(ti[j.tenant], mi[j.candidate]) for j in in_flight
-                    if j.tenant in ti and j.candidate in mi)  # fmt: skip
-    loop = SchedulerLoop(state.problem, make_policy(policy), slots=slots, rng=rng,
-                         history=state.history(), pending=pending)  # fmt: skip
-    # Tenants with too few examples to train cannot be scheduled yet.
-    ready = {i for i, t in enumerate(state.tenants) if t.n_examples >= 10}
-    busy_slots = {j.slot for j in in_flight}
-    free_slots = [s for s in range(slots) if s not in busy_slots]
-    out = []
-    for a in loop.fill():
-        if a.tenant not in ready or not free_slots:
-            continue
-        t = state.tenants[a.tenant]
-        cand = state.catalogue[a.arm]
-        limit = loop.time_limit(a)
-        budget = min(x for x in (limit, job_budget_s or math.inf))
-        out.append(JobSpec(
-            t.name, cand, t.snapshot, f"{cand.replace('+', '_')}-s{t.snapshot}", tick, policy,
-            None if math.isinf(budget) else float(budget), max_epochs, free_slots.pop(0),
-        ))  # fmt: skip
-    return out
+class Planner:
+    """The policy's state across scheduler passes: one `SchedulerLoop`, rebuilt only when the
+    tenants or the catalogue change (a picker's turn, e.g. RoundRobin's, survives the passes)."""
+
+    def __init__(self, policy: str, slots: int, seed: int = 0) -> None:
+        self.policy = policy
+        self.slots = slots
+        self.rng = np.random.default_rng(seed)
+        self.loop: SchedulerLoop | None = None
+        self._key: tuple[object, ...] = ()
+        self._seen: set[str] = set()
+
+    def _sync(self, state: ServiceState, pending: tuple[Assignment, ...]) -> SchedulerLoop:
+        key = (tuple(t.name for t in state.tenants), state.catalogue)
+        done = [r for r in state.records if r.status in ("FINISHED", "FAILED")]
+        if self.loop is None or key != self._key:
+            self.loop = SchedulerLoop(state.problem, make_policy(self.policy), slots=self.slots,
+                                      rng=self.rng, history=state.history())  # fmt: skip
+            self._key, self._seen = key, {r.run_id for r in done}
+        else:
+            fresh = ServiceState(state.tenants, [r for r in done if r.run_id not in self._seen],
+                                 state.problem, state.catalogue)  # fmt: skip
+            self.loop.finished(fresh.history().log)
+            self._seen |= {r.run_id for r in done}
+        self.loop.pending = pending  # what is really in flight (resumed jobs included)
+        return self.loop
+
+    def decide(
+        self,
+        state: ServiceState,
+        *,
+        in_flight: Sequence[JobSpec],
+        tick: int,
+        max_epochs: int = 10,
+        job_budget_s: float | None = None,
+    ) -> list[JobSpec]:
+        """New jobs for the free slots: the policy's picks on the tenants' latest snapshots."""
+        if not state.tenants or len(in_flight) >= self.slots:
+            return []
+        ti, mi = state.index()
+        pending = tuple(Assignment(ti[j.tenant], mi[j.candidate]) for j in in_flight
+                        if j.tenant in ti and j.candidate in mi)  # fmt: skip
+        loop = self._sync(state, pending)
+        # Tenants with too few examples to train cannot be scheduled yet.
+        ready = {i for i, t in enumerate(state.tenants) if t.n_examples >= 10}
+        busy_slots = {j.slot for j in in_flight}
+        free_slots = [s for s in range(self.slots) if s not in busy_slots]
+        out = []
+        for a in loop.fill():
+            if a.tenant not in ready or not free_slots:
+                continue
+            t = state.tenants[a.tenant]
+            cand = state.catalogue[a.arm]
+            budget = min(loop.time_limit(a), job_budget_s or math.inf)
+            out.append(JobSpec(
+                t.name, cand, t.snapshot, f"{cand.replace('+', '_')}-s{t.snapshot}", tick,
+                self.policy, None if math.isinf(budget) else float(budget), max_epochs,
+                free_slots.pop(0),
+            ))  # fmt: skip
+        return out
 
 
 def run_job(

@@ -1,0 +1,180 @@
+"""The service end to end in embedded mode (ephemeral Prefect, SQLite MLflow, local store), with
+the SDK and the CLI, including a scheduler killed mid-run and restarted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from tenantml import datasets
+
+pytestmark = pytest.mark.slow
+
+runner = CliRunner()
+
+
+def _tenant_data(name: str, n: int | None = None) -> datasets.DemoData:
+    d = datasets.load(name)
+    if n is None:
+        return d
+    idx = np.random.default_rng(0).permutation(len(d.labels))[:n]
+    labels = [d.labels[i] for i in idx]
+    return datasets.DemoData(d.name, d.schema, d.inputs[idx], labels, d.description)
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("home")
+    old = os.environ.get("TENANTML_HOME")
+    os.environ["TENANTML_HOME"] = str(root)
+    yield root
+    if old is None:
+        os.environ.pop("TENANTML_HOME", None)
+    else:
+        os.environ["TENANTML_HOME"] = old
+
+
+def _job_counts(client) -> Counter[tuple[str, str, str]]:  # type: ignore[no-untyped-def]
+    from mlflow_plugin.tracking import job_records, tenant_experiments
+
+    recs = job_records(client.mlflow, tenant_experiments(client.mlflow).values())
+    return Counter((r.tenant, r.job_id, r.status) for r in recs)
+
+
+def test_three_tenants_get_a_best_model_and_infer(home: Path) -> None:
+    from tenantml.client import Client, NoModelYetError
+
+    c = Client(home)
+    data = {"wine": _tenant_data("wine"), "breast-cancer": _tenant_data("breast_cancer"),
+            "digits": _tenant_data("digits")}  # fmt: skip
+    for name, d in data.items():
+        c.submit(name, d.schema)
+        with pytest.raises(NoModelYetError, match="no model yet"):
+            c.infer(name, d.inputs[:2])
+        c.feed(name, d.inputs, d.labels)
+    out = c.run(ticks=6, max_epochs=4, job_budget_s=60, policy="roundrobin", poll_s=0.2)
+    assert out["jobs"] == 6
+    for name, d in data.items():
+        lb = c.status(name)
+        assert lb.best is not None, name
+        pred = c.infer(name, d.inputs[:100])
+        acc = float(np.mean(np.asarray(pred) == np.asarray(d.labels[:100]).astype(str)))
+        assert acc >= (0.7 if name == "digits" else 0.9), (name, acc)
+    counts = _job_counts(c)
+    assert all(v == 1 for v in counts.values())  # one run per job, none twice
+    assert sum(1 for (_, _, s) in counts if s == "FINISHED") == 6
+
+
+def test_cli_mirrors_the_sdk(home: Path, tmp_path: Path) -> None:
+    from tenantml.cli import app
+
+    res = runner.invoke(app, ["tenants"])
+    assert res.exit_code == 0 and "wine" in res.output.split()
+    res = runner.invoke(app, ["status", "wine"])
+    assert res.exit_code == 0 and "*" in res.output, res.output
+    rows = tmp_path / "wine.csv"
+    d = datasets.load("wine")
+    header = ",".join(f"f{i}" for i in range(13))
+    rows.write_text(header + "\n" + "\n".join(",".join(map(str, r)) for r in d.inputs[:5]) + "\n")
+    res = runner.invoke(app, ["infer", "wine", "--csv", str(rows)])
+    assert res.exit_code == 0, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 5 and lines[0].split("\t")[1] in {"class_0", "class_1", "class_2"}
+    res = runner.invoke(app, ["infer", "wine", "--csv", str(rows), "--json"])
+    assert res.exit_code == 0 and '"prediction"' in res.output
+    res = runner.invoke(app, ["examples", "wine"])
+    assert res.exit_code == 0 and len(res.output.strip().splitlines()) == 178
+    res = runner.invoke(app, ["refine", "wine", "--disable", "0,1"])
+    assert res.exit_code == 0 and "snapshot" in res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["status", "nobody"], 2, "unknown tenant 'nobody'"),
+        (["infer", "nobody", "--csv", "x.csv"], 2, "unknown tenant"),
+        (["submit", "../etc", "{input: {[Tensor[2]], []}, output: {[Tensor[2]], []}}"], 2,
+         "tenant name '../etc' is not valid"),
+        (["submit", "bad", "{input: {[Tensor[2]], []}}"], 2, "line 1, column 26: expected 'output'"),
+        (["refine", "wine", "--disable", "x"], 2, "comma-separated integers"),
+        (["run", "--policy", "nope"], 2, "--policy 'nope' is not valid"),
+    ],
+)  # fmt: skip
+def test_cli_errors(home: Path, args: list[str], code: int, message: str) -> None:
+    from tenantml.cli import app
+
+    before = sorted(p.relative_to(home) for p in (home / "store").rglob("*"))
+    res = runner.invoke(app, args)
+    assert res.exit_code == code, res.output
+    assert message in res.output, res.output
+    assert sorted(p.relative_to(home) for p in (home / "store").rglob("*")) == before
+
+
+def test_infer_before_any_model_exits_1(home: Path) -> None:
+    from tenantml.cli import app
+
+    schema = "{input: {[Tensor[2]], []}, output: {[Tensor[2]], []}}"
+    assert runner.invoke(app, ["submit", "fresh", schema]).exit_code == 0
+    rows = home / "fresh.csv"
+    rows.write_text("a,b\n1,2\n")
+    res = runner.invoke(app, ["infer", "fresh", "--csv", str(rows)])
+    assert res.exit_code == 1 and "no model yet" in res.output
+
+
+def test_kill_the_scheduler_and_restart_loses_and_duplicates_nothing(
+    tmp_path: Path,
+) -> None:
+    """A scheduler in its own process is SIGKILLed while a job runs; a new one takes over."""
+    home = tmp_path / "svc"
+    env = {**os.environ, "TENANTML_HOME": str(home)}
+    setup = (
+        "from tenantml.client import Client\nfrom tenantml import datasets\n"
+        "c = Client()\nd = datasets.load('digits')\n"
+        "c.submit('digits', d.schema)\nc.feed('digits', d.inputs[:600], d.labels[:600])\n"
+    )
+    subprocess.run([sys.executable, "-c", setup], env=env, check=True, timeout=300)
+    cmd = [sys.executable, "-m", "tenantml.cli", "run", "--ticks", "4", "--max-epochs", "6",
+           "--policy", "roundrobin"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    from mlflow.tracking import MlflowClient
+
+    from mlflow_plugin.tracking import job_records, tenant_experiments
+
+    client = MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
+    deadline = time.monotonic() + 300
+    killed_with: list[str] = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            recs = job_records(client, tenant_experiments(client).values())
+        except Exception:  # noqa: BLE001 - the database may not exist yet
+            recs = []
+        finished = [r for r in recs if r.status == "FINISHED"]
+        running = [r for r in recs if r.status == "RUNNING"]
+        if finished and running:
+            killed_with = [r.job_id for r in running]
+            os.killpg(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.3)
+    proc.wait(timeout=30)
+    assert killed_with, "the scheduler finished before it could be killed mid-job"
+    before = {r.job_id for r in job_records(client, tenant_experiments(client).values())
+              if r.status == "FINISHED"}  # fmt: skip
+    cmd2 = [*cmd[:5], "2", *cmd[6:]]
+    subprocess.run(cmd2, env=env, check=True, timeout=600)
+    recs = job_records(client, tenant_experiments(client).values())
+    ids = [r.job_id for r in recs]
+    assert len(ids) == len(set(ids))  # one run per job: the killed one was resumed, not redone
+    assert all(r.status == "FINISHED" for r in recs)
+    assert set(killed_with) <= set(ids) and before <= set(ids)
+    assert len(recs) == len(before) + len(killed_with) + 2
