@@ -64,7 +64,12 @@ def promote_if_better(
         tags = {"tenantml.accuracy": repr(float(accuracy)), "tenantml.candidate": candidate,
                 "tenantml.job_id": job_id, "tenantml.snapshot": str(snapshot),
                 "tenantml.previous_best": current.version if current else ""}  # fmt: skip
-        mv = client.create_model_version(tenant, model_uri, run_id=run_id, tags=tags)
+        # MLflow 3 logged models (models:/m-...) register with their model id as well.
+        logged = model_uri.startswith("models:/m-")
+        model_id = model_uri.removeprefix("models:/") if logged else None
+        mv = client.create_model_version(
+            tenant, model_uri, run_id=run_id, tags=tags, model_id=model_id
+        )
         version = str(mv.version)
     client.set_registered_model_alias(tenant, BEST, version)
     return BestModel(version, accuracy, run_id, candidate, job_id)

@@ -307,9 +307,39 @@ def demo(
         console.print(f"Open the MLflow UI on this run:\n  {ui}")
 
 
+def up(
+    slots: Annotated[int, typer.Option(help="GPU slots: one worker each")] = 1,
+    postgres: Annotated[bool, typer.Option(help="MLflow and Prefect on PostgreSQL")] = False,
+    s3_endpoint: Annotated[str | None, typer.Option(help="use this S3 (else a local one)")] = None,
+    home: Home = None,
+) -> None:
+    """Start the servers on loopback (S3, MLflow, Prefect, the gpu pool and its workers)."""
+    import os
+
+    from tenantml.servers import up as start
+
+    with _errors():
+        root = home or Path(os.environ.get("TENANTML_HOME") or Path.home() / ".tenantml")
+        cfg = start(root, slots=slots, postgres=postgres, s3_endpoint=s3_endpoint)
+        console.print(f"up for {root.resolve()}:\n  MLflow UI  {cfg['tracking_uri']}\n"
+                      f"  Prefect UI {cfg['prefect_api_url'][:-4]}\n  S3         "
+                      f"{cfg['s3_endpoint_url']}\n  {slots} worker(s) on work pool 'gpu'; "
+                      "deployments scheduler/scheduler and train/train")  # fmt: skip
+
+
+def down(home: Home = None) -> None:
+    """Stop the servers `tenantml up` started, by PID."""
+    import os
+
+    from tenantml.servers import down as stop
+
+    root = home or Path(os.environ.get("TENANTML_HOME") or Path.home() / ".tenantml")
+    console.print(f"stopped: {', '.join(stop(root)) or 'nothing was running'}")
+
+
 COMMANDS: dict[str, Callable[..., None]] = {
     "submit": submit, "feed": feed, "refine": refine, "examples": examples, "infer": infer,
-    "status": status, "tenants": tenants, "run": run, "demo": demo,
+    "status": status, "tenants": tenants, "run": run, "demo": demo, "up": up, "down": down,
 }  # fmt: skip
 
 

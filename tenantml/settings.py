@@ -55,6 +55,7 @@ class Settings:
     prefect_api_url: str | None
     gpu_slots: int
     policy: str
+    server_env: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def load(cls, home: str | Path | None = None) -> Settings:
@@ -83,6 +84,7 @@ class Settings:
             prefect_api_url=env("PREFECT_API_URL") or servers.get("prefect_api_url"),
             gpu_slots=slots,
             policy=env("TENANTML_POLICY") or DEFAULT_POLICY,
+            server_env=tuple(sorted(servers.get("env", {}).items())),
         )
 
     def prefect_env(self) -> dict[str, str]:
@@ -106,6 +108,8 @@ class Settings:
         os.environ["MLFLOW_TRACKING_URI"] = self.tracking_uri
         if self.s3_endpoint_url:
             os.environ["MLFLOW_S3_ENDPOINT_URL"] = self.s3_endpoint_url
+        for k, v in self.server_env:  # e.g. the bundled S3 server's dummy credentials
+            os.environ.setdefault(k, v)
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")

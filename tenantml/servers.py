@@ -1,0 +1,280 @@
+"""`tenantml up` / `tenantml down`: the real servers on loopback, started and stopped by PID.
+
+`up` starts, under ``TENANTML_HOME/servers/``:
+
+1. an S3-compatible server (moto, in memory) with the bucket ``tenantml``, unless an S3 endpoint
+   is given (AWS, MinIO: ``--s3-endpoint``, credentials from the usual AWS variables);
+2. PostgreSQL when ``--postgres`` (initdb into ``servers/pg``, a private port and socket dir);
+3. an MLflow server (SQLite, or PostgreSQL) whose artifacts go to ``s3://tenantml/mlflow``;
+4. a Prefect server (SQLite, or PostgreSQL) and the process work pool ``gpu``, the deployments
+   ``scheduler`` and ``train`` (from this checkout), and one worker per GPU slot (``--limit 1``);
+
+then writes ``servers.json``, which `tenantml.settings` reads: from then on every command of this
+installation uses the servers. `down` stops every PID it started (TERM, then INT, then KILL:
+the Prefect worker ignores the first TERM) and removes ``servers.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["down", "up"]
+
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: flows/ lives here
+BUCKET = "tenantml"
+MOTO_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                    "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _bin(name: str) -> str:
+    here = Path(sys.executable).with_name(name)
+    if here.exists():
+        return str(here)
+    found = shutil.which(name)
+    if not found:
+        raise FileNotFoundError(f"{name} not found: install tenantml with its [service] extra")
+    return found
+
+
+def _pg_bin(name: str) -> str:
+    found = shutil.which(name) or next(
+        (str(p) for p in sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))), None
+    )
+    if not found:
+        raise FileNotFoundError(
+            f"{name} not found: install PostgreSQL (apt-get install postgresql)"
+        )
+    return found
+
+
+@dataclass
+class _Launcher:
+    home: Path
+
+    @property
+    def dir(self) -> Path:
+        return self.home / "servers"
+
+    def start(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> int:
+        (self.dir / "logs").mkdir(parents=True, exist_ok=True)
+        log = open(self.dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+            start_new_session=True, cwd=self.home,
+        )  # fmt: skip
+        self.pids()[name] = proc.pid
+        self._save_pids()
+        return proc.pid
+
+    _pids: dict[str, int] | None = None
+
+    def pids(self) -> dict[str, int]:
+        if self._pids is None:
+            f = self.dir / "pids.json"
+            self._pids = json.loads(f.read_text()) if f.exists() else {}
+        return self._pids
+
+    def _save_pids(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "pids.json").write_text(json.dumps(self.pids(), indent=2))
+
+
+def _wait_http(url: str, timeout: float, what: str, pid: int, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise RuntimeError(
+                f"{what} exited while starting; its log {log} ends:\n{tail}"
+            ) from None
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise TimeoutError(f"{what} not ready at {url} after {timeout:.0f} s; see {log}")
+
+
+def up(
+    home: Path,
+    *,
+    slots: int = 1,
+    postgres: bool = False,
+    s3_endpoint: str | None = None,
+    timeout: float = 120.0,
+) -> dict[str, Any]:
+    """Start everything (see the module docstring); returns what ``servers.json`` holds."""
+    home = home.resolve()
+    if (home / "servers.json").exists():
+        raise ValueError(f"servers are already up for {home}: `tenantml down` first")
+    if slots < 1:
+        raise ValueError(f"slots={slots} is not valid: use 1 or more")
+    run = _Launcher(home)
+    logs = run.dir / "logs"
+    env: dict[str, str] = {}
+    try:
+        # 1. S3
+        if s3_endpoint is None:
+            port = _free_port()
+            pid = run.start("s3", [_bin("moto_server"), "-H", "127.0.0.1", "-p", str(port)])
+            s3_endpoint = f"http://127.0.0.1:{port}"
+            _wait_http(s3_endpoint, timeout, "the S3 server (moto)", pid, logs / "s3.log")
+            env.update(MOTO_CREDENTIALS)
+        os.environ.update({k: v for k, v in env.items() if k not in os.environ})
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+        if BUCKET not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
+            s3.create_bucket(Bucket=BUCKET)
+        # 2. PostgreSQL
+        mlflow_db = f"sqlite:///{run.dir / 'mlflow.db'}"
+        prefect_db: str | None = None
+        if postgres:
+            mlflow_db, prefect_db = _start_postgres(run, timeout)
+        # 3. MLflow
+        port = _free_port()
+        tracking = f"http://127.0.0.1:{port}"
+        pid = run.start("mlflow", [
+            _bin("mlflow"), "server", "--backend-store-uri", mlflow_db,
+            "--artifacts-destination", f"s3://{BUCKET}/mlflow", "--host", "127.0.0.1",
+            "--port", str(port), "--workers", "1",
+        ], {**env, "MLFLOW_S3_ENDPOINT_URL": s3_endpoint})  # fmt: skip
+        _wait_http(f"{tracking}/health", timeout, "the MLflow server", pid, logs / "mlflow.log")
+        # 4. Prefect
+        port = _free_port()
+        api = f"http://127.0.0.1:{port}/api"
+        pf_env = {"PREFECT_HOME": str(run.dir / "prefect"), "PREFECT_API_URL": api,
+                  "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}  # fmt: skip
+        if prefect_db:
+            pf_env["PREFECT_API_DATABASE_CONNECTION_URL"] = prefect_db
+        pid = run.start("prefect", [_bin("prefect"), "server", "start", "--host", "127.0.0.1",
+                                    "--port", str(port)], pf_env)  # fmt: skip
+        _wait_http(f"{api}/health", timeout, "the Prefect server", pid, logs / "prefect.log")
+        config = {"tracking_uri": tracking, "store": f"s3://{BUCKET}/store",
+                  "s3_endpoint_url": s3_endpoint, "prefect_api_url": api, "gpu_slots": slots,
+                  "env": env, "postgres": postgres}  # fmt: skip
+        (home / "servers.json").write_text(json.dumps(config, indent=2))
+        worker_env = {**pf_env, **env, "TENANTML_HOME": str(home),
+                      "PREFECT_WORKER_QUERY_SECONDS": "1",
+                      "PREFECT_WORKER_PREFETCH_SECONDS": "1"}  # fmt: skip
+        subprocess.run([_bin("prefect"), "--no-prompt", "work-pool", "create", "gpu", "--type",
+                        "process", "--overwrite"], env={**os.environ, **pf_env}, check=True,
+                       capture_output=True, timeout=timeout)  # fmt: skip
+        subprocess.run([sys.executable, "-c", _DEPLOY], env={**os.environ, **worker_env},
+                       check=True, capture_output=True, timeout=timeout, cwd=ROOT)  # fmt: skip
+        for i in range(slots):
+            cmd = [_bin("prefect"), "worker", "start", "--pool", "gpu", "--limit", "1",
+                   "--name", f"slot-{i}"]  # fmt: skip
+            run.start(f"worker-{i}", cmd, worker_env)
+        return config
+    except BaseException:
+        down(home)
+        raise
+
+
+_DEPLOY = """
+from prefect import flow
+for entry, name in (
+    ("flows/train.py:train", "train"), ("flows/scheduler.py:scheduler", "scheduler")
+):
+    flow.from_source(source=".", entrypoint=entry).deploy(
+        name=name, work_pool_name="gpu", print_next_steps=False,
+    )
+"""
+
+
+def _start_postgres(run: _Launcher, timeout: float) -> tuple[str, str]:
+    """A private PostgreSQL cluster; returns (MLflow URL, Prefect URL)."""
+    data, sock = run.dir / "pg", run.dir / "pg-socket"
+    sock.mkdir(parents=True, exist_ok=True)
+    as_postgres: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses root
+        import pwd
+
+        pw = pwd.getpwnam("postgres")
+        for p in (run.dir, data.parent, sock):
+            os.chown(p, pw.pw_uid, pw.pw_gid)
+        as_postgres = ["runuser", "-u", "postgres", "--"]
+    if not data.exists():
+        subprocess.run([*as_postgres, _pg_bin("initdb"), "-D", str(data), "-U", "tenantml",
+                        "--auth=trust"], check=True, capture_output=True, timeout=timeout)  # fmt: skip
+    port = _free_port()
+    subprocess.run([*as_postgres, _pg_bin("pg_ctl"), "-D", str(data), "-l",
+                    str(run.dir / "logs" / "postgres.log"), "-w", "-o",
+                    f"-c listen_addresses=127.0.0.1 -p {port} -k {sock}", "start"],
+                   check=True, capture_output=True, timeout=timeout)  # fmt: skip
+    pid = int((data / "postmaster.pid").read_text().split()[0])
+    run.pids()["postgres"] = pid
+    run._save_pids()
+    for db in ("mlflow", "prefect"):
+        subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "tenantml", "-d",
+                        "postgres", "-c", f"CREATE DATABASE {db}"], check=True,
+                       capture_output=True, timeout=timeout)  # fmt: skip
+    base = f"tenantml@127.0.0.1:{port}"
+    return f"postgresql+psycopg2://{base}/mlflow", f"postgresql+asyncpg://{base}/prefect"
+
+
+def down(home: Path) -> list[str]:
+    """Stop every server `up` started for `home`, by PID; returns what was stopped."""
+    run = _Launcher(home.resolve())
+    stopped = []
+    # Workers first (they talk to Prefect), PostgreSQL last.
+    order = sorted(run.pids(), key=lambda n: (not n.startswith("worker"), n == "postgres"))
+    for name in order:
+        if name == "postgres":  # a daemon of its own: pg_ctl stops it cleanly
+            _stop_postgres(run)
+            stopped.append(name)
+        elif _stop(run.pids()[name]):
+            stopped.append(name)
+    run.pids().clear()
+    run._save_pids()
+    (home / "servers.json").unlink(missing_ok=True)
+    return stopped
+
+
+def _stop_postgres(run: _Launcher) -> None:
+    as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    subprocess.run([*as_postgres, _pg_bin("pg_ctl"), "-D", str(run.dir / "pg"), "-m", "fast",
+                    "-w", "stop"], capture_output=True, timeout=60)  # fmt: skip
+
+
+def _stop(pid: int, timeout: float = 10.0) -> bool:
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            os.kill(pid, sig)
+        deadline = time.monotonic() + timeout / 3
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return True
+            try:  # reap our own children so they do not linger as zombies
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    return True
+            except ChildProcessError:
+                pass
+            time.sleep(0.1)
+    return False
