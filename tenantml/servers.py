@@ -215,8 +215,8 @@ def _start_postgres(run: _Launcher, timeout: float) -> tuple[str, str]:
             os.chown(p, pw.pw_uid, pw.pw_gid)
         as_postgres = ["runuser", "-u", "postgres", "--"]
     if not data.exists():
-        subprocess.run([*as_postgres, _pg_bin("initdb"), "-D", str(data), "-U", "tenantml",
-                        "--auth=trust"], check=True, capture_output=True, timeout=timeout)  # fmt: skip
+        initdb = [_pg_bin("initdb"), "-D", str(data), "-U", "tenantml", "--auth=trust"]
+        subprocess.run([*as_postgres, *initdb], check=True, capture_output=True, timeout=timeout)
     port = _free_port()
     subprocess.run([*as_postgres, _pg_bin("pg_ctl"), "-D", str(data), "-l",
                     str(run.dir / "logs" / "postgres.log"), "-w", "-o",
