@@ -281,6 +281,7 @@ def run_job(
                 for hp, value in result.hyperparameters.items():
                     mlflow.log_param(f"hp.{hp}", value)
                 result_acc, cost, epochs = result.accuracy, result.cost_s, result.epochs
+                mlflow.log_metric("resumed_from_epoch", result.resumed_from_epoch)
             mlflow.log_metrics({"accuracy": result_acc, "cost_s": cost, "epochs": epochs})
     except BaseException:
         end_job_run(client, run_id, ok=False)

@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -202,16 +203,31 @@ for entry, name in (
 """
 
 
+def _pg_dir(run: _Launcher) -> Path:
+    """PostgreSQL's directory: under the home, or (as root, since initdb runs as the postgres
+    user, who may not reach a private home) a directory of its own in /tmp, noted in the home."""
+    note = run.dir / "pg-dir"
+    if note.exists():
+        return Path(note.read_text().strip())
+    if os.geteuid() == 0:
+        path = Path(tempfile.mkdtemp(prefix="tenantml-pg-"))
+    else:
+        path = run.dir / "pg"
+        path.mkdir(parents=True, exist_ok=True)
+    note.write_text(str(path))
+    return path
+
+
 def _start_postgres(run: _Launcher, timeout: float) -> tuple[str, str]:
     """A private PostgreSQL cluster; returns (MLflow URL, Prefect URL)."""
-    data, sock = run.dir / "pg", run.dir / "pg-socket"
+    data, sock = _pg_dir(run) / "data", _pg_dir(run) / "socket"
     sock.mkdir(parents=True, exist_ok=True)
     as_postgres: list[str] = []
-    if os.geteuid() == 0:  # initdb refuses root
+    if os.geteuid() == 0:  # initdb refuses root; run it as postgres, in a dir postgres can reach
         import pwd
 
         pw = pwd.getpwnam("postgres")
-        for p in (run.dir, data.parent, sock):
+        for p in (data.parent, sock):
             os.chown(p, pw.pw_uid, pw.pw_gid)
         as_postgres = ["runuser", "-u", "postgres", "--"]
     if not data.exists():
@@ -219,7 +235,7 @@ def _start_postgres(run: _Launcher, timeout: float) -> tuple[str, str]:
         subprocess.run([*as_postgres, *initdb], check=True, capture_output=True, timeout=timeout)
     port = _free_port()
     subprocess.run([*as_postgres, _pg_bin("pg_ctl"), "-D", str(data), "-l",
-                    str(run.dir / "logs" / "postgres.log"), "-w", "-o",
+                    str(data.parent / "postgres.log"), "-w", "-o",
                     f"-c listen_addresses=127.0.0.1 -p {port} -k {sock}", "start"],
                    check=True, capture_output=True, timeout=timeout)  # fmt: skip
     pid = int((data / "postmaster.pid").read_text().split()[0])
@@ -253,8 +269,12 @@ def down(home: Path) -> list[str]:
 
 def _stop_postgres(run: _Launcher) -> None:
     as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    subprocess.run([*as_postgres, _pg_bin("pg_ctl"), "-D", str(run.dir / "pg"), "-m", "fast",
+    pg = _pg_dir(run)
+    subprocess.run([*as_postgres, _pg_bin("pg_ctl"), "-D", str(pg / "data"), "-m", "fast",
                     "-w", "stop"], capture_output=True, timeout=60)  # fmt: skip
+    if os.geteuid() == 0 and pg.parent == Path(tempfile.gettempdir()):
+        shutil.rmtree(pg, ignore_errors=True)
+        (run.dir / "pg-dir").unlink(missing_ok=True)
 
 
 def _stop(pid: int, timeout: float = 10.0) -> bool:

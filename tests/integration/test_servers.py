@@ -1,0 +1,202 @@
+"""The service on real servers on loopback: `tenantml up` (S3, MLflow and Prefect servers, on
+PostgreSQL where it is installed, a process work pool with two workers), three tenants through
+the SDK and the CLI, a train process killed mid-epoch, a scheduler killed and restarted.
+
+Every client runs in its own process with ``TENANTML_HOME``, as a user's would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tenantml import datasets
+from tenantml.servers import down, up
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _have_postgres() -> bool:
+    return bool(shutil.which("pg_ctl") or list(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl")))
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("servers")
+    up(root, slots=2, postgres=_have_postgres())
+    try:
+        yield root
+    finally:
+        pids = json.loads((root / "servers" / "pids.json").read_text())
+        down(root)
+        for name, pid in pids.items():
+            if name != "postgres":
+                with pytest.raises(ProcessLookupError):
+                    os.kill(pid, 0)
+        assert not (root / "servers.json").exists()
+
+
+def _env(home: Path) -> dict[str, str]:
+    return {**os.environ, "TENANTML_HOME": str(home)}
+
+
+def _py(home: Path, code: str, timeout: float = 300) -> str:
+    out = subprocess.run([sys.executable, "-c", code], env=_env(home), capture_output=True,
+                         text=True, timeout=timeout)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def _cli(home: Path, *args: str, timeout: float = 600, input: str | None = None) -> str:
+    out = subprocess.run([sys.executable, "-m", "tenantml.cli", *args], env=_env(home),
+                         capture_output=True, text=True, timeout=timeout, input=input)  # fmt: skip
+    assert out.returncode == 0, (args, out.stdout[-2000:], out.stderr[-3000:])
+    return out.stdout
+
+
+_RECORDS = """
+import json
+from tenantml.client import Client
+from mlflow_plugin.tracking import job_records, tenant_experiments
+c = Client()
+recs = job_records(c.mlflow, tenant_experiments(c.mlflow).values())
+print(json.dumps([r.__dict__ for r in recs]))
+"""
+
+
+def _records(home: Path) -> list[dict[str, object]]:
+    return list(json.loads(_py(home, _RECORDS).strip().splitlines()[-1]))
+
+
+def test_three_tenants_best_models_and_infer(home: Path, tmp_path: Path) -> None:
+    cfg = json.loads((home / "servers.json").read_text())
+    assert cfg["tracking_uri"].startswith("http://127.0.0.1:") and cfg["store"].startswith("s3://")
+    _py(home, (
+        "from tenantml.client import Client\nfrom tenantml import datasets\nc = Client()\n"
+        "for n in ('wine', 'breast_cancer'):\n"
+        "    d = datasets.load(n)\n    c.submit(n.replace('_', '-'), d.schema)\n"
+        "    c.feed(n.replace('_', '-'), d.inputs, d.labels)\n"
+    ))  # fmt: skip
+    d = datasets.load("digits")
+    np.savez(tmp_path / "digits.npz", x=d.inputs, y=d.labels)
+    _cli(home, "submit", "digits", str(d.schema))
+    assert "fed 1797 examples" in _cli(
+        home, "feed", "digits", "--npz", str(tmp_path / "digits.npz")
+    )
+    out = _cli(home, "run", "--ticks", "4", "--slots", "2", "--max-epochs", "4", "--policy",
+               "roundrobin")  # fmt: skip
+    jobs = int(out.split(" ticks, ")[1].split(" jobs")[0])
+    assert "4 ticks" in out and jobs >= 5, out  # 2 slots: the first tick starts 2 jobs
+    recs = _records(home)
+    assert len(recs) == jobs and all(r["status"] == "FINISHED" for r in recs)
+    assert len({(r["tenant"], r["job_id"]) for r in recs}) == jobs
+    assert {r["tenant"] for r in recs} == {"wine", "breast-cancer", "digits"}
+    pred = _py(home, (
+        "import json\nfrom tenantml.client import Client\nfrom tenantml import datasets\n"
+        "c = Client()\nout = {}\n"
+        "for n in ('wine', 'breast_cancer', 'digits'):\n"
+        "    d = datasets.load(n)\n    p = c.infer(n.replace('_', '-'), d.inputs[:100])\n"
+        "    out[n] = float((p == [str(v) for v in d.labels[:100]]).mean())\n"
+        "print(json.dumps(out))\n"
+    ))  # fmt: skip
+    acc = json.loads(pred.strip().splitlines()[-1])
+    assert acc["wine"] >= 0.9 and acc["breast_cancer"] >= 0.9 and acc["digits"] >= 0.7, acc
+    rows = tmp_path / "wine.csv"
+    w = datasets.load("wine")
+    rows.write_text("\n".join([",".join(f"f{i}" for i in range(13))]
+                              + [",".join(map(str, r)) for r in w.inputs[:4]]) + "\n")  # fmt: skip
+    lines = _cli(home, "infer", "wine", "--csv", str(rows)).strip().splitlines()
+    assert len(lines) == 4 and all(line.split("\t")[1].startswith("class_") for line in lines)
+    assert "best version" in _cli(home, "status", "digits")
+
+
+def _engine_pids(home: Path) -> list[int]:
+    """Processes running a flow for this installation (the process worker's children)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes()
+            envb = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if b"prefect.engine" in cmd and f"TENANTML_HOME={home}".encode() in envb:
+            pids.append(int(proc.name))
+    return pids
+
+
+_DISPATCH = """
+import json, sys, time
+from tenantml.settings import Settings
+s = Settings.load().apply()  # before Prefect is imported: it reads PREFECT_API_URL once
+from tasks._dispatch import DeploymentDispatcher
+from tasks._service import JobSpec
+d = DeploymentDispatcher(1, {"TENANTML_HOME": str(s.home)})
+d.submit(JobSpec("digits", "lenet", 1, "lenet-kill-test", 99, "manual", None, 40))
+while not (done := d.poll()):
+    time.sleep(0.2)
+print(json.dumps({"ok": done[0].ok, "attempts": 2}))
+"""
+
+
+def test_killed_train_process_resumes_from_its_checkpoint(home: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _DISPATCH], env=_env(home),
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    killed = False
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None and not killed:
+        recs = [r for r in _records(home) if r["job_id"] == "lenet-kill-test"]
+        if recs and recs[0]["status"] == "RUNNING":
+            epochs = _py(home, (
+                "from tenantml.client import Client\nc = Client()\n"
+                f"print(len(c.mlflow.get_metric_history('{recs[0]['run_id']}', 'val_accuracy')))"
+            )).strip().splitlines()[-1]  # fmt: skip
+            if int(epochs) >= 2:
+                for pid in _engine_pids(home):
+                    os.kill(pid, signal.SIGKILL)
+                    killed = True
+        time.sleep(0.2)
+    out, _ = proc.communicate(timeout=300)
+    assert killed, "the job ended before it could be killed"
+    assert json.loads(out.strip().splitlines()[-1])["ok"]
+    recs = [r for r in _records(home) if r["job_id"] == "lenet-kill-test"]
+    assert len(recs) == 1 and recs[0]["status"] == "FINISHED"
+    resumed = _py(home, (
+        "from tenantml.client import Client\nc = Client()\n"
+        f"print(c.mlflow.get_run('{recs[0]['run_id']}').data.metrics['resumed_from_epoch'])"
+    )).strip().splitlines()[-1]  # fmt: skip
+    assert float(resumed) >= 2  # the retry continued from the checkpoint, not from scratch
+
+
+def test_scheduler_killed_and_restarted_counts_each_job_once(home: Path) -> None:
+    before = {(r["tenant"], r["job_id"]) for r in _records(home)}
+    cmd = [sys.executable, "-m", "tenantml.cli", "run", "--ticks", "3", "--slots", "2",
+           "--max-epochs", "4", "--policy", "roundrobin"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=_env(home), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        new = [r for r in _records(home) if (r["tenant"], r["job_id"]) not in before]
+        if any(r["status"] == "FINISHED" for r in new) and any(
+            r["status"] == "RUNNING" for r in new
+        ):
+            os.killpg(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.3)
+    proc.wait(timeout=30)
+    _cli(home, "run", "--ticks", "1", "--slots", "2", "--max-epochs", "4", "--policy",
+         "roundrobin")  # fmt: skip
+    recs = [r for r in _records(home) if (r["tenant"], r["job_id"]) not in before]
+    keys = [(r["tenant"], r["job_id"]) for r in recs]
+    assert len(keys) == len(set(keys)) and all(r["status"] == "FINISHED" for r in recs)
