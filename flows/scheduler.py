@@ -35,6 +35,7 @@ def scheduler(
     seed: int = 0,
     stop_when_idle: bool = False,
     dispatch: str = "auto",
+    prefetch: int | None = None,
 ) -> dict[str, Any]:
     """Run the service loop (see the module docstring); returns a summary."""
     import mlflow
@@ -51,12 +52,17 @@ def scheduler(
     client = MlflowClient(settings.tracking_uri)
     store = settings.store()
     local = dispatch == "local" or (dispatch == "auto" and settings.mode == "embedded")
+    # Prefetch (one waiting job per slot) where slot locks work: one machine (up, or embedded).
+    if prefetch is None:
+        prefetch = slots if (local or settings.pin_gpus) else 0
+    lock_dir = str(settings.home / "slots") if prefetch else None
+    planner = Planner(policy, slots, seed, prefetch=prefetch, lock_dir=lock_dir)
     dispatcher: LocalDispatcher | DeploymentDispatcher = (
-        LocalDispatcher(slots) if local
-        else DeploymentDispatcher(slots, {"TENANTML_HOME": str(settings.home)})
+        LocalDispatcher(planner.capacity) if local
+        else DeploymentDispatcher(slots, {"TENANTML_HOME": str(settings.home)},
+                                  pin_gpus=settings.pin_gpus)
     )  # fmt: skip
 
-    planner = Planner(policy, slots, seed)
     state = refresh(client, store)
     for tenant in state.tenants:  # promotions a crash may have skipped
         ok = [r for r in state.records if r.tenant == tenant.name and r.status == "FINISHED"]
@@ -64,9 +70,10 @@ def scheduler(
             record_finished(client, max(ok, key=lambda r: r.accuracy or 0.0))
     tick = max((r.tick or 0 for r in state.records), default=0)
     for r in state.running():  # left running by a previous scheduler
+        slot = len(dispatcher.in_flight) % slots
         spec = JobSpec(r.tenant, r.candidate, r.snapshot or 0, r.job_id, r.tick or tick, policy,
-                       None, max_epochs, slot=len(dispatcher.in_flight) % slots,
-                       sleep_s=sleep_s)  # fmt: skip
+                       None, max_epochs, slot=slot, sleep_s=sleep_s,
+                       slot_lock=lock_dir and f"{lock_dir}/slot-{slot}.lock")  # fmt: skip
         if isinstance(dispatcher, DeploymentDispatcher) and r.flow_run_id:
             dispatcher.adopt(spec, r.flow_run_id)
         else:
@@ -75,7 +82,7 @@ def scheduler(
 
     exp = client.get_experiment_by_name(SCHEDULER_EXPERIMENT)
     exp_id = exp.experiment_id if exp else client.create_experiment(SCHEDULER_EXPERIMENT)
-    started, done_ticks, jobs_done = time.monotonic(), 0, 0
+    started, done_ticks, jobs_done, train_s = time.monotonic(), 0, 0, 0.0
     with mlflow.start_run(experiment_id=exp_id, run_name=f"scheduler-{policy}") as run:
         mlflow.log_params({"policy": policy, "slots": slots, "ticks": ticks,
                            "max_epochs": max_epochs, "mode": settings.mode})  # fmt: skip
@@ -94,10 +101,11 @@ def scheduler(
                         f"{done.seconds:.1f} s, accuracy {rec.accuracy if rec else None}"
                     )
                     if rec is not None:
+                        train_s += rec.cost_s or 0.0
                         record(client, rec)
                 want_more = ticks is None or done_ticks < ticks
                 new: list[JobSpec] = []
-                if want_more and len(dispatcher.in_flight) < slots:
+                if want_more and len(dispatcher.in_flight) < planner.capacity:
                     state = refresh(client, store)
                     new = decide(planner, state, in_flight=dispatcher.in_flight, tick=tick + 1,
                                  max_epochs=max_epochs, job_budget_s=job_budget_s)  # fmt: skip
@@ -110,9 +118,7 @@ def scheduler(
                             dispatcher.submit(spec)
                         metrics = tick_metrics(state)
                         wall = time.monotonic() - started
-                        metrics["gpu_busy_fraction"] = min(
-                            1.0, dispatcher.busy_s / max(slots * wall, 1e-9)
-                        )
+                        metrics["gpu_busy_fraction"] = min(1.0, train_s / max(slots * wall, 1e-9))
                         mlflow.log_metrics(metrics, step=tick)
                         print(f"tick {tick}: " + ", ".join(f"{s.tenant}:{s.candidate}"
                                                             for s in new))  # fmt: skip
@@ -125,7 +131,7 @@ def scheduler(
         finally:
             dispatcher.close()
         wall = time.monotonic() - started
-        busy = min(1.0, dispatcher.busy_s / max(slots * wall, 1e-9))
+        busy = min(1.0, train_s / max(slots * wall, 1e-9))  # the trainers' own time
         mlflow.log_metrics({"gpu_busy_fraction_total": busy, "jobs_done": jobs_done})
         return {"ticks": done_ticks, "jobs": jobs_done, "last_tick": tick, "wall_s": wall,
                 "busy_fraction": busy, "run_id": run.info.run_id}  # fmt: skip

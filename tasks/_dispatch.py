@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tasks._service import JobSpec
@@ -52,6 +52,7 @@ class _Base:
         return f"{spec.tenant}/{spec.job_id}"
 
     def submit(self, spec: JobSpec) -> None:
+        spec = replace(spec, dispatched_at=time.time())
         self.jobs[self._key(spec)] = _Job(spec, self._start(spec), time.monotonic())
 
     def _start(self, spec: JobSpec) -> Any:
@@ -70,6 +71,7 @@ class _Base:
             elapsed = time.monotonic() - job.started
             self.busy_s += elapsed
             if not ok and job.attempts < self.max_attempts:
+                job.spec = replace(job.spec, dispatched_at=time.time())
                 job.handle, job.attempts = self._start(job.spec), job.attempts + 1
                 job.started = time.monotonic()
                 continue
@@ -107,16 +109,19 @@ class LocalDispatcher(_Base):
 class DeploymentDispatcher(_Base):
     def __init__(
         self, slots: int, env: dict[str, str], deployment: str = "train/train",
-        max_attempts: int = 3,
+        max_attempts: int = 3, pin_gpus: bool = True,
     ) -> None:  # fmt: skip
         super().__init__(slots, max_attempts)
         self.env = env
         self.deployment = deployment
+        self.pin_gpus = pin_gpus  # False on a cluster: the node's worker decides the GPU
 
     def _start(self, spec: JobSpec) -> Any:
         from prefect.deployments import run_deployment
 
-        env = {**self.env, "CUDA_VISIBLE_DEVICES": str(spec.slot)}
+        env = dict(self.env)
+        if self.pin_gpus:
+            env["CUDA_VISIBLE_DEVICES"] = str(spec.slot)
         fr = run_deployment(
             self.deployment, parameters={"spec": spec.params()}, timeout=0,
             job_variables={"env": env}, flow_run_name=f"{spec.tenant}-{spec.job_id}",

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import mlflow
@@ -46,7 +48,7 @@ from policy.costs import CostPrior, prior_costs
 from tenantml.schema import Schema
 from tenantml.store import ExampleStore
 from trainers import ZOO, Candidate, EpochReport, TrainJob, candidates, train
-from trainers.torch_trainer import LR_GRID
+from trainers._job import LR_GRID
 from trainers.zoo import RELATIVE_COST
 
 __all__ = [
@@ -86,6 +88,8 @@ class JobSpec:
     max_epochs: int = 10
     slot: int = 0
     sleep_s: float | None = None  # a sleep-based stand-in trainer (dispatch benchmarks)
+    dispatched_at: float | None = None  # wall clock (time.time) when the scheduler sent it
+    slot_lock: str | None = None  # a lock file per slot: a prefetched job waits on it, warm
 
     def params(self) -> dict[str, Any]:
         return asdict(self)
@@ -179,11 +183,22 @@ def build_problem(tenants: Sequence[TenantInfo]) -> tuple[Problem, tuple[str, ..
 
 class Planner:
     """The policy's state across scheduler passes: one `SchedulerLoop`, rebuilt only when the
-    tenants or the catalogue change (a picker's turn, e.g. RoundRobin's, survives the passes)."""
+    tenants or the catalogue change (a picker's turn, e.g. RoundRobin's, survives the passes).
 
-    def __init__(self, policy: str, slots: int, seed: int = 0) -> None:
+    `prefetch`: jobs decided and sent beyond the `slots` running ones; each waits, started and
+    warm, on its slot's lock in `lock_dir` (see `_slot`) and trains as soon as the slot frees.
+    """
+
+    def __init__(
+        self, policy: str, slots: int, seed: int = 0, *, prefetch: int = 0,
+        lock_dir: str | None = None,
+    ) -> None:  # fmt: skip
+        if prefetch and lock_dir is None:
+            raise ValueError("prefetching needs slot locks: give lock_dir")
         self.policy = policy
         self.slots = slots
+        self.capacity = slots + prefetch
+        self.lock_dir = lock_dir
         self.rng = np.random.default_rng(seed)
         self.loop: SchedulerLoop | None = None
         self._key: tuple[object, ...] = ()
@@ -193,7 +208,7 @@ class Planner:
         key = (tuple(t.name for t in state.tenants), state.catalogue)
         done = [r for r in state.records if r.status in ("FINISHED", "FAILED")]
         if self.loop is None or key != self._key:
-            self.loop = SchedulerLoop(state.problem, make_policy(self.policy), slots=self.slots,
+            self.loop = SchedulerLoop(state.problem, make_policy(self.policy), slots=self.capacity,
                                       rng=self.rng, history=state.history())  # fmt: skip
             self._key, self._seen = key, {r.run_id for r in done}
         else:
@@ -214,7 +229,7 @@ class Planner:
         job_budget_s: float | None = None,
     ) -> list[JobSpec]:
         """New jobs for the free slots: the policy's picks on the tenants' latest snapshots."""
-        if not state.tenants or len(in_flight) >= self.slots:
+        if not state.tenants or len(in_flight) >= self.capacity:
             return []
         ti, mi = state.index()
         pending = tuple(Assignment(ti[j.tenant], mi[j.candidate]) for j in in_flight
@@ -222,19 +237,23 @@ class Planner:
         loop = self._sync(state, pending)
         # Tenants with too few examples to train cannot be scheduled yet.
         ready = {i for i, t in enumerate(state.tenants) if t.n_examples >= 10}
-        busy_slots = {j.slot for j in in_flight}
-        free_slots = [s for s in range(self.slots) if s not in busy_slots]
+        load = [0] * self.slots  # jobs per slot: running + waiting
+        for j in in_flight:
+            load[j.slot % self.slots] += 1
         out = []
         for a in loop.fill():
-            if a.tenant not in ready or not free_slots:
+            if a.tenant not in ready:
                 continue
+            slot = min(range(self.slots), key=lambda s: (load[s], s))
+            load[slot] += 1
             t = state.tenants[a.tenant]
             cand = state.catalogue[a.arm]
             budget = min(loop.time_limit(a), job_budget_s or math.inf)
+            lock = None if self.lock_dir is None else f"{self.lock_dir}/slot-{slot}.lock"
             out.append(JobSpec(
                 t.name, cand, t.snapshot, f"{cand.replace('+', '_')}-s{t.snapshot}", tick,
-                self.policy, None if math.isinf(budget) else float(budget), max_epochs,
-                free_slots.pop(0),
+                self.policy, None if math.isinf(budget) else float(budget), max_epochs, slot,
+                slot_lock=lock,
             ))  # fmt: skip
         return out
 
@@ -260,7 +279,16 @@ def run_job(
     for k, v in tags.items():
         client.set_tag(run_id, k, v)
     try:
-        with context_env(spec.tenant, spec.policy, spec.tick), mlflow.start_run(run_id=run_id):
+        with (
+            context_env(spec.tenant, spec.policy, spec.tick),
+            mlflow.start_run(run_id=run_id),
+            _slot(spec),
+        ):
+            started = time.time()  # the trainer's first step follows at once
+            timing = {"started_at": started}
+            if spec.dispatched_at is not None:
+                timing["dispatch_latency_s"] = started - spec.dispatched_at
+            mlflow.log_metrics(timing)
             if spec.sleep_s is not None:
                 result_acc, cost, epochs = _sleep_job(spec.sleep_s)
             else:
@@ -282,12 +310,35 @@ def run_job(
                     mlflow.log_param(f"hp.{hp}", value)
                 result_acc, cost, epochs = result.accuracy, result.cost_s, result.epochs
                 mlflow.log_metric("resumed_from_epoch", result.resumed_from_epoch)
-            mlflow.log_metrics({"accuracy": result_acc, "cost_s": cost, "epochs": epochs})
+            mlflow.log_metrics({"accuracy": result_acc, "cost_s": cost, "epochs": epochs,
+                                "ended_at": time.time()})  # fmt: skip
     except BaseException:
         end_job_run(client, run_id, ok=False)
         raise
     end_job_run(client, run_id, ok=True)
     return JobRecord.from_run(client.get_run(run_id))
+
+
+@contextmanager
+def _slot(spec: JobSpec) -> Iterator[None]:
+    """Hold the job's GPU slot (an exclusive lock on a file) while it trains.
+
+    This is what makes prefetching pay: the scheduler sends the next job for a slot while the
+    current one runs, its process starts and imports everything, then waits here, warm, and
+    starts training the moment the slot is free (shared/ARCHITECTURE: ticks never block).
+    """
+    if spec.slot_lock is None:
+        yield
+        return
+    import fcntl
+
+    Path(spec.slot_lock).parent.mkdir(parents=True, exist_ok=True)
+    with open(spec.slot_lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _sleep_job(seconds: float) -> tuple[float, float, int]:

@@ -344,6 +344,72 @@ def bench_feed(
         console.print(f"wrote {out}/feed.json")
 
 
+@app.command("bench-service")
+def bench_service(
+    tenants: Annotated[int, typer.Option()] = 200,
+    models: Annotated[int, typer.Option(help="candidates per tenant")] = 20,
+    obs: Annotated[int, typer.Option(help="finished jobs per tenant")] = 10,
+    slots: Annotated[int, typer.Option()] = 8,
+    policy: Annotated[str, typer.Option()] = "rate",
+    out: Annotated[Path | None, typer.Option(help="directory for service.json")] = None,
+) -> None:
+    """CPU seconds of one scheduler pass (problem, decide, tick metrics) at scale, no I/O."""
+    from policy import POLICY_NAMES
+    from tenantml.bench.service import measure_tick_cpu
+
+    if policy not in POLICY_NAMES:
+        raise _fail(f"--policy {policy!r}; valid: {', '.join(POLICY_NAMES)}")
+    for name, v in (("tenants", tenants), ("slots", slots)):
+        if v < 1:
+            raise _fail(f"--{name} {v} is not valid: use 1 or more")
+    try:
+        r = measure_tick_cpu(tenants, models, obs, slots, policy=policy)
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    med, first = r["cpu_s_median"], r["cpu_s_first_pass"]
+    console.print(
+        f"{tenants} tenants x {models} models, {obs} finished jobs each, {slots} slots, {policy}: "
+        f"CPU per pass median {r['tick_cpu_s_median'] * 1000:.0f} ms (problem "
+        f"{med['build'] * 1000:.1f}, decide {med['decide'] * 1000:.1f}, metrics "
+        f"{med['metrics'] * 1000:.1f}); first pass decide {first['decide'] * 1000:.0f} ms "
+        "(target: tick < 1 s)"
+    )
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "service.json").write_text(json.dumps(r, indent=2) + "\n")
+        console.print(f"wrote {out}/service.json")
+
+
+@app.command("bench-dispatch")
+def bench_dispatch(
+    jobs: Annotated[int, typer.Option()] = 20,
+    job_seconds: Annotated[float, typer.Option(help="each job sleeps this long")] = 120.0,
+    slots: Annotated[int, typer.Option()] = 2,
+    postgres: Annotated[bool, typer.Option(help="servers on PostgreSQL")] = False,
+    out: Annotated[Path | None, typer.Option(help="directory for dispatch.json")] = None,
+) -> None:
+    """Dispatch latency and GPU-slot idle fraction through real servers (started here)."""
+    from tenantml.bench.service import measure_dispatch
+
+    if jobs < 1 or slots < 1 or job_seconds <= 0:
+        raise _fail("--jobs, --slots and --job-seconds must be positive")
+    try:
+        r = measure_dispatch(jobs, job_seconds, slots, postgres)
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    console.print(
+        f"{r['jobs']} jobs of {job_seconds:g} s on {slots} slots: dispatch-to-first-step "
+        f"latency median {r['latency_s_median']:.2f} s (max {r['latency_s_max']:.2f}); slot "
+        f"hand-off gap median {r['handoff_gap_s_median'] or 0:.2f} s; makespan "
+        f"{r['makespan_s']:.0f} s vs ideal {r['ideal_makespan_s']:.0f} s; slot idle "
+        f"{r['idle_fraction']:.1%} (target <= 5%)"
+    )
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "dispatch.json").write_text(json.dumps(r, indent=2) + "\n")
+        console.print(f"wrote {out}/dispatch.json")
+
+
 @app.command("bench-demo")
 def bench_demo(
     out: Annotated[Path, typer.Option(help="output directory")] = Path("results/demo"),

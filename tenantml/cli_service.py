@@ -219,6 +219,7 @@ def run(
     slots: Annotated[int | None, typer.Option(help="GPU slots (default: GPUs, or 1)")] = None,
     max_epochs: Annotated[int, typer.Option(help="epochs per learning rate")] = 10,
     job_budget: Annotated[float | None, typer.Option(help="seconds per job at most")] = None,
+    sleep_job_seconds: Annotated[float | None, typer.Option(hidden=True)] = None,
     home: Home = None,
 ) -> None:
     """Run the scheduler in the current mode (embedded or servers) for N ticks, or until stopped."""
@@ -230,7 +231,7 @@ def run(
         if ticks is not None and ticks < 1:
             raise ValueError(f"--ticks {ticks} is not valid: use 1 or more")
         out = _client(home).run(ticks, policy=policy, slots=slots, max_epochs=max_epochs,
-                                job_budget_s=job_budget)  # fmt: skip
+                                job_budget_s=job_budget, sleep_s=sleep_job_seconds)  # fmt: skip
         console.print(f"{out['ticks']} ticks, {out['jobs']} jobs in {out['wall_s']:.0f} s; "
                       f"GPU busy {out['busy_fraction']:.0%}")  # fmt: skip
 

@@ -7,7 +7,8 @@
 2. PostgreSQL when ``--postgres`` (initdb into ``servers/pg``, a private port and socket dir);
 3. an MLflow server (SQLite, or PostgreSQL) whose artifacts go to ``s3://tenantml/mlflow``;
 4. a Prefect server (SQLite, or PostgreSQL) and the process work pool ``gpu``, the deployments
-   ``scheduler`` and ``train`` (from this checkout), and one worker per GPU slot (``--limit 1``);
+   ``scheduler`` and ``train`` (from this checkout), and one worker per GPU slot (``--limit 2``:
+   its running job and one prefetched job waiting, warm, on the slot's lock);
 
 then writes ``servers.json``, which `tenantml.settings` reads: from then on every command of this
 installation uses the servers. `down` stops every PID it started (TERM, then INT, then KILL:
@@ -183,7 +184,8 @@ def up(
         subprocess.run([sys.executable, "-c", _DEPLOY], env={**os.environ, **worker_env},
                        check=True, capture_output=True, timeout=timeout, cwd=ROOT)  # fmt: skip
         for i in range(slots):
-            cmd = [_bin("prefect"), "worker", "start", "--pool", "gpu", "--limit", "1",
+            # --limit 2: the slot's running job plus one prefetched, waiting on the slot's lock
+            cmd = [_bin("prefect"), "worker", "start", "--pool", "gpu", "--limit", "2",
                    "--name", f"slot-{i}"]  # fmt: skip
             run.start(f"worker-{i}", cmd, worker_env)
         return config

@@ -56,6 +56,7 @@ class Settings:
     gpu_slots: int
     policy: str
     server_env: tuple[tuple[str, str], ...] = ()
+    pin_gpus: bool = False  # one machine (`tenantml up`): slot i runs on GPU i
 
     @classmethod
     def load(cls, home: str | Path | None = None) -> Settings:
@@ -67,7 +68,8 @@ class Settings:
         if (root / "servers.json").exists():
             servers = json.loads((root / "servers.json").read_text())
         env = os.environ.get
-        mode: Mode = "servers" if servers else "embedded"
+        # Servers: `tenantml up` on this machine, or a cluster's Prefect API in the environment.
+        mode: Mode = "servers" if servers or env("PREFECT_API_URL") else "embedded"
         slots_env = env("TENANTML_GPU_SLOTS") or servers.get("gpu_slots")
         slots = int(slots_env) if slots_env else max(1, _cuda_devices())
         if slots < 1:
@@ -85,6 +87,7 @@ class Settings:
             gpu_slots=slots,
             policy=env("TENANTML_POLICY") or DEFAULT_POLICY,
             server_env=tuple(sorted(servers.get("env", {}).items())),
+            pin_gpus=bool(servers),
         )
 
     def prefect_env(self) -> dict[str, str]:

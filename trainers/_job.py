@@ -8,7 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["EpochReport", "TrainJob", "TrainResult"]
+__all__ = ["LR_GRID", "EpochReport", "TrainJob", "TrainResult"]
+
+#: learning-rate grid of shared/papers/000 Sec. 5.1, searched when a job gives no ``lr``
+LR_GRID: tuple[float, ...] = (0.1, 0.01, 0.001, 0.0001)
 
 HyperValue = float | int | str | bool
 

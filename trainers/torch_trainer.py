@@ -28,7 +28,7 @@ from torch.nn import functional as F  # noqa: N812
 from tenantml.schema import Schema
 from tenantml.store import ExampleStore, is_class_output
 from trainers._data import split
-from trainers._job import EpochReport, TrainJob, TrainResult
+from trainers._job import LR_GRID, EpochReport, TrainJob, TrainResult
 from trainers._model import TrainedModel
 from trainers.nets import (
     IMAGE_NETS,
@@ -42,7 +42,6 @@ from trainers.templates import Candidate
 
 __all__ = ["LR_GRID", "Stepper", "build_net", "infer_batches", "pick_device", "train_torch"]
 
-LR_GRID: tuple[float, ...] = (0.1, 0.01, 0.001, 0.0001)
 CHECKPOINT_FORMAT = 1
 
 

@@ -1,0 +1,154 @@
+"""Service benchmarks: the scheduler's CPU per tick at scale, and dispatch overhead on servers.
+
+`measure_tick_cpu`: `n` image tenants with `models` candidates each (a random subset of the 36
+image candidates), `obs` finished jobs each; CPU seconds (``time.process_time``) of one
+scheduler pass without I/O: building the policy's problem, `Planner.decide` for all slots, and
+the per-tick metrics (each tenant's loss estimate). MLflow and the store are not involved here;
+their cost per pass is one search of the job runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+__all__ = ["measure_tick_cpu"]
+
+
+def measure_tick_cpu(
+    n_tenants: int = 200, models: int = 20, obs_per_tenant: int = 10, slots: int = 8,
+    passes: int = 5,
+    policy: str = "rate", seed: int = 0,
+) -> dict[str, Any]:  # fmt: skip
+    from mlflow_plugin.tracking import JobRecord
+    from tasks._service import (
+        JobSpec,
+        Planner,
+        ServiceState,
+        TenantInfo,
+        build_problem,
+        tick_metrics,
+    )
+    from tenantml.schema import Schema, Tensor
+    from trainers import candidates
+
+    rng = np.random.default_rng(seed)
+    image = Schema(input=Tensor(32, 32, 3), output=Tensor(10))
+    tenants = []
+    pool = [c.name for c in candidates(image)]
+    if not 1 <= models <= len(pool):
+        raise ValueError(f"models={models} is not valid: use 1..{len(pool)}")
+    for i in range(n_tenants):
+        cands = tuple(str(c) for c in rng.choice(pool, size=models, replace=False))
+        tenants.append(TenantInfo(f"t{i}", image, cands, 1000, 1, str(i)))
+    records = []
+    for i, t in enumerate(tenants):
+        for j, cand in enumerate(rng.permutation(t.candidates)[:obs_per_tenant]):
+            records.append(JobRecord(f"r{i}-{j}", t.name, str(cand), f"{cand}-s1", "FINISHED",
+                                     float(rng.uniform(0.5, 1.0)), float(rng.uniform(1, 100)),
+                                     j, 1, 0.0, 1.0, None))  # fmt: skip
+    n_models = len({c for t in tenants for c in t.candidates})
+    times: dict[str, list[float]] = {"build": [], "decide": [], "metrics": []}
+    planner = Planner(policy, slots, seed)
+    in_flight: list[JobSpec] = []
+    for p in range(passes):
+        t0 = time.process_time()
+        problem, catalogue = build_problem(tenants)
+        state = ServiceState(tenants, records, problem, catalogue)
+        t1 = time.process_time()
+        in_flight = in_flight[1:]  # one slot freed per pass, as when a job finishes
+        new = planner.decide(state, in_flight=in_flight, tick=p + 1)
+        in_flight += new
+        t2 = time.process_time()
+        tick_metrics(state)
+        t3 = time.process_time()
+        for key, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2), strict=True):
+            times[key].append(dt)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    first = {k: v[0] for k, v in times.items()}
+    return {
+        "tenants": n_tenants, "models": n_models, "obs_per_tenant": obs_per_tenant,
+        "slots": slots, "policy": policy, "passes": passes,
+        "cpu_s_median": med, "cpu_s_first_pass": first,
+        "tick_cpu_s_median": sum(med.values()),
+    }  # fmt: skip
+
+
+_SETUP = """
+from tenantml.client import Client
+from tenantml import datasets
+c = Client()
+d = datasets.load("digits")
+c.submit("dispatch", d.schema)
+c.feed("dispatch", d.inputs[:200], d.labels[:200])
+"""
+
+
+def measure_dispatch(
+    jobs: int = 20, job_seconds: float = 120.0, slots: int = 2, postgres: bool = False
+) -> dict[str, Any]:
+    """Dispatch overhead through real servers (started and stopped here, in a temporary home).
+
+    `jobs` sleep-based jobs of `job_seconds` each go through the scheduler, the work pool ``gpu``
+    and its `slots` process workers. Latency: from the scheduler's dispatch to the start of the
+    job's trainer (``started_at - dispatched_at``; with prefetching this includes the wait for
+    the slot). Hand-off gap: on one slot, from a job's end to the next job's first step. Idle
+    fraction: 1 - (time the trainers ran) / (slots x the makespan from the first dispatch to the
+    last job's end).
+    """
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from mlflow.tracking import MlflowClient
+
+    from mlflow_plugin.tracking import experiment_name
+    from tenantml.servers import down, up
+
+    if jobs < 2 * slots:
+        raise ValueError(f"jobs={jobs} is not valid: use at least 2 x slots = {2 * slots}")
+    home = Path(tempfile.mkdtemp(prefix="tenantml-dispatch-"))
+    cfg = up(home, slots=slots, postgres=postgres)
+    try:
+        env = {**os.environ, "TENANTML_HOME": str(home), "PREFECT_LOGGING_LEVEL": "ERROR"}
+        subprocess.run([sys.executable, "-c", _SETUP], env=env, check=True, capture_output=True)
+        # The first tick fills every slot and queues one prefetched job per slot; each later
+        # tick refills one.
+        ticks = max(1, jobs - 2 * slots + 1)
+        start = time.monotonic()
+        subprocess.run([sys.executable, "-m", "tenantml.cli", "run", "--ticks", str(ticks),
+                        "--slots", str(slots), "--policy", "roundrobin", "--sleep-job-seconds",
+                        str(job_seconds)], env=env, check=True, capture_output=True)  # fmt: skip
+        wall = time.monotonic() - start
+        client = MlflowClient(cfg["tracking_uri"])
+        exp = client.get_experiment_by_name(experiment_name("dispatch"))
+        if exp is None:
+            raise RuntimeError("the benchmark tenant has no MLflow experiment: setup failed")
+        runs = client.search_runs([exp.experiment_id], max_results=1000)
+        done = [r for r in runs if "ended_at" in r.data.metrics]
+        m = [r.data.metrics for r in done]
+        latency = [x["dispatch_latency_s"] for x in m if "dispatch_latency_s" in x]
+        # Hand-off gap: from one job's end to the next job's first step on the same slot.
+        gaps: list[float] = []
+        for slot in {r.data.tags.get("tenantml.slot") for r in done}:
+            on = sorted((r.data.metrics for r in done if r.data.tags.get("tenantml.slot") == slot),
+                        key=lambda x: x["started_at"])  # fmt: skip
+            gaps += [b["started_at"] - a["ended_at"] for a, b in zip(on, on[1:], strict=False)]
+        first = min(x["started_at"] - x.get("dispatch_latency_s", 0.0) for x in m)
+        makespan = max(x["ended_at"] for x in m) - first
+        busy = sum(x["cost_s"] for x in m)
+        return {
+            "jobs": len(m), "job_seconds": job_seconds, "slots": slots, "postgres": postgres,
+            "latency_s_median": statistics.median(latency), "latency_s_max": max(latency),
+            "handoff_gap_s_median": statistics.median(gaps) if gaps else None,
+            "handoff_gap_s_max": max(gaps) if gaps else None,
+            "makespan_s": makespan, "ideal_makespan_s": job_seconds * jobs / slots,
+            "idle_fraction": 1.0 - busy / (slots * makespan), "scheduler_wall_s": wall,
+        }  # fmt: skip
+    finally:
+        down(home)
