@@ -1,0 +1,142 @@
+"""The service's logic without servers: problem building, the planner across passes (picker
+state, prefetch slots), history from job records, loss estimates, settings, slot locks."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mlflow_plugin.tracking import JobRecord
+from policy import History, Observation, loss_estimates
+from tasks._service import JobSpec, Planner, ServiceState, TenantInfo, _slot, build_problem
+from tenantml.schema import Schema, Tensor
+from tenantml.settings import Settings
+from trainers import candidates
+
+TAB = Schema(input=Tensor(5), output=Tensor(2))
+IMG = Schema(input=Tensor(8, 8, 1), output=Tensor(10))
+
+
+def _tenant(name: str, schema: Schema, n: int = 100) -> TenantInfo:
+    return TenantInfo(name, schema, tuple(c.name for c in candidates(schema)), n, 1, name)
+
+
+def _record(tenant: str, cand: str, status: str = "FINISHED", acc: float = 0.9) -> JobRecord:
+    return JobRecord(f"{tenant}-{cand}", tenant, cand, f"{cand}-s1", status, acc, 1.0, 1, 1,
+                     0.0, 1.0, None)  # fmt: skip
+
+
+def _state(tenants: list[TenantInfo], records: list[JobRecord]) -> ServiceState:
+    problem, catalogue = build_problem(tenants)
+    return ServiceState(tenants, records, problem, catalogue)
+
+
+def test_problem_is_the_union_of_candidates() -> None:
+    s = _state([_tenant("a", TAB), _tenant("b", IMG), _tenant("c", TAB)], [])
+    assert s.catalogue[:6] == tuple(c.name for c in candidates(TAB))
+    assert len(s.catalogue) == 6 + 36
+    assert s.problem.available.sum(axis=1).tolist() == [6, 36, 6]
+    assert np.all(s.problem.cost[s.problem.available] > 0)
+    # a CNN is predicted dearer than logistic regression for the same data size
+    k_lr, k_cnn = s.catalogue.index("logistic_regression"), s.catalogue.index("resnet18")
+    assert s.problem.cost[1, k_cnn] > s.problem.cost[0, k_lr]
+
+
+def test_history_from_records() -> None:
+    recs = [_record("a", "svm"), _record("a", "knn", "FAILED"), _record("a", "mlp", "RUNNING"),
+            _record("gone", "svm")]  # fmt: skip
+    s = _state([_tenant("a", TAB)], recs)
+    log = s.history().log
+    assert [(o.arm, o.completed) for o in log] == [
+        (s.catalogue.index("svm"), True), (s.catalogue.index("knn"), False),
+    ]  # fmt: skip
+    assert [r.candidate for r in s.running()] == ["mlp"]
+
+
+def test_planner_keeps_the_pickers_turn_across_passes() -> None:
+    tenants = [_tenant("a", TAB), _tenant("b", TAB), _tenant("c", TAB)]
+    planner = Planner("roundrobin", slots=1)
+    records: list[JobRecord] = []
+    served = []
+    for tick in range(6):
+        [job] = planner.decide(_state(tenants, records), in_flight=[], tick=tick)
+        served.append(job.tenant)
+        records.append(_record(job.tenant, job.candidate))
+    assert served == ["a", "b", "c", "a", "b", "c"]
+
+
+def test_prefetch_fills_each_slot_with_one_waiting_job() -> None:
+    tenants = [_tenant("a", TAB), _tenant("b", TAB)]
+    planner = Planner("roundrobin", slots=2, prefetch=2, lock_dir="/locks")
+    jobs = planner.decide(_state(tenants, []), in_flight=[], tick=1)
+    assert len(jobs) == 4 and sorted(j.slot for j in jobs) == [0, 0, 1, 1]
+    assert {j.slot_lock for j in jobs} == {"/locks/slot-0.lock", "/locks/slot-1.lock"}
+    assert len({(j.tenant, j.candidate) for j in jobs}) == 4  # pending jobs are not repeated
+    assert planner.decide(_state(tenants, []), in_flight=jobs, tick=2) == []
+    again = planner.decide(_state(tenants, []), in_flight=jobs[1:], tick=2)
+    assert len(again) == 1 and again[0].slot == jobs[0].slot
+    with pytest.raises(ValueError, match="lock_dir"):
+        Planner("rate", 1, prefetch=1)
+
+
+def test_tenants_without_enough_examples_wait() -> None:
+    planner = Planner("roundrobin", slots=1)
+    jobs = planner.decide(_state([_tenant("a", TAB, n=3)], []), in_flight=[], tick=1)
+    assert jobs == []
+
+
+def test_loss_estimates() -> None:
+    s = _state([_tenant("a", TAB), _tenant("b", TAB)], [])
+    prior = loss_estimates(s.problem, History())
+    assert np.all(prior > 0.3)  # nothing known: about the prior mean of the best model
+    done = History(tuple(Observation(0, k, 0.99, 1.0) for k in range(6)))
+    after = loss_estimates(s.problem, done)
+    assert after[0] == 0.0 and after[1] == prior[1]  # every model of a tried: nothing to gain
+    one = loss_estimates(s.problem, History((Observation(1, 0, 0.95, 1.0),)))
+    assert 0 < one[1] < prior[1]
+
+
+def test_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in ("TENANTML_TRACKING_URI", "TENANTML_STORE", "PREFECT_API_URL", "TENANTML_GPU_SLOTS"):
+        monkeypatch.delenv(k, raising=False)
+    s = Settings.load(tmp_path)
+    assert s.mode == "embedded" and s.tracking_uri == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert s.store().blobs.describe() == f"local directory {tmp_path / 'store'}"
+    (tmp_path / "servers.json").write_text(json.dumps({
+        "tracking_uri": "http://127.0.0.1:1", "store": "s3://b/p", "prefect_api_url": "http://x/api",
+        "s3_endpoint_url": "http://127.0.0.1:2", "gpu_slots": 3,
+    }))  # fmt: skip
+    s = Settings.load(tmp_path)
+    assert (s.mode, s.gpu_slots, s.pin_gpus, s.store_url) == ("servers", 3, True, "s3://b/p")
+    monkeypatch.setenv("TENANTML_GPU_SLOTS", "0")
+    with pytest.raises(ValueError, match="TENANTML_GPU_SLOTS"):
+        Settings.load(tmp_path)
+    monkeypatch.setenv("TENANTML_GPU_SLOTS", "1")
+    monkeypatch.setenv("TENANTML_STORE", "ftp://nope")
+    with pytest.raises(ValueError, match="file:///abs/dir or s3://bucket/prefix"):
+        Settings.load(tmp_path).store()
+
+
+def test_slot_lock_serializes_jobs_on_one_slot(tmp_path: Path) -> None:
+    spec = JobSpec("a", "svm", 1, "j", 1, "rate", slot_lock=str(tmp_path / "slot-0.lock"))
+    events: list[str] = []
+
+    def job(name: str, hold: float) -> None:
+        with _slot(spec):
+            events.append(f"{name} start")
+            time.sleep(hold)
+            events.append(f"{name} end")
+
+    first = threading.Thread(target=job, args=("first", 0.3))
+    first.start()
+    time.sleep(0.1)
+    second = threading.Thread(target=job, args=("second", 0.0))
+    second.start()
+    first.join()
+    second.join()
+    assert events == ["first start", "first end", "second start", "second end"]
