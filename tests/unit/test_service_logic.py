@@ -140,3 +140,27 @@ def test_slot_lock_serializes_jobs_on_one_slot(tmp_path: Path) -> None:
     first.join()
     second.join()
     assert events == ["first start", "first end", "second start", "second end"]
+
+
+def test_unreachable_server_is_named_and_the_cli_exits_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from tenantml.cli import app
+    from tenantml.client import Client
+    from tenantml.settings import ServerUnreachableError
+    from tests.servers import free_port
+
+    for k in ("TENANTML_TRACKING_URI", "TENANTML_STORE", "PREFECT_API_URL"):
+        monkeypatch.delenv(k, raising=False)
+    dead = f"http://127.0.0.1:{free_port()}"
+    (tmp_path / "servers.json").write_text(json.dumps({
+        "tracking_uri": dead, "store": "s3://b/p", "prefect_api_url": f"{dead}/api",
+    }))  # fmt: skip
+    with pytest.raises(
+        ServerUnreachableError, match=f"MLflow server at {dead}/health.*tenantml up"
+    ):
+        Client(tmp_path)
+    res = CliRunner().invoke(app, ["tenants", "--home", str(tmp_path)])
+    assert res.exit_code == 1 and "is not reachable" in res.output and "tenantml up" in res.output
