@@ -279,39 +279,40 @@ def run_job(
     for k, v in tags.items():
         client.set_tag(run_id, k, v)
     try:
-        with (
-            context_env(spec.tenant, spec.policy, spec.tick),
-            mlflow.start_run(run_id=run_id),
-            _slot(spec),
-        ):
-            started = time.time()  # the trainer's first step follows at once
-            timing = {"started_at": started}
-            if spec.dispatched_at is not None:
-                timing["dispatch_latency_s"] = started - spec.dispatched_at
-            mlflow.log_metrics(timing)
-            if spec.sleep_s is not None:
-                result_acc, cost, epochs = _sleep_job(spec.sleep_s)
-            else:
-                epochs_seen = [0]
+        with context_env(spec.tenant, spec.policy, spec.tick), mlflow.start_run(run_id=run_id):
+            epochs_seen = [0]
 
-                def log_epoch(e: EpochReport) -> None:
-                    loss = e.train_loss if math.isfinite(e.train_loss) else -1.0
-                    metrics = {"val_accuracy": e.val_accuracy, "train_loss": loss}
-                    mlflow.log_metrics(metrics, step=epochs_seen[0])
-                    epochs_seen[0] += 1
+            def log_epoch(e: EpochReport) -> None:
+                loss = e.train_loss if math.isfinite(e.train_loss) else -1.0
+                metrics = {"val_accuracy": e.val_accuracy, "train_loss": loss}
+                mlflow.log_metrics(metrics, step=epochs_seen[0])
+                epochs_seen[0] += 1
 
-                job = TrainJob(spec.tenant, spec.candidate, spec.snapshot,
-                               time_budget_s=spec.time_budget_s, max_epochs=spec.max_epochs,
-                               job_id=f"{spec.job_id}")  # fmt: skip
-                result = train(job, store, on_epoch=log_epoch)
+            result = None
+            with _slot(spec):  # the slot is held while training, and only then
+                started = time.time()  # the trainer's first step follows at once
+                timing = {"started_at": started}
+                if spec.dispatched_at is not None:
+                    timing["dispatch_latency_s"] = started - spec.dispatched_at
+                mlflow.log_metrics(timing)
+                if spec.sleep_s is not None:
+                    result_acc, cost, epochs = _sleep_job(spec.sleep_s)
+                else:
+                    job = TrainJob(spec.tenant, spec.candidate, spec.snapshot,
+                                   time_budget_s=spec.time_budget_s, max_epochs=spec.max_epochs,
+                                   job_id=spec.job_id)  # fmt: skip
+                    result = train(job, store, on_epoch=log_epoch)
+                    result_acc, cost, epochs = result.accuracy, result.cost_s, result.epochs
+                ended = time.time()
+            # The next job on this slot trains already while this one logs its model.
+            if result is not None:
                 uri = log_trained_model(result.model)
                 client.set_tag(run_id, "tenantml.model_uri", uri)
                 for hp, value in result.hyperparameters.items():
                     mlflow.log_param(f"hp.{hp}", value)
-                result_acc, cost, epochs = result.accuracy, result.cost_s, result.epochs
                 mlflow.log_metric("resumed_from_epoch", result.resumed_from_epoch)
             mlflow.log_metrics({"accuracy": result_acc, "cost_s": cost, "epochs": epochs,
-                                "ended_at": time.time()})  # fmt: skip
+                                "ended_at": ended})  # fmt: skip
     except BaseException:
         end_job_run(client, run_id, ok=False)
         raise
