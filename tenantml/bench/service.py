@@ -147,7 +147,7 @@ def measure_dispatch(
             "latency_s_median": statistics.median(latency), "latency_s_max": max(latency),
             "handoff_gap_s_median": statistics.median(gaps) if gaps else None,
             "handoff_gap_s_max": max(gaps) if gaps else None,
-            "makespan_s": makespan, "ideal_makespan_s": job_seconds * jobs / slots,
+            "makespan_s": makespan, "ideal_makespan_s": job_seconds * len(m) / slots,
             "idle_fraction": 1.0 - busy / (slots * makespan), "scheduler_wall_s": wall,
         }  # fmt: skip
     finally:
