@@ -181,7 +181,10 @@ def up(
         subprocess.run([_bin("prefect"), "--no-prompt", "work-pool", "create", "gpu", "--type",
                         "process", "--overwrite"], env={**os.environ, **pf_env}, check=True,
                        capture_output=True, timeout=timeout)  # fmt: skip
-        subprocess.run([sys.executable, "-c", _DEPLOY], env={**os.environ, **worker_env},
+        # The deployments operators read about are the ones deployed: infra/prefect.yaml.
+        deploy = [_bin("prefect"), "--no-prompt", "deploy", "--all", "--prefect-file",
+                  str(ROOT / "infra" / "prefect.yaml")]  # fmt: skip
+        subprocess.run(deploy, env={**os.environ, **worker_env, "TENANTML_ROOT": str(ROOT)},
                        check=True, capture_output=True, timeout=timeout, cwd=ROOT)  # fmt: skip
         for i in range(slots):
             # --limit 2: the slot's running job plus one prefetched, waiting on the slot's lock
@@ -192,17 +195,6 @@ def up(
     except BaseException:
         down(home)
         raise
-
-
-_DEPLOY = """
-from prefect import flow
-for entry, name in (
-    ("flows/train.py:train", "train"), ("flows/scheduler.py:scheduler", "scheduler")
-):
-    flow.from_source(source=".", entrypoint=entry).deploy(
-        name=name, work_pool_name="gpu", print_next_steps=False,
-    )
-"""
 
 
 def _pg_dir(run: _Launcher) -> Path:
