@@ -6,9 +6,10 @@
    is given (AWS, MinIO: ``--s3-endpoint``, credentials from the usual AWS variables);
 2. PostgreSQL when ``--postgres`` (initdb into ``servers/pg``, a private port and socket dir);
 3. an MLflow server (SQLite, or PostgreSQL) whose artifacts go to ``s3://tenantml/mlflow``;
-4. a Prefect server (SQLite, or PostgreSQL) and the process work pool ``gpu``, the deployments
-   ``scheduler`` and ``train`` (from this checkout), and one worker per GPU slot (``--limit 2``:
-   its running job and one prefetched job waiting, warm, on the slot's lock);
+4. a Prefect server (SQLite, or PostgreSQL); the process work pool ``gpu`` with one worker per
+   GPU slot (``--limit 2``: its running job and one prefetched job waiting, warm, on the slot's
+   lock) for the ``train`` deployment, and the pool ``control`` with one worker for the
+   ``scheduler`` deployment (started from the Prefect UI), both from ``infra/prefect.yaml``;
 
 then writes ``servers.json``, which `tenantml.settings` reads: from then on every command of this
 installation uses the servers. `down` stops every PID it started (TERM, then INT, then KILL:
@@ -178,14 +179,18 @@ def up(
         worker_env = {**pf_env, **env, "TENANTML_HOME": str(home),
                       "PREFECT_WORKER_QUERY_SECONDS": "1",
                       "PREFECT_WORKER_PREFETCH_SECONDS": "1"}  # fmt: skip
-        subprocess.run([_bin("prefect"), "--no-prompt", "work-pool", "create", "gpu", "--type",
-                        "process", "--overwrite"], env={**os.environ, **pf_env}, check=True,
-                       capture_output=True, timeout=timeout)  # fmt: skip
+        for pool in ("gpu", "control"):
+            subprocess.run([_bin("prefect"), "--no-prompt", "work-pool", "create", pool, "--type",
+                            "process", "--overwrite"], env={**os.environ, **pf_env}, check=True,
+                           capture_output=True, timeout=timeout)  # fmt: skip
         # The deployments operators read about are the ones deployed: infra/prefect.yaml.
         deploy = [_bin("prefect"), "--no-prompt", "deploy", "--all", "--prefect-file",
                   str(ROOT / "infra" / "prefect.yaml")]  # fmt: skip
         subprocess.run(deploy, env={**os.environ, **worker_env, "TENANTML_ROOT": str(ROOT)},
                        check=True, capture_output=True, timeout=timeout, cwd=ROOT)  # fmt: skip
+        # The scheduler deployment (started from the Prefect UI) runs on the pool `control`.
+        run.start("worker-control", [_bin("prefect"), "worker", "start", "--pool", "control",
+                                     "--limit", "1", "--name", "control"], worker_env)  # fmt: skip
         for i in range(slots):
             # --limit 2: the slot's running job plus one prefetched, waiting on the slot's lock
             cmd = [_bin("prefect"), "worker", "start", "--pool", "gpu", "--limit", "2",
