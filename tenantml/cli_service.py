@@ -301,9 +301,14 @@ def demo(
             raise failure[0]
         console.print(f"{result['ticks']} ticks, {result['jobs']} jobs in {result['wall_s']:.0f} s;"
                       f" GPU busy {result['busy_fraction']:.0%}")  # fmt: skip
-        d = datasets.load("wine")
-        pred = c.infer("wine", d.inputs[:5])
-        console.print(f"infer wine, first 5 examples: {list(pred)} (true {d.labels[:5]})")
+        for ds in names:  # infer with the first tenant that has a best model
+            tenant = ds.replace("_", "-")
+            if c.status(tenant).best_version is None:
+                continue
+            d = datasets.load(ds)
+            pred = [str(p) for p in c.infer(tenant, d.inputs[:5])]
+            console.print(f"infer {tenant}, 5 examples: {pred} (true {list(d.labels[:5])})")
+            break
         ui = f".venv/bin/mlflow ui --backend-store-uri {c.settings.tracking_uri}"
         console.print(f"Open the MLflow UI on this run:\n  {ui}")
 

@@ -179,3 +179,16 @@ def test_kill_the_scheduler_and_restart_loses_and_duplicates_nothing(
     assert all(r.status == "FINISHED" for r in recs)
     assert set(killed_with) <= set(ids) and before <= set(ids)
     assert len(recs) >= len(before) + len(killed_with)
+
+
+def test_demo_command_runs_bounded(tmp_path: Path) -> None:
+    """`make demo` runs `tenantml demo`: here with 3 ticks in a fresh home."""
+    out = subprocess.run(
+        [sys.executable, "-m", "tenantml.cli", "demo", "--ticks", "3", "--max-epochs", "1",
+         "--home", str(tmp_path / "demo")],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "120"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    for tenant in ("digits", "breast-cancer", "wine", "japanese-vowels"):
+        assert tenant in out.stdout
+    assert "ticks," in out.stdout and "mlflow ui --backend-store-uri sqlite:///" in out.stdout

@@ -64,6 +64,9 @@ def _cli(home: Path, *args: str, timeout: float = 600, input: str | None = None)
     return out.stdout
 
 
+# Every scheduler here: 2 slots, at most 4 epochs per rate and 30 s per job (CPU-friendly).
+_RUN = ("--slots", "2", "--max-epochs", "4", "--job-budget", "30", "--policy", "roundrobin")
+
 _RECORDS = """
 import json
 from tenantml.client import Client
@@ -93,8 +96,7 @@ def test_three_tenants_best_models_and_infer(home: Path, tmp_path: Path) -> None
     assert "fed 1797 examples" in _cli(
         home, "feed", "digits", "--npz", str(tmp_path / "digits.npz")
     )
-    out = _cli(home, "run", "--ticks", "4", "--slots", "2", "--max-epochs", "4", "--policy",
-               "roundrobin")  # fmt: skip
+    out = _cli(home, "run", *_RUN, "--ticks", "4")
     jobs = int(out.split(" ticks, ")[1].split(" jobs")[0])
     assert "4 ticks" in out and jobs >= 5, out  # 2 slots: the first tick starts 2 jobs
     recs = _records(home)
@@ -181,8 +183,7 @@ def test_killed_train_process_resumes_from_its_checkpoint(home: Path) -> None:
 
 def test_scheduler_killed_and_restarted_counts_each_job_once(home: Path) -> None:
     before = {(r["tenant"], r["job_id"]) for r in _records(home)}
-    cmd = [sys.executable, "-m", "tenantml.cli", "run", "--ticks", "3", "--slots", "2",
-           "--max-epochs", "4", "--policy", "roundrobin"]  # fmt: skip
+    cmd = [sys.executable, "-m", "tenantml.cli", "run", *_RUN, "--ticks", "3"]
     proc = subprocess.Popen(cmd, env=_env(home), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 300
@@ -195,8 +196,7 @@ def test_scheduler_killed_and_restarted_counts_each_job_once(home: Path) -> None
             break
         time.sleep(0.3)
     proc.wait(timeout=30)
-    _cli(home, "run", "--ticks", "1", "--slots", "2", "--max-epochs", "4", "--policy",
-         "roundrobin")  # fmt: skip
+    _cli(home, "run", *_RUN, "--ticks", "1")
     recs = [r for r in _records(home) if (r["tenant"], r["job_id"]) not in before]
     keys = [(r["tenant"], r["job_id"]) for r in recs]
     assert len(keys) == len(set(keys)) and all(r["status"] == "FINISHED" for r in recs)
