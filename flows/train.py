@@ -6,6 +6,8 @@ last checkpoint in the store, so a retry loses at most one epoch and is never co
 
 from __future__ import annotations
 
+import os
+import threading
 from typing import Any
 
 from prefect import flow, runtime
@@ -25,6 +27,11 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
 
     settings = Settings.load().apply()
     job = JobSpec(**spec)
+    if threading.current_thread() is threading.main_thread():
+        # A worker process runs one job: tag every MLflow run it starts (the run-context
+        # provider of mlflow_plugin). Not in threads (embedded): the environment is shared.
+        os.environ.update({"TENANTML_TENANT": job.tenant, "TENANTML_POLICY": job.policy,
+                           "TENANTML_TICK": str(job.tick)})  # fmt: skip
     client = MlflowClient(settings.tracking_uri)
     store = settings.store()
     schema = store.schema(job.tenant)

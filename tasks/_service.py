@@ -22,7 +22,6 @@ import mlflow
 import numpy as np
 from mlflow.tracking import MlflowClient
 
-from mlflow_plugin.context import context_env
 from mlflow_plugin.pyfunc import log_trained_model
 from mlflow_plugin.registry import BestModel, best_model, promote_if_better
 from mlflow_plugin.tracking import (
@@ -279,7 +278,9 @@ def run_job(
     for k, v in tags.items():
         client.set_tag(run_id, k, v)
     try:
-        with context_env(spec.tenant, spec.policy, spec.tick), mlflow.start_run(run_id=run_id):
+        # Tags are set on the run above; no environment variables here: jobs may run in threads
+        # (embedded), and os.environ is shared by all of them.
+        with mlflow.start_run(run_id=run_id):
             epochs_seen = [0]
 
             def log_epoch(e: EpochReport) -> None:
