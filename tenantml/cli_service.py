@@ -28,7 +28,7 @@ from rich.table import Table
 
 __all__ = ["register"]
 
-console = Console(markup=False, highlight=False)  # tenant data may contain [brackets]
+console = Console(markup=False, highlight=False, soft_wrap=True)  # data may hold [brackets]
 err = Console(stderr=True, markup=False, highlight=False)
 
 Files = Annotated[list[Path] | None, typer.Argument(help="files (default: paths on stdin)")]
