@@ -81,7 +81,8 @@ def scheduler(
         print(f"resuming {r.tenant}/{r.job_id} left running by an earlier scheduler")
 
     exp = client.get_experiment_by_name(SCHEDULER_EXPERIMENT)
-    exp_id = exp.experiment_id if exp else client.create_experiment(SCHEDULER_EXPERIMENT)
+    location = settings.artifact_location and f"{settings.artifact_location}/scheduler"
+    exp_id = exp.experiment_id if exp else client.create_experiment(SCHEDULER_EXPERIMENT, location)
     started, done_ticks, jobs_done, train_s = time.monotonic(), 0, 0, 0.0
     with mlflow.start_run(experiment_id=exp_id, run_name=f"scheduler-{policy}") as run:
         mlflow.log_params({"policy": policy, "slots": slots, "ticks": ticks,

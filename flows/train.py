@@ -35,7 +35,9 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
     client = MlflowClient(settings.tracking_uri)
     store = settings.store()
     schema = store.schema(job.tenant)
-    experiment_id = ensure_tenant_experiment(client, job.tenant, str(schema), [])
+    experiment_id = ensure_tenant_experiment(
+        client, job.tenant, str(schema), [], settings.artifact_location
+    )
     record = train_task(job, client, store, experiment_id, str(runtime.flow_run.id or ""))
     return {"run_id": record.run_id, "status": record.status, "accuracy": record.accuracy,
             "cost_s": record.cost_s}  # fmt: skip

@@ -38,15 +38,21 @@ def experiment_name(tenant: str) -> str:
 
 
 def ensure_tenant_experiment(
-    client: MlflowClient, tenant: str, schema: str, candidates: Iterable[str]
+    client: MlflowClient,
+    tenant: str,
+    schema: str,
+    candidates: Iterable[str],
+    artifact_location: str | None = None,
 ) -> str:
-    """The tenant's experiment id, created with its tags if missing."""
+    """The tenant's experiment id, created with its tags if missing. `artifact_location`: where
+    its artifacts go when the tracking store does not decide (SQLite would use ./mlruns)."""
     exp = client.get_experiment_by_name(experiment_name(tenant))
     if exp is not None:
         return str(exp.experiment_id)
     tags = {KIND: "tenant", "tenantml.tenant": tenant, "tenantml.schema": schema,
             "tenantml.candidates": ",".join(candidates)}  # fmt: skip
-    return str(client.create_experiment(experiment_name(tenant), tags=tags))
+    location = None if artifact_location is None else f"{artifact_location}/{tenant}"
+    return str(client.create_experiment(experiment_name(tenant), location, tags=tags))
 
 
 def tenant_experiments(client: MlflowClient) -> dict[str, str]:

@@ -128,11 +128,17 @@ class ServiceState:
         return [r for r in self.records if r.status == "RUNNING"]
 
 
-def register_tenant(client: MlflowClient, store: ExampleStore, name: str, schema: Schema) -> str:
+def register_tenant(
+    client: MlflowClient,
+    store: ExampleStore,
+    name: str,
+    schema: Schema,
+    artifact_location: str | None = None,
+) -> str:
     """Create the tenant in the store and its MLflow experiment (idempotent for one schema)."""
     cands = [c.name for c in candidates(schema)]  # raises NoCandidatesError first
     store.create_tenant(name, schema)
-    return ensure_tenant_experiment(client, name, str(schema), cands)
+    return ensure_tenant_experiment(client, name, str(schema), cands, artifact_location)
 
 
 def load_state(client: MlflowClient, store: ExampleStore) -> ServiceState:

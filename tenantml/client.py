@@ -104,7 +104,7 @@ class Client:
 
         if isinstance(schema, str):
             schema = Schema.parse(schema)
-        register_tenant(self.mlflow, self.store, name, schema)
+        register_tenant(self.mlflow, self.store, name, schema, self.settings.artifact_location)
         return self.status(name)
 
     def tenants(self) -> list[str]:

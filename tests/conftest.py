@@ -10,6 +10,11 @@ import pytest
 
 from tests.servers import S3Server, s3_server
 
+# Prefect logs "Stopping temporary server" at interpreter exit, after pytest closed its capture
+# streams (a traceback after the summary line); keep its loggers at WARNING in tests.
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
+
 
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
