@@ -4,6 +4,7 @@ installed (entry point) and called directly."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import mlflow
@@ -33,11 +34,15 @@ from trainers import TrainJob, train
 @pytest.fixture(scope="module")
 def tracking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowClient]:
     root = tmp_path_factory.mktemp("mlflow")
-    old = mlflow.get_tracking_uri()
+    old, cwd = mlflow.get_tracking_uri(), os.getcwd()
+    os.chdir(root)  # SQLite tracking puts default artifacts in ./mlruns: keep them here
     mlflow.set_tracking_uri(f"sqlite:///{root / 'mlflow.db'}")
     mlflow.set_registry_uri(f"sqlite:///{root / 'mlflow.db'}")
-    yield MlflowClient()
-    mlflow.set_tracking_uri(old)
+    try:
+        yield MlflowClient()
+    finally:
+        mlflow.set_tracking_uri(old)
+        os.chdir(cwd)
 
 
 @pytest.fixture(scope="module")
