@@ -39,6 +39,15 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _save_json(out: Path | None, name: str, data: object) -> None:
+    """Write a benchmark's numbers to OUT/NAME (when --out is given) and say so."""
+    if out is None:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    (out / name).write_text(json.dumps(data, indent=2) + "\n")
+    console.print(f"wrote {out}/{name}")
+
+
 def _fmt(v: float | None, pct: bool = False) -> str:
     if v is None:
         return "-"
@@ -265,10 +274,7 @@ def bench_overhead(
             f"(target <= 2048 MiB); median decision {mem.decision_ms_median:.2f} ms"
         )
         result["memory"] = mem.__dict__
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "overhead.json").write_text(json.dumps(result, indent=2) + "\n")
-        console.print(f"wrote {out}/overhead.json")
+    _save_json(out, "overhead.json", result)
 
 
 @app.command("bench-trainer")
@@ -305,10 +311,7 @@ def bench_trainer(
         f"  tenantml trainer   {r.ours_images_per_s:9.1f} images/s\n"
         f"  ratio ours/plain   {r.ratio:9.3f}  (target >= 0.90)"
     )
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "trainer.json").write_text(json.dumps(r.to_json(), indent=2) + "\n")
-        console.print(f"wrote {out}/trainer.json")
+    _save_json(out, "trainer.json", r.to_json())
 
 
 @app.command("bench-feed")
@@ -338,10 +341,7 @@ def bench_feed(
         f"peak RSS {r['peak_rss_mib']:.0f} MiB (after imports {r['rss_after_imports_mib']:.0f} "
         "MiB; target < 1024 MiB)"
     )
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "feed.json").write_text(json.dumps(r, indent=2) + "\n")
-        console.print(f"wrote {out}/feed.json")
+    _save_json(out, "feed.json", r)
 
 
 @app.command("bench-service")
@@ -374,10 +374,7 @@ def bench_service(
         f"{med['metrics'] * 1000:.1f}); first pass decide {first['decide'] * 1000:.0f} ms "
         "(target: tick < 1 s)"
     )
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "service.json").write_text(json.dumps(r, indent=2) + "\n")
-        console.print(f"wrote {out}/service.json")
+    _save_json(out, "service.json", r)
 
 
 @app.command("bench-dispatch")
@@ -404,10 +401,7 @@ def bench_dispatch(
         f"{r['makespan_s']:.0f} s vs ideal {r['ideal_makespan_s']:.0f} s; slot idle "
         f"{r['idle_fraction']:.1%} (target <= 5%)"
     )
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "dispatch.json").write_text(json.dumps(r, indent=2) + "\n")
-        console.print(f"wrote {out}/dispatch.json")
+    _save_json(out, "dispatch.json", r)
 
 
 @app.command("bench-demo")

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["down", "up"]
+__all__ = ["down", "executable", "free_port", "stop_pid", "up", "wait_http"]
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: flows/ lives here
 BUCKET = "tenantml"
@@ -40,13 +40,14 @@ MOTO_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "te
                     "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def _bin(name: str) -> str:
+def executable(name: str) -> str:
+    """`name` from this Python's environment, else from PATH; a clear error if neither has it."""
     here = Path(sys.executable).with_name(name)
     if here.exists():
         return str(here)
@@ -99,7 +100,7 @@ class _Launcher:
         (self.dir / "pids.json").write_text(json.dumps(self.pids(), indent=2))
 
 
-def _wait_http(url: str, timeout: float, what: str, pid: int, log: Path) -> None:
+def wait_http(url: str, timeout: float, what: str, pid: int, log: Path) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -137,10 +138,10 @@ def up(
     try:
         # 1. S3
         if s3_endpoint is None:
-            port = _free_port()
-            pid = run.start("s3", [_bin("moto_server"), "-H", "127.0.0.1", "-p", str(port)])
+            port = free_port()
+            pid = run.start("s3", [executable("moto_server"), "-H", "127.0.0.1", "-p", str(port)])
             s3_endpoint = f"http://127.0.0.1:{port}"
-            _wait_http(s3_endpoint, timeout, "the S3 server (moto)", pid, logs / "s3.log")
+            wait_http(s3_endpoint, timeout, "the S3 server (moto)", pid, logs / "s3.log")
             env.update(MOTO_CREDENTIALS)
         os.environ.update({k: v for k, v in env.items() if k not in os.environ})
         import boto3
@@ -154,24 +155,24 @@ def up(
         if postgres:
             mlflow_db, prefect_db = _start_postgres(run, timeout)
         # 3. MLflow
-        port = _free_port()
+        port = free_port()
         tracking = f"http://127.0.0.1:{port}"
         pid = run.start("mlflow", [
-            _bin("mlflow"), "server", "--backend-store-uri", mlflow_db,
+            executable("mlflow"), "server", "--backend-store-uri", mlflow_db,
             "--artifacts-destination", f"s3://{BUCKET}/mlflow", "--host", "127.0.0.1",
             "--port", str(port), "--workers", "1",
         ], {**env, "MLFLOW_S3_ENDPOINT_URL": s3_endpoint})  # fmt: skip
-        _wait_http(f"{tracking}/health", timeout, "the MLflow server", pid, logs / "mlflow.log")
+        wait_http(f"{tracking}/health", timeout, "the MLflow server", pid, logs / "mlflow.log")
         # 4. Prefect
-        port = _free_port()
+        port = free_port()
         api = f"http://127.0.0.1:{port}/api"
         pf_env = {"PREFECT_HOME": str(run.dir / "prefect"), "PREFECT_API_URL": api,
                   "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}  # fmt: skip
         if prefect_db:
             pf_env["PREFECT_API_DATABASE_CONNECTION_URL"] = prefect_db
-        pid = run.start("prefect", [_bin("prefect"), "server", "start", "--host", "127.0.0.1",
+        pid = run.start("prefect", [executable("prefect"), "server", "start", "--host", "127.0.0.1",
                                     "--port", str(port)], pf_env)  # fmt: skip
-        _wait_http(f"{api}/health", timeout, "the Prefect server", pid, logs / "prefect.log")
+        wait_http(f"{api}/health", timeout, "the Prefect server", pid, logs / "prefect.log")
         config = {"tracking_uri": tracking, "store": f"s3://{BUCKET}/store",
                   "s3_endpoint_url": s3_endpoint, "prefect_api_url": api, "gpu_slots": slots,
                   "env": env, "postgres": postgres}  # fmt: skip
@@ -180,20 +181,21 @@ def up(
                       "PREFECT_WORKER_QUERY_SECONDS": "1",
                       "PREFECT_WORKER_PREFETCH_SECONDS": "1"}  # fmt: skip
         for pool in ("gpu", "control"):
-            subprocess.run([_bin("prefect"), "--no-prompt", "work-pool", "create", pool, "--type",
-                            "process", "--overwrite"], env={**os.environ, **pf_env}, check=True,
+            create = [executable("prefect"), "--no-prompt", "work-pool", "create", pool,
+                      "--type", "process", "--overwrite"]  # fmt: skip
+            subprocess.run(create, env={**os.environ, **pf_env}, check=True,
                            capture_output=True, timeout=timeout)  # fmt: skip
         # The deployments operators read about are the ones deployed: infra/prefect.yaml.
-        deploy = [_bin("prefect"), "--no-prompt", "deploy", "--all", "--prefect-file",
+        deploy = [executable("prefect"), "--no-prompt", "deploy", "--all", "--prefect-file",
                   str(ROOT / "infra" / "prefect.yaml")]  # fmt: skip
         subprocess.run(deploy, env={**os.environ, **worker_env, "TENANTML_ROOT": str(ROOT)},
                        check=True, capture_output=True, timeout=timeout, cwd=ROOT)  # fmt: skip
         # The scheduler deployment (started from the Prefect UI) runs on the pool `control`.
-        run.start("worker-control", [_bin("prefect"), "worker", "start", "--pool", "control",
+        run.start("worker-control", [executable("prefect"), "worker", "start", "--pool", "control",
                                      "--limit", "1", "--name", "control"], worker_env)  # fmt: skip
         for i in range(slots):
             # --limit 2: the slot's running job plus one prefetched, waiting on the slot's lock
-            cmd = [_bin("prefect"), "worker", "start", "--pool", "gpu", "--limit", "2",
+            cmd = [executable("prefect"), "worker", "start", "--pool", "gpu", "--limit", "2",
                    "--name", f"slot-{i}"]  # fmt: skip
             run.start(f"worker-{i}", cmd, worker_env)
         return config
@@ -232,7 +234,7 @@ def _start_postgres(run: _Launcher, timeout: float) -> tuple[str, str]:
     if not data.exists():
         initdb = [_pg_bin("initdb"), "-D", str(data), "-U", "tenantml", "--auth=trust"]
         subprocess.run([*as_postgres, *initdb], check=True, capture_output=True, timeout=timeout)
-    port = _free_port()
+    port = free_port()
     subprocess.run([*as_postgres, _pg_bin("pg_ctl"), "-D", str(data), "-l",
                     str(data.parent / "postgres.log"), "-w", "-o",
                     f"-c listen_addresses=127.0.0.1 -p {port} -k {sock}", "start"],
@@ -258,7 +260,7 @@ def down(home: Path) -> list[str]:
         if name == "postgres":  # a daemon of its own: pg_ctl stops it cleanly
             _stop_postgres(run)
             stopped.append(name)
-        elif _stop(run.pids()[name]):
+        elif stop_pid(run.pids()[name]):
             stopped.append(name)
     run.pids().clear()
     run._save_pids()
@@ -276,7 +278,8 @@ def _stop_postgres(run: _Launcher) -> None:
         (run.dir / "pg-dir").unlink(missing_ok=True)
 
 
-def _stop(pid: int, timeout: float = 10.0) -> bool:
+def stop_pid(pid: int, timeout: float = 10.0) -> bool:
+    """TERM, then INT, then KILL the process group of `pid`; True once it is gone."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL):
         try:
             os.killpg(pid, sig)

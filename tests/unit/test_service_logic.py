@@ -160,8 +160,8 @@ def test_unreachable_server_is_named_and_the_cli_exits_1(
 
     from tenantml.cli import app
     from tenantml.client import Client
+    from tenantml.servers import free_port
     from tenantml.settings import ServerUnreachableError
-    from tests.servers import free_port
 
     for k in ("TENANTML_TRACKING_URI", "TENANTML_STORE", "PREFECT_API_URL"):
         monkeypatch.delenv(k, raising=False)
