@@ -42,7 +42,6 @@ class _Base:
     slots: int
     max_attempts: int = 3
     jobs: dict[str, _Job] = field(default_factory=dict)
-    busy_s: float = 0.0
 
     @property
     def in_flight(self) -> list[JobSpec]:
@@ -69,7 +68,6 @@ class _Base:
             if not finished:
                 continue
             elapsed = time.monotonic() - job.started
-            self.busy_s += elapsed
             if not ok and job.attempts < self.max_attempts:
                 job.spec = replace(job.spec, dispatched_at=time.time())
                 job.handle, job.attempts = self._start(job.spec), job.attempts + 1

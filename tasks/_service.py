@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,7 +23,7 @@ import numpy as np
 from mlflow.tracking import MlflowClient
 
 from mlflow_plugin.pyfunc import log_trained_model
-from mlflow_plugin.registry import BestModel, best_model, promote_if_better
+from mlflow_plugin.registry import BestModel, promote_if_better
 from mlflow_plugin.tracking import (
     JobRecord,
     end_job_run,
@@ -381,10 +381,3 @@ def tick_metrics(state: ServiceState) -> dict[str, float]:
     for name, acc in best.items():
         out[f"best_accuracy.{name}"] = acc
     return out
-
-
-def current_best(client: MlflowClient, tenant: str) -> BestModel | None:
-    return best_model(client, tenant)
-
-
-Callback = Callable[[JobSpec], None]

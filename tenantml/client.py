@@ -168,26 +168,23 @@ class Client:
 
     def status(self, name: str) -> Leaderboard:
         """Leaderboard: every model tried (accuracy, cost, when) and which one is `best`."""
+        from mlflow_plugin.registry import best_model
         from mlflow_plugin.tracking import experiment_name, job_records
+        from trainers import candidates
 
         schema = self.store.schema(name)
         m = self.store.manifest(name)
-        from trainers import candidates
-
         exp = self.mlflow.get_experiment_by_name(experiment_name(name))
         records = job_records(self.mlflow, [exp.experiment_id]) if exp else []
-        best = None
-        from mlflow_plugin.registry import best_model
-
-        bm = best_model(self.mlflow, name)
-        rows = []
-        for r in sorted(records, key=lambda r: -(r.accuracy or -1.0)):
-            is_best = bm is not None and r.run_id == bm.run_id
-            rows.append(LeaderboardRow(r.candidate, r.status, r.accuracy, r.cost_s, r.end_time,
-                                       is_best))  # fmt: skip
-        best = bm.version if bm else None
+        best = best_model(self.mlflow, name)
+        rows = tuple(
+            LeaderboardRow(r.candidate, r.status, r.accuracy, r.cost_s, r.end_time,
+                           best is not None and r.run_id == best.run_id)
+            for r in sorted(records, key=lambda r: -(r.accuracy or -1.0))
+        )  # fmt: skip
+        version = best.version if best else None
         return Leaderboard(name, str(schema), m.n_examples, m.n_enabled, m.version,
-                           len(candidates(schema)), tuple(rows), best)  # fmt: skip
+                           len(candidates(schema)), rows, version)  # fmt: skip
 
     # -- operating -----------------------------------------------------------------------------
     def run(self, ticks: int | None = None, **options: Any) -> dict[str, Any]:
