@@ -32,6 +32,7 @@ def scheduler(
     job_budget_s: float | None = None,
     sleep_s: float | None = None,
     poll_s: float = 0.5,
+    refresh_s: float = 5.0,
     seed: int = 0,
     stop_when_idle: bool = False,
     dispatch: str = "auto",
@@ -63,7 +64,7 @@ def scheduler(
                                   pin_gpus=settings.pin_gpus)
     )  # fmt: skip
 
-    state = refresh(client, store)
+    state, refreshed = refresh(client, store), time.monotonic()
     for tenant in state.tenants:  # promotions a crash may have skipped
         ok = [r for r in state.records if r.tenant == tenant.name and r.status == "FINISHED"]
         if ok:
@@ -91,7 +92,7 @@ def scheduler(
             while True:
                 finished = dispatcher.poll()
                 if finished:
-                    state = refresh(client, store)
+                    state, refreshed = refresh(client, store), time.monotonic()
                 for done in finished:
                     jobs_done += 1
                     rec = next((r for r in state.records if r.tenant == done.spec.tenant
@@ -107,7 +108,10 @@ def scheduler(
                 want_more = ticks is None or done_ticks < ticks
                 new: list[JobSpec] = []
                 if want_more and len(dispatcher.in_flight) < planner.capacity:
-                    state = refresh(client, store)
+                    # A free slot with nothing new finished: look again for new tenants or
+                    # examples every `refresh_s`, not on every poll (one MLflow search each).
+                    if time.monotonic() - refreshed >= refresh_s:
+                        state, refreshed = refresh(client, store), time.monotonic()
                     new = decide(planner, state, in_flight=dispatcher.in_flight, tick=tick + 1,
                                  max_epochs=max_epochs, job_budget_s=job_budget_s)  # fmt: skip
                     if sleep_s is not None:
