@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tenantml import cli_seer as _seer
 from tenantml import cli_service as _service
 
 __all__ = ["app", "main"]
@@ -433,6 +434,7 @@ def bench_demo(
 
 
 _service.register(app)
+_seer.register(app)
 
 
 def main() -> None:

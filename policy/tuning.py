@@ -1,0 +1,514 @@
+"""Elastic hyperparameter-tuning simulator on recorded learning curves (papers/003, Sec. 6).
+
+A tuning problem is a :class:`Curves` set: each curve is one configuration, with the metric
+(higher is better) measured after ``times[c][j]`` units of training on **one** resource. A trial
+trained with ``p`` resources for wall time ``t`` advances ``lambda(p) * t`` along its curve
+(the paper's Sec. 4 model ``l(x, lambda(p) t)``); its metric is the last evaluation reached, or
+``Curves.untrained`` before the first. A curve that ends (its run finished) stops improving and
+frees its resources.
+
+Methods, all on this simulator, with deadline ``T`` and budget ``B`` (resource-time):
+
+- ``seer``: :func:`policy.seer.plan` executed stage by stage (Alg. 1);
+- ``random``: one configuration for all of ``T`` on ``floor(B/T)`` resources;
+- ``asha``: asynchronous successive halving (Li et al. 2020, Alg. 2) on a fixed cluster of
+  ``n = floor(B/T)`` workers, rungs in evaluations (epochs);
+- ``hypersched``: ASHA until a new trial could no longer reach the leaders' rung by the deadline,
+  then every freed worker joins the best trial, which speeds up by ``lambda`` (Liaw et al. 2019's
+  deadline-aware exploit phase, as we implement it);
+- ``bohb``: Hyperband brackets one after another on the fixed cluster, synchronous SH inside a
+  bracket, configurations proposed by a model-based sampler (TPE from ``tenantml.bench``; uniform
+  when none is given, which is plain Hyperband);
+- ``e-hyperband``: every Hyperband bracket at once with one resource per trial, ``R`` the largest
+  maximum resource (time) that fits the deadline and the budget (Sec. 6.3);
+- ``e-grid``: ``T/2`` exploring with ``p_min`` per trial, ``T/2`` training the best with ``p_max``
+  (Sec. 6.3).
+
+The result of a run is the metric of the model the method returns at the deadline.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from policy._types import FloatArray
+from policy.seer import assign_stage, eliminate, plan
+
+__all__ = [
+    "METHODS",
+    "ConfigSampler",
+    "Curves",
+    "Outcome",
+    "SamplerFactory",
+    "TuningSettings",
+    "PowerScaling",
+    "UniformSampler",
+    "power_scaling",
+    "run_method",
+]
+
+Scaling = Callable[[int], float]
+
+
+@dataclass(frozen=True)
+class PowerScaling:
+    """``lambda(p) = p**exponent``: sublinear speed-up on ``p`` resources (picklable)."""
+
+    exponent: float = 0.8
+
+    def __call__(self, p: int) -> float:
+        return float(float(p) ** self.exponent)
+
+
+def power_scaling(exponent: float = 0.8) -> Scaling:
+    """``lambda(p) = p**exponent``. The default 0.8 is our reading of the shape of Fig. 2
+    (VGG16/ResNet50 on SVHN): clearly below linear, about 5.3x on 8 GPUs."""
+    if not 0 < exponent <= 1:
+        raise ValueError(f"scaling exponent must be in (0, 1] (sublinear), got {exponent}")
+    return PowerScaling(exponent)
+
+
+@dataclass(frozen=True)
+class Curves:
+    """One tuning problem: ``len(ids)`` configurations.
+
+    ``times[c]``: (L_c,) increasing single-resource training time of each evaluation;
+    ``values[c]``: (L_c,) metric, higher is better; ``hps``: (n, d) hyperparameters or None.
+    """
+
+    name: str
+    ids: tuple[str, ...]
+    times: tuple[FloatArray, ...]
+    values: tuple[FloatArray, ...]
+    hps: FloatArray | None = None
+    hp_names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.ids:
+            raise ValueError(f"curve set {self.name!r} has no curves")
+        for i, t, v in zip(self.ids, self.times, self.values, strict=True):
+            if len(t) == 0 or len(t) != len(v):
+                raise ValueError(f"curve {i!r} of {self.name!r}: empty or ragged")
+            if np.any(np.diff(t) <= 0) or t[0] <= 0:
+                raise ValueError(f"curve {i!r} of {self.name!r}: times must increase from > 0")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def untrained(self) -> float:
+        """Metric of a model before its first evaluation: the worst first evaluation."""
+        return float(min(v[0] for v in self.values))
+
+    @property
+    def epoch_time(self) -> float:
+        """Median time of the first evaluation (one epoch)."""
+        return float(np.median([t[0] for t in self.times]))
+
+    @property
+    def full_time(self) -> float:
+        """Median time of a whole curve (one configuration trained to its end)."""
+        return float(np.median([t[-1] for t in self.times]))
+
+    @property
+    def max_evals(self) -> int:
+        return max(len(t) for t in self.times)
+
+    def value(self, c: int, progress: float) -> float:
+        """Metric of configuration ``c`` after ``progress`` single-resource time."""
+        j = int(np.searchsorted(self.times[c], progress * (1 + 1e-12), side="right")) - 1
+        return float(self.values[c][j]) if j >= 0 else self.untrained
+
+    def evals(self, c: int, progress: float) -> int:
+        return int(np.searchsorted(self.times[c], progress * (1 + 1e-12), side="right"))
+
+    def end(self, c: int) -> float:
+        return float(self.times[c][-1])
+
+    def time_of_eval(self, c: int, j: int) -> float:
+        """Time to reach evaluation ``j`` (1-based), or the curve's end when it is shorter."""
+        t = self.times[c]
+        return float(t[min(j, len(t)) - 1])
+
+
+class ConfigSampler(Protocol):
+    """Proposes configurations (curve indices) and learns from their results."""
+
+    def sample(self) -> int: ...
+
+    def tell(self, config: int, value: float, evals: int) -> None: ...
+
+
+class UniformSampler:
+    """Uniform sampling without replacement (cycling through a new permutation when exhausted)."""
+
+    def __init__(self, n: int, rng: np.random.Generator) -> None:
+        self._n, self._rng = n, rng
+        self._queue: list[int] = []
+
+    def sample(self) -> int:
+        if not self._queue:
+            self._queue = [int(i) for i in self._rng.permutation(self._n)][::-1]
+        return self._queue.pop()
+
+    def tell(self, config: int, value: float, evals: int) -> None:
+        return None
+
+
+SamplerFactory = Callable[[Curves, np.random.Generator], ConfigSampler]
+
+
+@dataclass(frozen=True)
+class TuningSettings:
+    """Shared knobs. ``t_min``: minimum round time (default: one epoch, ``Curves.epoch_time``);
+    ``p_max`` 4 for SEER and E-Grid as in Sec. 6.3."""
+
+    eta: float = 4
+    v: float = 2
+    p_min: int = 1
+    p_max: float = 4
+    t_min: float | None = None
+    scaling: Scaling = field(default_factory=power_scaling)
+    bohb_sampler: SamplerFactory | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """``value``: metric of the returned model; ``resource_time`` actually paid for;
+    ``jobs``: (start time, configuration, rung) of every job, for the rung-based methods."""
+
+    method: str
+    value: float
+    trials: int
+    resource_time: float
+    jobs: tuple[tuple[float, int, int], ...] = ()
+
+
+class _Trials:
+    """Progress bookkeeping: trial id -> (configuration, progress)."""
+
+    def __init__(self, curves: Curves, scaling: Scaling) -> None:
+        self.curves, self.scaling = curves, scaling
+        self.config: list[int] = []
+        self.progress: list[float] = []
+        self.paid = 0.0
+
+    def new(self, config: int) -> int:
+        self.config.append(config)
+        self.progress.append(0.0)
+        return len(self.config) - 1
+
+    def train(self, t: int, wall: float, p: int) -> float:
+        """Train trial ``t`` on ``p`` resources for at most ``wall`` time (less when its curve
+        ends); pays ``p`` x the time used. Returns the wall time used."""
+        speed = self.scaling(p)
+        left = self.curves.end(self.config[t]) - self.progress[t]
+        used = min(wall, max(0.0, left) / speed)
+        self.progress[t] += used * speed
+        self.paid += p * used
+        return used
+
+    def value(self, t: int) -> float:
+        return self.curves.value(self.config[t], self.progress[t])
+
+    def done(self, t: int) -> bool:
+        return self.progress[t] >= self.curves.end(self.config[t]) * (1 - 1e-12)
+
+    def best(self, among: Sequence[int] | None = None) -> int:
+        ids = range(len(self.config)) if among is None else among
+        return max(ids, key=self.value)
+
+
+def _seer(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSettings) -> Outcome:
+    t_min = s.t_min or c.epoch_time
+    p = plan(T, B, eta=s.eta, v=s.v, p_min=s.p_min, p_max=s.p_max, t_min=t_min)
+    tr = _Trials(c, s.scaling)
+    sampler = UniformSampler(len(c), rng)
+    ids = [str(tr.new(sampler.sample())) for _ in range(p.sampled_trials)]
+    alive = ids
+    final: list[str] = []
+    for k, stage in enumerate(p.stages):
+        losses = {t: -tr.value(int(t)) for t in alive}
+        groups = assign_stage(stage, alive, losses)
+        for b, group in zip(stage.brackets, groups, strict=True):
+            for t in group:
+                tr.train(int(t), stage.end - stage.start, b.gpus_per_trial)
+        losses = {t: -tr.value(int(t)) for g in groups for t in g}
+        final = [t for g in groups for t in g]
+        if k + 1 < len(p.stages):
+            nxt = {b.bracket: b.trials for b in p.stages[k + 1].brackets}
+            alive = eliminate(groups, losses, [nxt.get(b.bracket, 0) for b in stage.brackets])
+    best = tr.best([int(t) for t in final])
+    return Outcome("seer", tr.value(best), len(ids), tr.paid)
+
+
+def _random(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSettings) -> Outcome:
+    p = max(1, int(B // T))
+    tr = _Trials(c, s.scaling)
+    t = tr.new(UniformSampler(len(c), rng).sample())
+    tr.train(t, min(T, B / p), p)
+    return Outcome("random", tr.value(t), 1, tr.paid)
+
+
+def _max_resource(c: Curves, T: float, s: TuningSettings) -> int:
+    """Largest evaluation count one worker reaches by the deadline on a median curve: the
+    maximum resource R of ASHA, HyperSched and BOHB (their papers set R per experiment; a
+    longer R is never reached before ``T``)."""
+    return int(min(c.max_evals, max(1, T * s.scaling(1) // c.epoch_time)))
+
+
+def _rungs(top: int, eta: float) -> list[int]:
+    """Rung sizes in evaluations: 1, eta, eta^2, ... up to ``top``."""
+    out, r = [], 1.0
+    while r < top:
+        out.append(max(1, int(round(r))))
+        r *= eta
+    out.append(top)
+    return sorted(set(out))
+
+
+def _asha(
+    c: Curves,
+    T: float,
+    B: float,
+    rng: np.random.Generator,
+    s: TuningSettings,
+    *,
+    deadline_aware: bool,
+) -> Outcome:
+    """ASHA (Li et al., Alg. 2) on ``n = floor(B/T)`` one-resource workers; ``deadline_aware``
+    adds HyperSched's exploit phase."""
+    n = max(1, int(B // T))
+    tr = _Trials(c, s.scaling)
+    sampler = UniformSampler(len(c), rng)
+    rungs = _rungs(_max_resource(c, T, s), s.eta)
+    members: list[list[int]] = [[] for _ in rungs]  # trials recorded at each rung
+    promoted: list[set[int]] = [set() for _ in rungs]
+    started: dict[int, tuple[float, int]] = {}  # trial -> (start time, target rung)
+    events: list[tuple[float, int, int]] = []  # (end time, trial, rung)
+    # median single-worker time to reach each rung: a new trial started now competes with the
+    # leaders only if it can reach their rung before the deadline
+    rung_time = [
+        float(np.median([c.time_of_eval(i, r) for i in range(len(c))])) / s.scaling(1)
+        for r in rungs
+    ]
+    exploit: int | None = None
+    exploit_p, exploit_since = 0, 0.0
+    jobs: list[tuple[float, int, int]] = []
+
+    def start(now: float) -> None:
+        for k in range(len(rungs) - 2, -1, -1):
+            ranked = sorted(members[k], key=tr.value, reverse=True)
+            for t in ranked[: int(len(members[k]) // s.eta)]:
+                if t not in promoted[k] and not tr.done(t):
+                    promoted[k].add(t)
+                    schedule(t, k + 1, now)
+                    return
+        schedule(tr.new(sampler.sample()), 0, now)
+
+    def schedule(t: int, k: int, now: float) -> None:
+        target = c.time_of_eval(tr.config[t], rungs[k])
+        duration = max(0.0, target - tr.progress[t]) / s.scaling(1)
+        started[t] = (now, k)
+        jobs.append((now, tr.config[t], k))
+        heapq.heappush(events, (now + duration, t, k))
+
+    def join_exploit(now: float) -> None:
+        nonlocal exploit, exploit_p, exploit_since
+        if exploit is None:
+            exploit = tr.best()
+            exploit_since = now
+            if exploit in started:  # its running rung job merges into the exploit phase
+                since, _ = started.pop(exploit)
+                tr.train(exploit, now - since, 1)
+                exploit_p = 1
+        else:
+            tr.train(exploit, now - exploit_since, exploit_p)
+            exploit_since = now
+        exploit_p += 1
+
+    for _ in range(n):
+        start(0.0)
+    while events:
+        end, t, k = heapq.heappop(events)
+        if end > T:
+            heapq.heappush(events, (end, t, k))
+            break
+        if t not in started:  # merged into the exploit phase
+            continue
+        since, _ = started.pop(t)
+        tr.train(t, end - since, 1)
+        members[k].append(t)
+        leaders = max(k for k in range(len(rungs)) if members[k] or k == 0)
+        if deadline_aware and (exploit is not None or T - end < rung_time[leaders]):
+            join_exploit(end)
+        else:
+            start(end)
+    for t, (since, _) in list(started.items()):
+        tr.train(t, T - since, 1)
+    if exploit is not None:
+        tr.train(exploit, T - exploit_since, exploit_p)
+    name = "hypersched" if deadline_aware else "asha"
+    return Outcome(name, tr.value(tr.best()), len(tr.config), n * T, tuple(jobs))
+
+
+def _hyperband_brackets(max_r: float, min_r: float, eta: float) -> list[list[tuple[int, float]]]:
+    """Hyperband's brackets (Li et al. 2018, Alg. 1): per bracket, rounds of (trials, resource)."""
+    s_max = max(0, int(math.floor(math.log(max(max_r / min_r, 1.0), eta) + 1e-9)))
+    out = []
+    for s in range(s_max, -1, -1):
+        n = int(math.ceil((s_max + 1) / (s + 1) * eta**s))
+        r = max_r * eta ** (-s)
+        out.append([(int(math.floor(n * eta ** (-i))), r * eta**i) for i in range(s + 1)])
+    return out
+
+
+@dataclass
+class _Bracket:
+    """A running Hyperband bracket: ``rounds`` of (trials kept, resource), the current round,
+    its trials waiting for a worker, how many run, and those finished this round."""
+
+    rounds: list[tuple[int, float]]
+    round: int = 0
+    waiting: list[int] = field(default_factory=list)
+    running: int = 0
+    finished: list[int] = field(default_factory=list)
+
+
+def _bohb(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSettings) -> Outcome:
+    """Hyperband brackets on ``n = floor(B/T)`` one-resource workers, resources in evaluations.
+
+    Synchronous SH inside a bracket (a round's survivors are chosen when its last job ends); an
+    idle worker takes the next job of the oldest bracket with one waiting, else opens the next
+    bracket of the Hyperband cycle, as parallel BOHB does (Falkner et al. 2018, Sec. 4.2).
+    Configurations come from ``settings.bohb_sampler`` (TPE) and every result is told to it.
+    """
+    n = max(1, int(B // T))
+    tr = _Trials(c, s.scaling)
+    sampler: ConfigSampler = (
+        s.bohb_sampler(c, rng) if s.bohb_sampler else UniformSampler(len(c), rng)
+    )
+    cycle = _hyperband_brackets(float(_max_resource(c, T, s)), 1.0, s.eta)
+    brackets: list[_Bracket] = []
+    events: list[tuple[float, int, int, float]] = []  # (end, trial, bracket, start)
+
+    def dispatch(now: float) -> None:
+        for _ in range(2):  # a waiting job, else a new bracket's first job
+            for b, br in enumerate(brackets):
+                if br.waiting:
+                    t = br.waiting.pop(0)
+                    target = c.time_of_eval(tr.config[t], max(1, round(br.rounds[br.round][1])))
+                    need = max(0.0, target - tr.progress[t]) / s.scaling(1)
+                    br.running += 1
+                    heapq.heappush(events, (now + need, t, b, now))
+                    return
+            rounds = cycle[len(brackets) % len(cycle)]
+            first = [tr.new(sampler.sample()) for _ in range(max(1, rounds[0][0]))]
+            brackets.append(_Bracket(rounds, waiting=first))
+
+    for _ in range(n):
+        dispatch(0.0)
+    while events:
+        end, t, b, since = heapq.heappop(events)
+        tr.train(t, min(end, T) - since, 1)
+        if end > T:
+            continue
+        sampler.tell(tr.config[t], tr.value(t), c.evals(tr.config[t], tr.progress[t]))
+        br = brackets[b]
+        br.running -= 1
+        br.finished.append(t)
+        if br.running == 0 and not br.waiting and br.round + 1 < len(br.rounds):
+            ranked = sorted(br.finished, key=tr.value, reverse=True)
+            br.round += 1
+            br.waiting, br.finished = ranked[: max(1, br.rounds[br.round][0])], []
+        dispatch(end)
+    return Outcome("bohb", tr.value(tr.best()), len(tr.config), n * T)
+
+
+def _e_hyperband(
+    c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSettings
+) -> Outcome:
+    """All Hyperband brackets in parallel, ``p_min`` resources per trial, resource = time:
+    ``R`` is the largest maximum time per trial with every bracket done by ``T`` (with resume a
+    bracket lasts ``R / lambda(p_min)``) and total cost within ``B``."""
+    t_min = s.t_min or c.epoch_time
+    speed = s.scaling(s.p_min)
+
+    def cost(max_r: float) -> float:
+        total = 0.0
+        for bracket in _hyperband_brackets(max_r, t_min, s.eta):
+            prev = 0.0
+            for m, r in bracket:
+                total += m * (r - prev) / speed * s.p_min
+                prev = r
+        return total
+
+    grid = np.geomspace(min(t_min, T * speed), T * speed, 256)
+    feasible = [r for r in grid if cost(float(r)) <= B]
+    max_r = float(feasible[-1]) if feasible else float(grid[0])
+    tr = _Trials(c, s.scaling)
+    sampler = UniformSampler(len(c), rng)
+    finals: list[int] = []
+    for bracket in _hyperband_brackets(max_r, t_min, s.eta):
+        alive = [tr.new(sampler.sample()) for _ in range(max(1, bracket[0][0]))]
+        prev = 0.0
+        for i, (m, r) in enumerate(bracket):
+            alive = sorted(alive, key=tr.value, reverse=True)[: max(1, m)] if i else alive
+            for t in alive:
+                tr.train(t, (r - prev) / speed, s.p_min)
+            prev = r
+        finals.extend(alive)
+    best = tr.best(finals)
+    return Outcome("e-hyperband", tr.value(best), len(tr.config), tr.paid)
+
+
+def _e_grid(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSettings) -> Outcome:
+    """``T/2`` exploring with ``p_min`` per trial, then ``T/2`` for the best with ``p_max``
+    (lowered until at least one exploring trial fits the budget)."""
+    half = T / 2
+    p_top = int(min(s.p_max, max(s.p_min, B // half)))
+    while p_top > s.p_min and B - p_top * half < s.p_min * half:
+        p_top -= 1
+    n = max(1, int((B - p_top * half) // (s.p_min * half)))
+    tr = _Trials(c, s.scaling)
+    sampler = UniformSampler(len(c), rng)
+    explored = [tr.new(sampler.sample()) for _ in range(n)]
+    for t in explored:
+        tr.train(t, half, s.p_min)
+    best = tr.best(explored)
+    tr.train(best, half, p_top)
+    return Outcome("e-grid", tr.value(best), n, tr.paid)
+
+
+_Method = Callable[[Curves, float, float, np.random.Generator, TuningSettings], Outcome]
+
+METHODS: dict[str, _Method] = {
+    "seer": _seer,
+    "random": _random,
+    "asha": lambda c, T, B, r, s: _asha(c, T, B, r, s, deadline_aware=False),
+    "hypersched": lambda c, T, B, r, s: _asha(c, T, B, r, s, deadline_aware=True),
+    "bohb": _bohb,
+    "e-hyperband": _e_hyperband,
+    "e-grid": _e_grid,
+}
+
+
+def run_method(
+    method: str,
+    curves: Curves,
+    deadline: float,
+    budget: float,
+    seed: int,
+    settings: TuningSettings | None = None,
+) -> Outcome:
+    """One simulated tuning run of ``method`` (a key of :data:`METHODS`) with its own seed."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; valid: {', '.join(METHODS)}")
+    rng = np.random.default_rng(seed)
+    return METHODS[method](curves, deadline, budget, rng, settings or TuningSettings())

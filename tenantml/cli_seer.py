@@ -1,0 +1,171 @@
+"""``tenantml seer``: plan, simulate and run elastic hyperparameter tuning (SEER, paper 003).
+
+- ``seer plan``: the plan for a deadline and a GPU-minute budget, before anything is spent;
+- ``seer simulate``: SEER against the Sec. 6.3 baselines on recorded learning curves;
+- ``seer run``: execute a plan for one tenant's model on this machine's resources.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["register"]
+
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
+
+seer_app = typer.Typer(
+    name="seer",
+    help="Elastic hyperparameter tuning under a deadline and a GPU budget (SEER).",
+    no_args_is_help=True,
+)
+
+Eta = Annotated[float, typer.Option(help="elimination rate eta > 1")]
+V = Annotated[float, typer.Option("--v", help="parallelism growth v >= 1")]
+PMin = Annotated[int, typer.Option(help="minimum GPUs per trial")]
+TMin = Annotated[float, typer.Option(help="minimum minutes per stage (about 1-2 epochs)")]
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err_console.print(f"error: {message}", markup=False, highlight=False)
+    return typer.Exit(code)
+
+
+def _p_max(text: str) -> float:
+    if text.strip().lower() in ("inf", "infinity", "none"):
+        return math.inf
+    try:
+        value = int(text)
+    except ValueError:
+        raise _fail(f"--p-max {text!r} is not an integer or 'inf'") from None
+    return float(value)
+
+
+@seer_app.command("plan")
+def plan_cmd(
+    deadline: Annotated[float, typer.Option(help="deadline T in minutes")],
+    budget: Annotated[float, typer.Option(help="budget B in GPU-minutes")],
+    eta: Eta = 4,
+    v: V = 2,
+    p_min: PMin = 1,
+    p_max: Annotated[str, typer.Option(help="maximum GPUs per trial, or inf")] = "inf",
+    t_min: TMin = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
+) -> None:
+    """Print the SEER plan: stages, brackets, trials, GPUs, start/end and resource-time."""
+    from policy.seer import PlanError, plan
+
+    try:
+        p = plan(deadline, budget, eta=eta, v=v, p_min=p_min, p_max=_p_max(p_max), t_min=t_min)
+    except PlanError as e:
+        raise _fail(str(e)) from None
+    if as_json:
+        console.print_json(json.dumps(p.to_dict()))
+        return
+    console.print(
+        f"K = {p.K} stages, t1 = {p.t1:.3f} min, N = {list(p.N)} trials, P = {list(p.P)} "
+        f"GPUs/trial; {p.sampled_trials} configurations sampled",
+        markup=False,
+    )
+    table = Table("stage", "start", "end", "brackets (trials x GPUs)", "GPUs", "GPU-min")
+    for s in p.stages:
+        brackets = " + ".join(f"{b.trials}x{b.gpus_per_trial}" for b in s.brackets)
+        table.add_row(
+            str(s.index),
+            f"{s.start:.2f}",
+            f"{s.end:.2f}",
+            brackets,
+            str(s.gpus),
+            f"{s.resource_time:.1f}",
+        )
+    console.print(table)
+    console.print(
+        f"ends at {p.end:.2f} of {deadline:g} min; spends {p.resource_time:.1f} of "
+        f"{budget:g} GPU-min; at most {p.peak_gpus} GPUs at once",
+        markup=False,
+    )
+
+
+@seer_app.command("simulate")
+def simulate_cmd(
+    curves: Annotated[
+        str,
+        typer.Option(help="built-in set (opda-alexnet, opda-convnext, opda-deberta, lcdb) or CSV"),
+    ] = "opda-alexnet",
+    deadline: Annotated[
+        str, typer.Option(help="minutes (steps without seconds) or a multiple of a full run: 0.25x")
+    ] = "0.25x",
+    budget: Annotated[
+        str, typer.Option(help="GPU-minutes or a multiple of the deadline: 16x")
+    ] = "16x",
+    methods: Annotated[
+        str, typer.Option(help="comma list of seer,random,asha,hypersched,bohb,e-hyperband,e-grid")
+    ] = "seer,random,asha,hypersched,bohb,e-hyperband,e-grid",
+    seeds: Annotated[int, typer.Option(min=1)] = 20,
+    eta: Eta = 4,
+    v: V = 2,
+    p_min: PMin = 1,
+    p_max: Annotated[str, typer.Option(help="max GPUs per trial (Sec. 6.3: 4)")] = "4",
+    t_min: Annotated[float | None, typer.Option(help="default: one epoch of the curves")] = None,
+    scaling: Annotated[float, typer.Option(help="lambda(p) = p^x, x in (0, 1]")] = 0.8,
+    minimize: Annotated[bool, typer.Option(help="the metric is a loss")] = False,
+    groups: Annotated[int | None, typer.Option(help="use only the first N groups")] = None,
+    jobs: Annotated[int | None, typer.Option(help="processes (default: all cores)")] = None,
+    out: Annotated[Path, typer.Option(help="output directory")] = Path("results/seer"),
+) -> None:
+    """Final accuracy (mean and standard error over seeds) per method, like Table 2."""
+    from policy.seer import PlanError
+    from policy.tuning import TuningSettings, power_scaling
+    from tenantml.bench.curves import CurveFormatError, load_curves
+    from tenantml.bench.seer import simulate, write_outputs
+
+    try:
+        sets = load_curves(curves, minimize=minimize)
+        if groups is not None:
+            sets = dict(list(sets.items())[: max(1, groups)])
+        settings = TuningSettings(
+            eta=eta,
+            v=v,
+            p_min=p_min,
+            p_max=_p_max(p_max),
+            t_min=t_min,
+            scaling=power_scaling(scaling),
+        )
+        result = simulate(
+            sets,
+            name=curves,
+            methods=[m.strip() for m in methods.split(",") if m.strip()],
+            deadline=deadline,
+            budget=budget,
+            seeds=seeds,
+            settings=settings,
+            minimize=minimize,
+            jobs=jobs,
+        )
+    except (CurveFormatError, PlanError, ValueError) as e:
+        raise _fail(str(e)) from None
+    summary = result.summary()
+    overall = summary["overall"]
+    per_group = summary["groups"]
+    assert isinstance(overall, dict) and isinstance(per_group, dict)
+    table = Table("method", *(list(per_group)[:6]), "overall (mean ± s.e.)")
+    for m, s in overall.items():
+        cells = [f"{per_group[g][m]['mean']:.3f}" for g in list(per_group)[:6]]
+        table.add_row(m, *cells, f"{s['mean']:.4f} ± {s['se']:.4f}")
+    console.print(table)
+    path = write_outputs(result, out, settings)
+    console.print(
+        f"{len(sets)} group(s) x {seeds} seeds in {result.seconds:.1f} s; wrote {path} and plots",
+        markup=False,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(seer_app)
