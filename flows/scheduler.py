@@ -37,6 +37,7 @@ def scheduler(
     stop_when_idle: bool = False,
     dispatch: str = "auto",
     prefetch: int | None = None,
+    seer_budget_x: float | None = None,
 ) -> dict[str, Any]:
     """Run the service loop (see the module docstring); returns a summary."""
     import mlflow
@@ -45,6 +46,7 @@ def scheduler(
     from mlflow_plugin.tracking import SCHEDULER_EXPERIMENT
     from tasks import JobSpec, Planner, decide, record, refresh, tick_metrics
     from tasks._dispatch import DeploymentDispatcher, LocalDispatcher
+    from tasks._seer import seer_options_from_params
     from tasks._service import record_finished
 
     settings = Settings.load().apply()
@@ -72,9 +74,11 @@ def scheduler(
     tick = max((r.tick or 0 for r in state.records), default=0)
     for r in state.running():  # left running by a previous scheduler
         slot = len(dispatcher.in_flight) % slots
+        seer = seer_options_from_params(client.get_run(r.run_id).data.params)
         spec = JobSpec(r.tenant, r.candidate, r.snapshot or 0, r.job_id, r.tick or tick, policy,
                        None, max_epochs, slot=slot, sleep_s=sleep_s,
-                       slot_lock=lock_dir and f"{lock_dir}/slot-{slot}.lock")  # fmt: skip
+                       slot_lock=lock_dir and f"{lock_dir}/slot-{slot}.lock",
+                       seer=seer)  # fmt: skip
         if isinstance(dispatcher, DeploymentDispatcher) and r.flow_run_id:
             dispatcher.adopt(spec, r.flow_run_id)
         else:
@@ -113,7 +117,8 @@ def scheduler(
                     if time.monotonic() - refreshed >= refresh_s:
                         state, refreshed = refresh(client, store), time.monotonic()
                     new = decide(planner, state, in_flight=dispatcher.in_flight, tick=tick + 1,
-                                 max_epochs=max_epochs, job_budget_s=job_budget_s)  # fmt: skip
+                                 max_epochs=max_epochs, job_budget_s=job_budget_s,
+                                 seer_budget_x=seer_budget_x)  # fmt: skip
                     if sleep_s is not None:
                         new = [JobSpec(**{**j.params(), "sleep_s": sleep_s}) for j in new]
                     if new:

@@ -74,6 +74,13 @@ class SchedulerLoop:
         if self._costs is not None and np.isfinite(obs.cost) and obs.cost > 0:
             self._costs.observe(obs.tenant, obs.arm, obs.cost)
 
+    def expected_cost(self, job: Assignment) -> float:
+        """Device-time ``job`` is expected to take: the refined prediction when costs are
+        predicted, else the problem's cost."""
+        if self._costs is None:
+            return float(self.problem.cost[job.tenant, job.arm])
+        return float(self._costs.expected(job.tenant)[job.arm])
+
     def time_limit(self, job: Assignment) -> float:
         """Device-time after which ``job`` is stopped (inf when costs are known)."""
         if self._costs is None:

@@ -55,10 +55,11 @@ def decide(
     tick: int,
     max_epochs: int,
     job_budget_s: float | None,
+    seer_budget_x: float | None = None,
 ) -> list[JobSpec]:
     """The policy (policy/) picks (tenant, model) for every free slot."""
     return planner.decide(state, in_flight=in_flight, tick=tick, max_epochs=max_epochs,
-                          job_budget_s=job_budget_s)  # fmt: skip
+                          job_budget_s=job_budget_s, seer_budget_x=seer_budget_x)  # fmt: skip
 
 
 @task(name="train", cache_policy=NO_CACHE)

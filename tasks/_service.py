@@ -89,6 +89,9 @@ class JobSpec:
     sleep_s: float | None = None  # a sleep-based stand-in trainer (dispatch benchmarks)
     dispatched_at: float | None = None  # wall clock (time.time) when the scheduler sent it
     slot_lock: str | None = None  # a lock file per slot: a prefetched job waits on it, warm
+    # A SEER job (tasks._seer.SeerOptions as a dict): tune the model's hyperparameters under a
+    # deadline and a GPU budget instead of the fixed learning-rate grid.
+    seer: dict[str, Any] | None = None
 
     def params(self) -> dict[str, Any]:
         return asdict(self)
@@ -232,8 +235,14 @@ class Planner:
         tick: int,
         max_epochs: int = 10,
         job_budget_s: float | None = None,
+        seer_budget_x: float | None = None,
     ) -> list[JobSpec]:
-        """New jobs for the free slots: the policy's picks on the tenants' latest snapshots."""
+        """New jobs for the free slots: the policy's picks on the tenants' latest snapshots.
+
+        ``seer_budget_x``: torch models get a SEER job instead of the learning-rate grid, with
+        the policy's cost estimate as deadline and ``seer_budget_x`` x that in GPU-minutes
+        (`tasks._seer.derive_seer`), so hyperparameter tuning happens inside model selection.
+        """
         if not state.tenants or len(in_flight) >= self.capacity:
             return []
         ti, mi = state.index()
@@ -255,10 +264,17 @@ class Planner:
             cand = state.catalogue[a.arm]
             budget = min(loop.time_limit(a), job_budget_s or math.inf)
             lock = None if self.lock_dir is None else f"{self.lock_dir}/slot-{slot}.lock"
+            job_id = f"{cand.replace('+', '_')}-s{t.snapshot}"
+            seer = None
+            if seer_budget_x is not None and Candidate.parse(cand).spec.family != "sklearn":
+                from tasks._seer import derive_seer
+
+                seer = derive_seer(loop.expected_cost(a), budget_x=seer_budget_x).as_dict()
+                job_id = f"seer-{job_id}"
             out.append(JobSpec(
-                t.name, cand, t.snapshot, f"{cand.replace('+', '_')}-s{t.snapshot}", tick,
+                t.name, cand, t.snapshot, job_id, tick,
                 self.policy, None if math.isinf(budget) else float(budget), max_epochs, slot,
-                slot_lock=lock,
+                slot_lock=lock, seer=seer,
             ))  # fmt: skip
         return out
 
@@ -275,6 +291,8 @@ def run_job(
     checkpoint the trainer resumes from). Ends the run FINISHED, or FAILED and re-raises."""
     params = {"model": spec.candidate, "snapshot": spec.snapshot, "policy": spec.policy,
               "max_epochs": spec.max_epochs, "time_budget_s": spec.time_budget_s}  # fmt: skip
+    if spec.seer is not None:
+        params.update({f"seer.{k}": v for k, v in spec.seer.items()})
     tags = {"tenantml.tick": str(spec.tick), "tenantml.policy": spec.policy,
             "tenantml.slot": str(spec.slot)}  # fmt: skip
     if flow_run_id:
@@ -304,6 +322,11 @@ def run_job(
                 mlflow.log_metrics(timing)
                 if spec.sleep_s is not None:
                     result_acc, cost, epochs = _sleep_job(spec.sleep_s)
+                elif spec.seer is not None:
+                    from tasks._seer import train_seer
+
+                    result = train_seer(spec, client, store, run_id, experiment_id)
+                    result_acc, cost, epochs = result.accuracy, result.cost_s, result.epochs
                 else:
                     job = TrainJob(spec.tenant, spec.candidate, spec.snapshot,
                                    time_budget_s=spec.time_budget_s, max_epochs=spec.max_epochs,

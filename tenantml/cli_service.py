@@ -219,6 +219,10 @@ def run(
     slots: Annotated[int | None, typer.Option(help="GPU slots (default: GPUs, or 1)")] = None,
     max_epochs: Annotated[int, typer.Option(help="epochs per learning rate")] = 10,
     job_budget: Annotated[float | None, typer.Option(help="seconds per job at most")] = None,
+    seer_budget_x: Annotated[
+        float | None,
+        typer.Option(help="tune torch models with SEER: budget = X x the expected job time"),
+    ] = None,
     sleep_job_seconds: Annotated[float | None, typer.Option(hidden=True)] = None,
     home: Home = None,
 ) -> None:
@@ -230,8 +234,11 @@ def run(
             raise ValueError(f"--policy {policy!r} is not valid; valid: {', '.join(POLICY_NAMES)}")
         if ticks is not None and ticks < 1:
             raise ValueError(f"--ticks {ticks} is not valid: use 1 or more")
+        if seer_budget_x is not None and not seer_budget_x >= 1:
+            raise ValueError(f"--seer-budget-x {seer_budget_x} is not valid: use 1 or more")
         out = _client(home).run(ticks, policy=policy, slots=slots, max_epochs=max_epochs,
-                                job_budget_s=job_budget, sleep_s=sleep_job_seconds)  # fmt: skip
+                                job_budget_s=job_budget, sleep_s=sleep_job_seconds,
+                                seer_budget_x=seer_budget_x)  # fmt: skip
         console.print(f"{out['ticks']} ticks, {out['jobs']} jobs in {out['wall_s']:.0f} s; "
                       f"GPU busy {out['busy_fraction']:.0%}")  # fmt: skip
 

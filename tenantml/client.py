@@ -187,6 +187,32 @@ class Client:
                            len(candidates(schema)), rows, version)  # fmt: skip
 
     # -- operating -----------------------------------------------------------------------------
+    def seer(
+        self, name: str, model: str, deadline_min: float, budget_gpu_min: float, **options: Any
+    ) -> dict[str, Any]:
+        """Tune `model` of tenant `name` with SEER under a deadline (minutes) and a budget
+        (GPU-minutes), here; see `flows.seer.seer` for the options. The plan and the model are
+        checked before anything runs (`policy.seer.PlanError` / ValueError name the problem)."""
+        from flows.seer import seer
+        from policy.seer import plan
+        from trainers import candidates
+
+        schema = self.store.schema(name)  # unknown tenant -> clear error
+        valid = [c.name for c in candidates(schema) if c.spec.family != "sklearn"]
+        if model not in valid:
+            raise ValueError(
+                f"model {model!r} is not a torch candidate of tenant {name!r}; valid: "
+                f"{', '.join(valid) or 'none (this schema has only scikit-learn models)'}"
+            )
+        p_max = options.get("p_max")
+        plan(deadline_min, budget_gpu_min, eta=options.get("eta", 4), v=options.get("v", 2),
+             p_min=options.get("p_min", 1), p_max=float("inf") if p_max is None else p_max,
+             t_min=options.get("t_min", 1.0))  # fmt: skip
+        if self.store.manifest(name).n_enabled < 10:
+            raise ValueError(f"tenant {name!r} has fewer than 10 enabled examples; feed more")
+        out: dict[str, Any] = seer(name, model, deadline_min, budget_gpu_min, **options)
+        return out
+
     def run(self, ticks: int | None = None, **options: Any) -> dict[str, Any]:
         """Run the scheduler flow here (see `flows.scheduler.scheduler` for the options)."""
         from flows.scheduler import scheduler

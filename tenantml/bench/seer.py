@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from policy.seer import plan
+from policy.seer import PlanError, plan
 from policy.tuning import METHODS, Curves, TuningSettings, run_method
 
 __all__ = ["SimulationResult", "parse_amount", "simulate"]
@@ -52,6 +52,7 @@ class SimulationResult:
     t_min: dict[str, float]
     values: dict[str, dict[str, list[float]]]
     seconds: float
+    skipped: dict[str, str]
 
     def summary(self) -> dict[str, object]:
         def stats(v: Sequence[float]) -> dict[str, float]:
@@ -69,6 +70,7 @@ class SimulationResult:
             "budget": self.budgets,
             "t_min": self.t_min,
             "seconds": self.seconds,
+            "skipped": self.skipped,
         }
 
 
@@ -104,17 +106,23 @@ def simulate(
         raise ValueError(f"unknown method(s) {', '.join(unknown)}; valid: {', '.join(METHODS)}")
     d_value, d_rel = parse_amount(deadline, "deadline")
     b_value, b_rel = parse_amount(budget, "budget")
-    deadlines, budgets, t_mins = {}, {}, {}
+    deadlines, budgets, t_mins, skipped = {}, {}, {}, {}
     for g, c in curve_sets.items():
         T = d_value * c.full_time if d_rel else d_value
-        deadlines[g] = T
-        budgets[g] = b_value * T if b_rel else b_value
-        t_mins[g] = settings.t_min or c.epoch_time
-        plan(T, budgets[g], settings.eta, settings.v, settings.p_min, settings.p_max, t_mins[g])
+        B = b_value * T if b_rel else b_value
+        t_min = settings.t_min or c.epoch_time
+        try:  # a group whose deadline is below one epoch has no plan: left out, with the reason
+            plan(T, B, settings.eta, settings.v, settings.p_min, settings.p_max, t_min)
+        except PlanError as e:
+            skipped[g] = str(e)
+            continue
+        deadlines[g], budgets[g], t_mins[g] = T, B, t_min
+    if not deadlines:
+        raise PlanError(f"no group has a plan; first reason: {next(iter(skipped.values()))}")
     sign = -1.0 if minimize else 1.0
     work = [
-        (c, list(methods), deadlines[g], budgets[g], list(range(seeds)), settings, sign)
-        for g, c in curve_sets.items()
+        (curve_sets[g], list(methods), deadlines[g], budgets[g], list(range(seeds)), settings, sign)
+        for g in deadlines
     ]
     started = time.perf_counter()
     workers = min(len(work), jobs or os.cpu_count() or 1)
@@ -128,8 +136,9 @@ def simulate(
         deadlines,
         budgets,
         t_mins,
-        dict(zip(curve_sets, results, strict=True)),
+        dict(zip(deadlines, results, strict=True)),
         time.perf_counter() - started,
+        skipped,
     )
 
 

@@ -1,0 +1,59 @@
+"""The `seer` flow: tune one (tenant, model) with SEER under a deadline and a GPU budget.
+
+Started by hand (``tenantml seer run``, or the Prefect UI's `seer/seer` deployment): one job run
+in the tenant's MLflow experiment, one nested run per trial, the plan as an artifact, and the best
+trial registered and moved to ``best`` if it beats the tenant's current best. The scheduler hands
+out the same jobs itself with ``scheduler(seer_budget_x=...)``. Retries resume at the next stage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from prefect import flow, runtime
+
+from tenantml.settings import Settings
+
+__all__ = ["seer"]
+
+
+@flow(name="seer", retries=1, retry_delay_seconds=2, log_prints=True)
+def seer(
+    tenant: str,
+    model: str,
+    deadline_min: float,
+    budget_gpu_min: float,
+    eta: float = 4,
+    v: float = 2,
+    p_min: int = 1,
+    p_max: int | None = None,
+    t_min: float = 1.0,
+    global_batch: int = 128,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Run SEER for `model` of `tenant` on its latest snapshot; returns the job's record."""
+    from mlflow.tracking import MlflowClient
+
+    from mlflow_plugin.tracking import ensure_tenant_experiment
+    from tasks import JobSpec, record, train_task
+    from tasks._seer import SeerOptions
+
+    settings = Settings.load().apply()
+    client = MlflowClient(settings.tracking_uri)
+    store = settings.store()
+    schema = store.schema(tenant)
+    snapshot = store.manifest(tenant).version
+    opts = SeerOptions(deadline_min, budget_gpu_min, eta, v, p_min, p_max, t_min, global_batch,
+                       seed)  # fmt: skip
+    digest = hashlib.sha256(json.dumps(opts.as_dict(), sort_keys=True).encode()).hexdigest()[:8]
+    job_id = f"seer-{model.replace('+', '_')}-s{snapshot}-{digest}"
+    spec = JobSpec(tenant, model, snapshot, job_id, tick=0, policy="seer", seer=opts.as_dict())
+    experiment_id = ensure_tenant_experiment(
+        client, tenant, str(schema), [], settings.artifact_location
+    )
+    rec = train_task(spec, client, store, experiment_id, str(runtime.flow_run.id or ""))
+    best = record(client, rec)
+    return {"run_id": rec.run_id, "job_id": job_id, "accuracy": rec.accuracy,
+            "gpu_s": rec.cost_s, "best_version": best.version if best else None}  # fmt: skip

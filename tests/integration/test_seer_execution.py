@@ -1,0 +1,148 @@
+"""SEER executed for real on CPU: data-parallel trials over gloo, stages on the wall clock,
+survivors resumed from their checkpoints with a new number of processes, MLflow records."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from tenantml import datasets
+
+pytestmark = pytest.mark.slow
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    from tenantml.client import Client
+
+    root = tmp_path_factory.mktemp("seer-home")
+    old = os.environ.get("TENANTML_HOME")
+    os.environ["TENANTML_HOME"] = str(root)
+    d = datasets.load("digits")
+    c = Client(root)
+    c.submit("digits", d.schema)
+    c.feed("digits", d.inputs[:600], d.labels[:600])
+    yield root
+    if old is None:
+        os.environ.pop("TENANTML_HOME", None)
+    else:
+        os.environ["TENANTML_HOME"] = old
+
+
+def _weights(store, key: str):  # type: ignore[no-untyped-def]
+    import torch
+
+    return torch.load(io.BytesIO(store.get_checkpoint("digits", key)), weights_only=True)
+
+
+def test_fixed_global_batch_makes_p_2_equal_p_1_and_resumes(home: Path) -> None:
+    """Gradient accumulation + DDP averaging: 2 processes take exactly the steps 1 takes."""
+    from tenantml.settings import Settings
+    from trainers.elastic import TrialStage, run_trial_stage
+
+    store = Settings.load(home).store()
+    hp = {"lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4}
+    results = {}
+    for p in (1, 2):
+        stage = TrialStage("digits", "lenet", 1, f"eq-p{p}", hp, ["cpu"] * p, until=0.0,
+                           global_batch=64, micro_batch=16, min_steps=3, max_steps=3,
+                           home=str(home))  # fmt: skip
+        results[p] = run_trial_stage(stage)
+        assert results[p].world_size == p and results[p].steps == 3
+    w1, w2 = _weights(store, "eq-p1")["model"], _weights(store, "eq-p2")["model"]
+    assert max(float((w1[k].float() - w2[k].float()).abs().max()) for k in w1) < 1e-5
+    # the p=1 trial continues on 2 processes from its checkpoint (a promotion)
+    stage = TrialStage("digits", "lenet", 1, "eq-p1", hp, ["cpu", "cpu"], until=0.0,
+                       global_batch=64, micro_batch=16, min_steps=2, max_steps=2,
+                       home=str(home))  # fmt: skip
+    again = run_trial_stage(stage)
+    assert again.resumed_step == 3 and again.steps == 5 and again.world_size == 2
+
+
+def test_a_failing_rank_names_the_problem(home: Path) -> None:
+    from trainers.elastic import TrialStage, run_trial_stage
+
+    stage = TrialStage("digits", "nonesuch", 1, "bad", {}, ["cpu"], until=0.0, home=str(home))
+    with pytest.raises(RuntimeError, match="unknown model 'nonesuch'"):
+        run_trial_stage(stage)
+
+
+def test_two_stage_plan_end_to_end(home: Path) -> None:
+    """T = 0.5 min, B = 2.01 GPU-min, eta = 2, t_min = 0.125: N = [2, 2], P = [1, 2];
+    stage 1 runs 2x1 + 2x2 processes, stage 2 runs 1x1 + 1x2 (the best on 2 processes)."""
+    from mlflow_plugin.registry import best_model
+    from mlflow_plugin.tracking import experiment_name, job_records
+    from tenantml.client import Client
+
+    c = Client(home)
+    out = c.seer("digits", "lenet", 0.5, 2.01, eta=2, t_min=0.125, global_batch=64)
+    assert out["accuracy"] > 0.1
+    exp = c.mlflow.get_experiment_by_name(experiment_name("digits"))
+    jobs = [r for r in job_records(c.mlflow, [exp.experiment_id]) if r.job_id == out["job_id"]]
+    assert len(jobs) == 1 and jobs[0].status == "FINISHED"
+    trials = c.mlflow.search_runs(
+        [exp.experiment_id], filter_string="tags.`tenantml.kind` = 'seer-trial'"
+    )
+    assert len(trials) == 4
+    assert {t.data.tags["mlflow.parentRunId"] for t in trials} == {jobs[0].run_id}
+    stage1 = Counter(t.data.tags["seer.stage1"] for t in trials)
+    assert stage1["eliminated"] == 2  # one per bracket (floor(2/2) kept of 2 in each)
+    assert sum(stage1.values()) == 4
+    finals = [t for t in trials if t.data.tags.get("seer.stage2") == "final"]
+    assert len(finals) == 2
+    for t in finals:  # survivors resumed: more steps after stage 2 than after stage 1
+        steps = {m.step: m.value for m in c.mlflow.get_metric_history(t.info.run_id, "steps")}
+        assert steps[2] > steps[1] >= 1
+    gpus2 = sorted(
+        {m.step: m.value for m in c.mlflow.get_metric_history(t.info.run_id, "gpus")}[2]
+        for t in finals
+    )
+    assert gpus2 == [1.0, 2.0]  # the leader trains on 2 processes in stage 2
+    artifacts = [a.path for a in c.mlflow.list_artifacts(jobs[0].run_id)]
+    assert "seer_plan.json" in artifacts
+    best = best_model(c.mlflow, "digits")
+    assert best is not None and best.job_id == out["job_id"]
+    pred = c.infer("digits", datasets.load("digits").inputs[600:620])
+    assert len(pred) == 20
+
+
+def test_bad_seer_requests_fail_before_anything_runs(home: Path) -> None:
+    from tenantml.cli import app
+    from tenantml.client import Client
+
+    c = Client(home)
+    before = len(c.mlflow.search_runs([c.mlflow.get_experiment_by_name("tenantml/digits")
+                                       .experiment_id]))  # fmt: skip
+    r = runner.invoke(app, ["seer", "run", "digits", "--model", "knn", "--deadline", "1",
+                            "--budget", "4", "--home", str(home)])  # fmt: skip
+    assert r.exit_code == 2 and "not a torch candidate" in r.output and "lenet" in r.output
+    r = runner.invoke(app, ["seer", "run", "digits", "--model", "lenet", "--deadline", "1",
+                            "--budget", "0.1", "--home", str(home)])  # fmt: skip
+    assert r.exit_code == 2 and "below one trial-round" in r.output
+    r = runner.invoke(app, ["seer", "run", "nobody", "--model", "lenet", "--deadline", "1",
+                            "--budget", "4", "--home", str(home)])  # fmt: skip
+    assert r.exit_code == 2 and "nobody" in r.output
+    after = len(c.mlflow.search_runs([c.mlflow.get_experiment_by_name("tenantml/digits")
+                                      .experiment_id]))  # fmt: skip
+    assert after == before
+
+
+def test_scheduler_hands_out_seer_jobs_from_cost_estimates() -> None:
+    from tasks._seer import derive_seer, seer_options_from_params
+
+    opts = derive_seer(180.0, budget_x=4)
+    assert opts.deadline_min == 3.0 and opts.budget_gpu_min == 12.0
+    assert derive_seer(1.0, budget_x=4).deadline_min == 1.0  # at least t_min
+    params = {f"seer.{k}": str(v) for k, v in opts.as_dict().items()} | {"model": "lenet"}
+    assert seer_options_from_params(params) == opts.as_dict()
+    assert seer_options_from_params({"model": "lenet"}) is None
+    assert np.isclose(opts.as_dict()["t_min"], 1.0)
