@@ -108,8 +108,9 @@ class Curves:
 
     @property
     def epoch_time(self) -> float:
-        """Median time of the first evaluation (one epoch)."""
-        return float(np.median([t[0] for t in self.times]))
+        """Median time per evaluation (one epoch): ``t[-1] / len(t)`` over the curves. (The
+        first evaluation alone misleads where steps grow, as LCDB's training-set anchors do.)"""
+        return float(np.median([t[-1] / len(t) for t in self.times]))
 
     @property
     def full_time(self) -> float:
@@ -138,7 +139,11 @@ class Curves:
 
 
 class ConfigSampler(Protocol):
-    """Proposes configurations (curve indices) and learns from their results."""
+    """Proposes configurations (curve indices) and learns from their results. ``exhausted``:
+    every configuration of the (finite, recorded) space has been proposed once."""
+
+    @property
+    def exhausted(self) -> bool: ...
 
     def sample(self) -> int: ...
 
@@ -151,10 +156,16 @@ class UniformSampler:
     def __init__(self, n: int, rng: np.random.Generator) -> None:
         self._n, self._rng = n, rng
         self._queue: list[int] = []
+        self._drawn = 0
+
+    @property
+    def exhausted(self) -> bool:
+        return self._drawn >= self._n
 
     def sample(self) -> int:
         if not self._queue:
             self._queue = [int(i) for i in self._rng.permutation(self._n)][::-1]
+        self._drawn += 1
         return self._queue.pop()
 
     def tell(self, config: int, value: float, evals: int) -> None:
@@ -302,7 +313,10 @@ def _asha(
     exploit_p, exploit_since = 0, 0.0
     jobs: list[tuple[float, int, int]] = []
 
+    idle = 0  # workers with nothing to do: no promotion and every configuration tried
+
     def start(now: float) -> None:
+        nonlocal idle
         for k in range(len(rungs) - 2, -1, -1):
             ranked = sorted(members[k], key=tr.value, reverse=True)
             for t in ranked[: int(len(members[k]) // s.eta)]:
@@ -310,6 +324,9 @@ def _asha(
                     promoted[k].add(t)
                     schedule(t, k + 1, now)
                     return
+        if sampler.exhausted:  # a finite recorded space: ASHA has nothing new to try
+            idle += 1
+            return
         schedule(tr.new(sampler.sample()), 0, now)
 
     def schedule(t: int, k: int, now: float) -> None:
@@ -346,10 +363,12 @@ def _asha(
         tr.train(t, end - since, 1)
         members[k].append(t)
         leaders = max(k for k in range(len(rungs)) if members[k] or k == 0)
-        if deadline_aware and (exploit is not None or T - end < rung_time[leaders]):
-            join_exploit(end)
-        else:
-            start(end)
+        waiting, idle = idle + 1, 0
+        for _ in range(waiting):  # this worker, and any idle one: a promotion may exist now
+            if deadline_aware and (exploit is not None or T - end < rung_time[leaders]):
+                join_exploit(end)
+            else:
+                start(end)
     for t, (since, _) in list(started.items()):
         tr.train(t, T - since, 1)
     if exploit is not None:
@@ -408,6 +427,8 @@ def _bohb(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSett
                     br.running += 1
                     heapq.heappush(events, (now + need, t, b, now))
                     return
+            if sampler.exhausted:  # a finite recorded space: nothing new to bracket
+                return
             rounds = cycle[len(brackets) % len(cycle)]
             first = [tr.new(sampler.sample()) for _ in range(max(1, rounds[0][0]))]
             brackets.append(_Bracket(rounds, waiting=first))

@@ -128,7 +128,7 @@ def simulate(
     workers = min(len(work), jobs or os.cpu_count() or 1)
     if workers > 1:
         with ProcessPoolExecutor(workers) as pool:
-            results = list(pool.map(_one_group, work, chunksize=max(1, len(work) // workers // 4)))
+            results = list(pool.map(_one_group, work))
     else:
         results = [_one_group(w) for w in work]
     return SimulationResult(

@@ -46,6 +46,10 @@ class TPESampler:
         else:
             self._x = np.zeros((len(curves), 0))
 
+    @property
+    def exhausted(self) -> bool:
+        return len(self._used) >= len(self._curves)
+
     def _distributions(self) -> dict[str, Any]:
         dist = self._optuna.distributions
         if self._x.shape[1]:
