@@ -175,3 +175,25 @@ def test_unreachable_server_is_named_and_the_cli_exits_1(
         Client(tmp_path)
     res = CliRunner().invoke(app, ["tenants", "--home", str(tmp_path)])
     assert res.exit_code == 1 and "is not reachable" in res.output and "tenantml up" in res.output
+
+
+def test_planner_hands_torch_models_seer_jobs_with_deadline_from_the_cost_estimate() -> None:
+    state = _state([_tenant("img", IMG), _tenant("tab", TAB)], [])
+    planner = Planner("roundrobin", slots=8)
+    specs = planner.decide(state, in_flight=[], tick=1, seer_budget_x=4)
+    assert {s.tenant for s in specs} == {"img", "tab"}
+    loop = planner.loop
+    assert loop is not None
+    ti, mi = state.index()
+    from policy import Assignment
+
+    for s in specs:
+        family = "sklearn" if s.tenant == "tab" else "torch"
+        if family == "sklearn":
+            assert s.seer is None and not s.job_id.startswith("seer-")
+            continue
+        assert s.seer is not None and s.job_id.startswith("seer-")
+        expected = loop.expected_cost(Assignment(ti[s.tenant], mi[s.candidate]))
+        assert s.seer["deadline_min"] == pytest.approx(max(1.0, expected / 60))
+        assert s.seer["budget_gpu_min"] == pytest.approx(4 * s.seer["deadline_min"])
+    assert all(s.seer is None for s in planner.decide(state, in_flight=specs[:0], tick=2))
