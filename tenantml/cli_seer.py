@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -38,6 +39,36 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+def parse_deadline(text: str, now: datetime | None = None) -> float:
+    """Minutes until the deadline: ``90`` / ``90m`` minutes, ``6h`` hours, or a clock time
+    ``18:00`` (today, or tomorrow once it has passed)."""
+    t = text.strip().lower()
+    if ":" in t:
+        now = now or datetime.now()
+        try:
+            hh, mm = (int(x) for x in t.split(":"))
+            at = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
+        except ValueError:
+            raise _fail(f"--deadline {text!r} is not a clock time HH:MM") from None
+        if at <= now:
+            at += timedelta(days=1)
+        return (at - now).total_seconds() / 60.0
+    return _amount(text, "--deadline")
+
+
+def _amount(text: str, name: str) -> float:
+    """``90`` or ``90m`` -> 90, ``6h`` -> 360 (minutes, or GPU-minutes for a budget)."""
+    t = text.strip().lower()
+    scale = 60.0 if t.endswith("h") else 1.0
+    try:
+        return float(t.rstrip("hm")) * scale
+    except ValueError:
+        raise _fail(
+            f"{name} {text!r} is not valid: give minutes (90 or 90m), hours (6h)"
+            + (" or a clock time (18:00)" if name == "--deadline" else "")
+        ) from None
+
+
 def _p_max(text: str) -> float:
     if text.strip().lower() in ("inf", "infinity", "none"):
         return math.inf
@@ -50,8 +81,11 @@ def _p_max(text: str) -> float:
 
 @seer_app.command("plan")
 def plan_cmd(
-    deadline: Annotated[float, typer.Option(help="deadline T in minutes")],
-    budget: Annotated[float, typer.Option(help="budget B in GPU-minutes")],
+    deadline_text: Annotated[
+        str,
+        typer.Option("--deadline", help="minutes (90), hours (6h) or a clock time (18:00)"),
+    ],
+    budget_text: Annotated[str, typer.Option("--budget", help="GPU-minutes (240) or 40h")],
     eta: Eta = 4,
     v: V = 2,
     p_min: PMin = 1,
@@ -62,6 +96,8 @@ def plan_cmd(
     """Print the SEER plan: stages, brackets, trials, GPUs, start/end and resource-time."""
     from policy.seer import PlanError, plan
 
+    deadline = parse_deadline(deadline_text)
+    budget = _amount(budget_text, "--budget")
     try:
         p = plan(deadline, budget, eta=eta, v=v, p_min=p_min, p_max=_p_max(p_max), t_min=t_min)
     except PlanError as e:
@@ -214,8 +250,11 @@ def bench_plan_cmd(
 def run_cmd(
     tenant: Annotated[str, typer.Argument(help="tenant name")],
     model: Annotated[str, typer.Option(help="one of the tenant's torch candidates")],
-    deadline: Annotated[float, typer.Option(help="deadline T in minutes")],
-    budget: Annotated[float, typer.Option(help="budget B in GPU-minutes")],
+    deadline_text: Annotated[
+        str,
+        typer.Option("--deadline", help="minutes (90), hours (6h) or a clock time (18:00)"),
+    ],
+    budget_text: Annotated[str, typer.Option("--budget", help="GPU-minutes (240) or 40h")],
     eta: Eta = 4,
     v: V = 2,
     p_min: PMin = 1,
@@ -229,6 +268,8 @@ def run_cmd(
     trial becomes the tenant's `best` model if it beats it."""
     from tenantml.cli_service import _client, _errors
 
+    deadline = parse_deadline(deadline_text)
+    budget = _amount(budget_text, "--budget")
     with _errors():
         cap = _p_max(p_max)
         out = _client(home).seer(

@@ -210,3 +210,21 @@ def test_cli_simulate_writes_table_2_summary(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "budget 'lots' is not valid" in r.output
     r = runner.invoke(app, ["seer", "simulate", "--curves", "nope", "--out", str(out)])
     assert r.exit_code == 2 and "no curve set 'nope'" in r.output
+
+
+def test_deadlines_as_users_say_them() -> None:
+    from datetime import datetime
+
+    import typer
+
+    from tenantml.cli_seer import _amount, parse_deadline
+
+    now = datetime(2026, 11, 22, 9, 30)
+    assert parse_deadline("18:00", now) == pytest.approx(8.5 * 60)  # "best model by 6 pm"
+    assert parse_deadline("08:00", now) == pytest.approx(22.5 * 60)  # passed: tomorrow
+    assert parse_deadline("6h", now) == 360 and parse_deadline("90m", now) == 90
+    assert _amount("40h", "--budget") == 2400  # "at most 40 GPU-hours"
+    with pytest.raises(typer.Exit):
+        parse_deadline("25:99", now)
+    r = runner.invoke(app, ["seer", "plan", "--deadline", "6h", "--budget", "40h", "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["T"] == 360
