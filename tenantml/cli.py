@@ -22,6 +22,7 @@ from rich.table import Table
 
 from tenantml import cli_seer as _seer
 from tenantml import cli_service as _service
+from tenantml import cli_spot as _spot
 
 __all__ = ["app", "main"]
 
@@ -435,6 +436,7 @@ def bench_demo(
 
 _service.register(app)
 _seer.register(app)
+_spot.register(app)
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ from policy.tuning import Curves
 
 __all__ = ["BUILTIN_CURVES", "CurveFormatError", "load_curves"]
 
-BUILTIN_CURVES = ("opda-alexnet", "opda-convnext", "opda-deberta", "lcdb")
+BUILTIN_CURVES = ("opda-alexnet", "opda-convnext", "opda-deberta", "lcdb", "steplr-digits")
 REQUIRED = ("group", "curve_id", "step", "metric")
 
 

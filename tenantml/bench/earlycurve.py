@@ -1,0 +1,113 @@
+"""``tenantml spot earlycurve``: EarlyCurve vs a single-stage fit on recorded learning curves.
+
+For every curve of length L (its ``max_trial_steps``) and every theta, both predictors see the
+first ``max(2, floor(theta L))`` points and predict the metric at step L. Reported per theta:
+
+- ``mre``: mean over curves of ``|predicted - final| / |final|`` (original metric units);
+- ``top1`` / ``top3``: over tuning problems, how often the configuration with the best final
+  metric is the predicted best / among the predicted best three (SpotTune's Fig. 8c). A group
+  with more than 16 curves (Table II has 16 configurations per algorithm) is sampled as
+  ``draws`` seeded problems of 16 of its curves.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+
+from policy.earlycurve import predict_final
+from policy.tuning import Curves
+
+__all__ = ["DEFAULT_THETAS", "evaluate"]
+
+DEFAULT_THETAS = tuple(round(0.1 * i, 1) for i in range(1, 11))
+PROBLEM_SIZE = 16
+
+
+def _loss_form(values: Sequence[np.ndarray], maximize: bool) -> tuple[list[np.ndarray], float]:
+    """Curves as positive 'lower is better' series: the metric, or ``c - metric``."""
+    if not maximize:
+        return [np.asarray(v, float) for v in values], 0.0
+    top = max(float(np.max(v)) for v in values)
+    c = 1.0 if top <= 1.0 else top * 1.01
+    return [c - np.asarray(v, float) for v in values], c
+
+
+def _predict_group(args: tuple[Curves, Sequence[float], bool]) -> dict[str, np.ndarray]:
+    """Predictions (n_theta, n_curves) for both methods, plus the true finals, in loss form."""
+    curves, thetas, maximize = args
+    ys, _ = _loss_form(curves.values, maximize)
+    out = {"final": np.array([y[-1] for y in ys])}
+    for name, staged in (("earlycurve", True), ("single_stage", False)):
+        pred = np.empty((len(thetas), len(ys)))
+        for a, theta in enumerate(thetas):
+            for b, y in enumerate(ys):
+                n = min(len(y), max(2, int(math.floor(theta * len(y) + 1e-9))))
+                pred[a, b] = predict_final(y[:n], len(y), staged=staged)
+        out[name] = pred
+    return out
+
+
+def evaluate(
+    sets: dict[str, Curves],
+    thetas: Sequence[float] = DEFAULT_THETAS,
+    *,
+    maximize: bool = False,
+    draws: int = 200,
+    seed: int = 0,
+    jobs: int | None = None,
+) -> dict[str, object]:
+    """``{"theta": {"0.7": {"earlycurve": {"mre", "top1", "top3"}, "single_stage": {...}}}}``."""
+    for t in thetas:
+        if not 0 < t <= 1:
+            raise ValueError(f"theta {t} is not valid: use values in (0, 1]")
+    work = [(c, list(thetas), maximize) for c in sets.values()]
+    workers = min(len(work), jobs or os.cpu_count() or 1)
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            preds = list(pool.map(_predict_group, work))
+    else:
+        preds = [_predict_group(w) for w in work]
+    rng = np.random.default_rng(seed)
+    problems: list[tuple[int, np.ndarray]] = []  # (group index, curve indices)
+    for g, c in enumerate(sets.values()):
+        if len(c) <= PROBLEM_SIZE:
+            problems.append((g, np.arange(len(c))))
+        else:
+            problems += [(g, rng.choice(len(c), PROBLEM_SIZE, replace=False)) for _ in range(draws)]
+    result: dict[str, dict[str, dict[str, float]]] = {}
+    for a, theta in enumerate(thetas):
+        row: dict[str, dict[str, float]] = {}
+        for method in ("earlycurve", "single_stage"):
+            errors = []
+            for c, pr in zip(sets.values(), preds, strict=True):
+                _, shift = _loss_form(c.values, maximize)
+                true = np.array([v[-1] for v in c.values], float)
+                guess = shift - pr[method][a] if maximize else pr[method][a]
+                denom = np.where(np.abs(true) > 0, np.abs(true), np.nan)
+                errors.append(np.abs(guess - true) / denom)
+            err = np.concatenate(errors)
+            err = err[np.isfinite(err)]
+            hits1 = hits3 = 0
+            for g, idx in problems:
+                final = preds[g]["final"][idx]
+                pred = preds[g][method][a][idx]
+                best = int(np.argmin(final))
+                ranked = np.argsort(pred, kind="stable")
+                hits1 += int(ranked[0] == best)
+                hits3 += int(best in ranked[:3])
+            row[method] = {
+                "mre": float(np.mean(err)) if len(err) else math.nan,
+                "top1": hits1 / len(problems),
+                "top3": hits3 / len(problems),
+            }
+        result[f"{theta:g}"] = row
+    return {
+        "theta": result,
+        "problems": len(problems),
+        "curves": sum(len(c) for c in sets.values()),
+    }
