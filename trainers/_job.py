@@ -89,3 +89,4 @@ class TrainResult:
     resumed_from_epoch: int = 0
     n_train: int = 0
     n_val: int = 0
+    steps: int = 0  # optimizer steps over every start of the job

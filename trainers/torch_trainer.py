@@ -27,6 +27,7 @@ from torch.nn import functional as F  # noqa: N812
 
 from tenantml.schema import Schema
 from tenantml.store import ExampleStore, is_class_output
+from trainers import preemption
 from trainers._data import split
 from trainers._job import LR_GRID, EpochReport, TrainJob, TrainResult
 from trainers._model import TrainedModel
@@ -192,6 +193,7 @@ def train_torch(
         "lr_index": 0, "epoch": 0, "model": None, "opt": None,
         "best_acc": -1.0, "best_lr": lrs[0], "best_model": None,
         "curve": [], "cost_s": 0.0, "epochs_total": 0, "done": False,
+        "batch": 0, "partial_loss": 0.0, "partial_batches": 0, "steps_total": 0,
     }  # fmt: skip
     resumed_from = 0
     blob = store.get_checkpoint(job.tenant, job_id)
@@ -227,9 +229,13 @@ def train_torch(
             gen = torch.Generator().manual_seed(job.seed * 1_000_003 + i * 1009 + epoch)
             order = torch.randperm(len(tr), generator=gen)
             net.train()
-            total = torch.zeros((), device=device)
-            n_batches = 0
-            for s in range(0, len(order), batch_size):
+            # a job preempted inside this epoch resumes at its next batch (same order)
+            first = int(state.get("batch", 0))
+            total = torch.full((), float(state.get("partial_loss", 0.0)), device=device)
+            n_batches = int(state.get("partial_batches", 0))
+            for bi, s in enumerate(range(0, len(order), batch_size)):
+                if bi < first:
+                    continue
                 b = order[s : s + batch_size]
                 if len(b) < 2 and len(order) > 1:
                     continue  # batch norm needs 2+ examples
@@ -238,6 +244,17 @@ def train_torch(
                 lb = None if len_tr is None else len_tr[b]
                 total += stepper.step(xb, yb, lb)
                 n_batches += 1
+                state["steps_total"] = int(state.get("steps_total", 0)) + 1
+                if preemption.pending():  # revocation notice: checkpoint now, mid-epoch
+                    state.update(batch=bi + 1, partial_loss=float(total),
+                                 partial_batches=n_batches, model=net.state_dict(),
+                                 opt=opt.state_dict(), cost_s=spent())  # fmt: skip
+                    t_ck = time.perf_counter()
+                    store.put_checkpoint(job.tenant, job_id, _to_bytes(state))
+                    err = preemption.Preempted(job_id, epoch, bi + 1, int(state["steps_total"]))
+                    err.checkpoint_s = time.perf_counter() - t_ck
+                    raise err
+            state["batch"], state["partial_loss"], state["partial_batches"] = 0, 0.0, 0
             train_loss = float(total) / max(n_batches, 1)
             pred = infer_batches(net, ds.x[va], len_va, device)
             acc = _score(pred, ds.y[va], classify) if np.isfinite(train_loss) else 0.0
@@ -281,4 +298,5 @@ def train_torch(
         epochs=int(state["epochs_total"]), hyperparameters=hp, model=model,
         curve=[EpochReport(**c) for c in state["curve"]], device=str(device),
         resumed_from_epoch=resumed_from, n_train=len(tr), n_val=len(va),
+        steps=int(state.get("steps_total", 0)),
     )  # fmt: skip

@@ -8,12 +8,15 @@ decay rate {1.0, 0.1} (no decay / x0.1) x decay epoch {10, 15}. Writes the long 
 ``group,curve_id,step,metric,seconds,hp_*`` with metric = validation cross-entropy after each
 epoch (lower is better) and seconds = measured cumulative training time on this machine (CPU,
 one thread), three seeds as three groups. The committed copy is
-``tenantml/data/curves/steplr-digits.csv.gz``.
+``tenantml/data/curves/steplr-digits.csv.gz``; ``steplr-digits-train.csv.gz`` holds the same runs'
+mean training loss per epoch, and ``steplr-digits.scaling.json`` the seconds per epoch of one
+configuration on 1 and 2 threads (for Amdahl's parallel fraction in ``tenantml spot simulate``).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import sys
 import time
 from pathlib import Path
@@ -38,7 +41,7 @@ def record(out: Path) -> None:
     xtr, xva, ytr, yva = train_test_split(x, y, test_size=0.2, random_state=0, stratify=y)
     xtr_t, ytr_t = torch.from_numpy(xtr), torch.from_numpy(ytr)
     xva_t, yva_t = torch.from_numpy(xva), torch.from_numpy(yva)
-    rows = []
+    rows, train_rows = [], []
     grid = list(itertools.product([32, 64], [0.1, 0.01], [1.0, 0.1], [10, 15]))
     for seed in range(3):
         for cid, (bs, lr, dr, de) in enumerate(grid):
@@ -52,12 +55,15 @@ def record(out: Path) -> None:
                 start = time.perf_counter()
                 net.train()
                 order = torch.randperm(len(xtr_t), generator=gen)
+                total, batches = 0.0, 0
                 for s in range(0, len(order), bs):
                     b = order[s : s + bs]
                     opt.zero_grad()
                     loss = torch.nn.functional.cross_entropy(net(xtr_t[b]), ytr_t[b])
                     loss.backward()
                     opt.step()
+                    total += float(loss.detach())
+                    batches += 1
                 sched.step()
                 spent += time.perf_counter() - start
                 net.eval()
@@ -66,12 +72,35 @@ def record(out: Path) -> None:
                 rows.append({"group": f"lenet-digits-seed{seed}", "curve_id": cid, "step": epoch,
                              "metric": val, "seconds": spent, "hp_batch_size": bs, "hp_lr": lr,
                              "hp_decay_rate": dr, "hp_decay_epochs": de})  # fmt: skip
+                train_rows.append({**rows[-1], "metric": total / batches})
             print(f"seed {seed} config {cid}: final val loss {val:.4f} in {spent:.1f} s")
     out.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(rows).to_csv(
-        out, index=False, float_format="%.6g", compression={"method": "gzip", "mtime": 0}
-    )
-    print(f"wrote {out}: {len(rows)} rows")
+    for data, path in ((rows, out), (train_rows, out.with_name("steplr-digits-train.csv.gz"))):
+        pd.DataFrame(data).to_csv(
+            path, index=False, float_format="%.6g", compression={"method": "gzip", "mtime": 0}
+        )
+        print(f"wrote {path}: {len(data)} rows")
+    timing = {}
+    for threads in (1, 2):  # Amdahl's parallel fraction of one epoch (batch 64, lr 0.01)
+        torch.set_num_threads(threads)
+        net = LeNet5(1, 10)
+        opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            for s in range(0, len(xtr_t), 64):
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(
+                    net(xtr_t[s : s + 64]), ytr_t[s : s + 64]
+                ).backward()
+                opt.step()
+            best = min(best, time.perf_counter() - start)
+        timing[str(threads)] = best
+    (out.parent / "steplr-digits.scaling.json").write_text(
+        json.dumps({"seconds_per_epoch": timing, "what": "LeNet, digits, batch 64, min of 5"},
+                   indent=2) + "\n"
+    )  # fmt: skip
+    print(timing)
 
 
 if __name__ == "__main__":

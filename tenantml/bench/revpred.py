@@ -242,8 +242,8 @@ def run_revpred(
     train_days: float = 9,
     test_days: float = 3,
     offset_days: float = 0,
-    stride: int = 5,
-    epochs: int = 8,
+    stride: int = 10,
+    epochs: int = 6,
     seed: int = 0,
 ) -> tuple[dict[str, object], dict[str, MarketPredictors]]:
     """Sec. IV-D: per market, train on ``train_days`` then test on the next ``test_days``

@@ -1,0 +1,24 @@
+"""Transient capacity for training jobs (SpotTune, shared/papers/004): where jobs run, how a
+revocation notice reaches them, and the loop that re-queues a revoked job so that it resumes
+from the checkpoint it wrote on the notice.
+
+- :class:`LocalBackend`: replays a real spot price trace on this machine; workers are processes;
+  a notice is SIGTERM, the revocation SIGKILL after the notice window.
+- :class:`Ec2Backend`: AWS EC2 spot requests with a maximum price through boto3; the notice is
+  the instance-action metadata endpoint (:func:`instance_action`).
+- :func:`run_jobs`: SpotTune's provisioning loop (Alg. 1 lines 15-46) over a backend.
+"""
+
+from tenantml.capacity._ec2 import Ec2Backend, instance_action
+from tenantml.capacity._local import LocalBackend, LocalInstance
+from tenantml.capacity.runner import Attempt, JobReport, run_jobs
+
+__all__ = [
+    "Attempt",
+    "Ec2Backend",
+    "JobReport",
+    "LocalBackend",
+    "LocalInstance",
+    "instance_action",
+    "run_jobs",
+]
