@@ -11,6 +11,7 @@ of starting over or counting twice.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -55,6 +56,7 @@ __all__ = [
     "ServiceState",
     "TenantInfo",
     "build_problem",
+    "capacity_prices",
     "Planner",
     "load_state",
     "record_finished",
@@ -103,6 +105,9 @@ class ServiceState:
     records: list[JobRecord]
     problem: Problem
     catalogue: tuple[str, ...] = field(default=())
+    # USD per device-second of each catalogue arm's instance when the pool is spot capacity
+    # (`capacity_prices`); costs are then expected dollars, not seconds. None: seconds.
+    usd_per_s: tuple[float, ...] | None = None
 
     def index(self) -> tuple[dict[str, int], dict[str, int]]:
         return ({t.name: i for i, t in enumerate(self.tenants)},
@@ -122,6 +127,8 @@ class ServiceState:
             ok = r.status == "FINISHED" and r.accuracy is not None
             quality = float(r.accuracy or 0.0) if ok else 0.0
             cost = float(r.cost_s or 1e-3)
+            if self.usd_per_s is not None:
+                cost *= self.usd_per_s[mi[r.candidate]]
             log.append(
                 Observation(ti[r.tenant], mi[r.candidate], quality, cost, r.end_time or 0.0, ok)
             )
@@ -144,6 +151,33 @@ def register_tenant(
     return ensure_tenant_experiment(client, name, str(schema), cands, artifact_location)
 
 
+def capacity_prices(spec: str | None, catalogue: Sequence[str]) -> tuple[float, ...] | None:
+    """USD per second of each arm from ``TENANTML_CAPACITY_PRICES`` (``"gpu=0.65,cpu=0.21"``:
+    expected USD per hour of the capacity torch models (gpu) and scikit-learn models (cpu) run
+    on, e.g. SpotTune's Eq. 1 ``(1 - p) * price-bar`` of the pool's market). None when unset."""
+    if not spec:
+        return None
+    prices: dict[str, float] = {}
+    for part in spec.split(","):
+        key, _, value = part.partition("=")
+        try:
+            prices[key.strip()] = float(value)
+        except ValueError:
+            raise ValueError(
+                f"TENANTML_CAPACITY_PRICES {spec!r} is not valid: use gpu=USD_PER_HOUR,"
+                "cpu=USD_PER_HOUR"
+            ) from None
+    missing = {"gpu", "cpu"} - set(prices)
+    if missing or any(not v > 0 for v in prices.values()):
+        raise ValueError(
+            f"TENANTML_CAPACITY_PRICES {spec!r} needs positive gpu= and cpu= prices (USD/hour)"
+        )
+    return tuple(
+        prices["cpu" if Candidate.parse(c).spec.family == "sklearn" else "gpu"] / 3600.0
+        for c in catalogue
+    )
+
+
 def load_state(client: MlflowClient, store: ExampleStore) -> ServiceState:
     exps = tenant_experiments(client)
     known = set(store.tenants())
@@ -157,11 +191,15 @@ def load_state(client: MlflowClient, store: ExampleStore) -> ServiceState:
         cands = tuple(c.name for c in candidates(schema))
         tenants.append(TenantInfo(name, schema, cands, m.n_enabled, m.version, exp_id))
     records = job_records(client, [t.experiment_id for t in tenants])
-    problem, catalogue = build_problem(tenants)
-    return ServiceState(tenants, records, problem, catalogue)
+    catalogue = tuple(dict.fromkeys(c for t in tenants for c in t.candidates))
+    usd = capacity_prices(os.environ.get("TENANTML_CAPACITY_PRICES"), catalogue)
+    problem, catalogue = build_problem(tenants, usd)
+    return ServiceState(tenants, records, problem, catalogue, usd)
 
 
-def build_problem(tenants: Sequence[TenantInfo]) -> tuple[Problem, tuple[str, ...]]:
+def build_problem(
+    tenants: Sequence[TenantInfo], usd_per_s: Sequence[float] | None = None
+) -> tuple[Problem, tuple[str, ...]]:
     """The policy's view: availability, predicted costs (prior from `RELATIVE_COST`, refined by
     `policy.costs.CostEstimator` from finished jobs), an independent GP prior, model metadata."""
     catalogue = tuple(dict.fromkeys(c for t in tenants for c in t.candidates))
@@ -173,8 +211,11 @@ def build_problem(tenants: Sequence[TenantInfo]) -> tuple[Problem, tuple[str, ..
     # log c_ik = a_i + b_k: b_k = log(seconds per 1,000 examples per epoch), a_i = log(n_i / 1000
     # * epochs * |lr grid|) a priori, learnt per tenant from its jobs (tau^2 = 1: a factor e).
     epochs_grid = 10 * len(LR_GRID)
+    log_base = np.log([RELATIVE_COST[k] for k in models]) if m else np.zeros(0)
+    if usd_per_s is not None and m:  # costs in expected dollars: seconds x USD per second
+        log_base = log_base + np.log(np.asarray(usd_per_s, float))
     cost_prior = CostPrior(
-        log_base=np.log([RELATIVE_COST[k] for k in models]) if m else np.zeros(0),
+        log_base=log_base,
         intercept=math.log(epochs_grid / 1000.0), size_slope=1.0, tenant_var=1.0,
         noise_var=0.5, mean_log_size=math.log(1000.0),
     )  # fmt: skip

@@ -223,5 +223,25 @@ def simulate_cmd(
     )
 
 
+@spot_app.command("revoke-bench")
+def revoke_bench_cmd(
+    revocations: Annotated[int, typer.Option(help="notices to deliver at least")] = 20,
+    jobs: Annotated[int, typer.Option(help="jobs per round")] = 4,
+    epochs: Annotated[int, typer.Option(help="epochs per job (25 steps each)")] = 20,
+    seconds_per_minute: Annotated[float, typer.Option(help="real seconds per trace minute")] = 3.0,
+    delta: Annotated[float, typer.Option(help="maximum price above the market (USD/h)")] = 0.001,
+    out: Annotated[Path | None, typer.Option(help="directory for revoke.json")] = None,
+) -> None:
+    """Revoke workers on a replayed price trace; every job must finish, losing nothing."""
+    from tenantml.bench.revoke import revoke_bench
+
+    result = revoke_bench(revocations=revocations, jobs=jobs, epochs=epochs,
+                          seconds_per_minute=seconds_per_minute, delta=delta)  # fmt: skip
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "revoke.json").write_text(json.dumps(result, indent=2) + "\n")
+    console.print_json(json.dumps(result))
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(spot_app)

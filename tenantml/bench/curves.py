@@ -19,7 +19,14 @@ from policy.tuning import Curves
 
 __all__ = ["BUILTIN_CURVES", "CurveFormatError", "load_curves"]
 
-BUILTIN_CURVES = ("opda-alexnet", "opda-convnext", "opda-deberta", "lcdb", "steplr-digits")
+BUILTIN_CURVES = (
+    "opda-alexnet",
+    "opda-convnext",
+    "opda-deberta",
+    "lcdb",
+    "steplr-digits",
+    "steplr-digits-train",
+)
 REQUIRED = ("group", "curve_id", "step", "metric")
 
 

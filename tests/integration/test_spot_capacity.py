@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from policy.spot import Market
-from tests.servers import S3Server
 from tenantml import datasets
+from tests.servers import S3Server
 
 pytestmark = pytest.mark.slow
 

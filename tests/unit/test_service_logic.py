@@ -197,3 +197,25 @@ def test_planner_hands_torch_models_seer_jobs_with_deadline_from_the_cost_estima
         assert s.seer["deadline_min"] == pytest.approx(max(1.0, expected / 60))
         assert s.seer["budget_gpu_min"] == pytest.approx(4 * s.seer["deadline_min"])
     assert all(s.seer is None for s in planner.decide(state, in_flight=specs[:0], tick=2))
+
+
+def test_spot_pool_costs_are_expected_dollars() -> None:
+    from tasks._service import capacity_prices
+
+    tenants = [_tenant("img", IMG), _tenant("tab", TAB)]
+    seconds = _state(tenants, [])
+    cat = seconds.catalogue
+    usd = capacity_prices("gpu=0.72,cpu=0.036", cat)
+    assert usd is not None
+    problem, _ = build_problem(tenants, usd)
+    k_cnn, k_svm = cat.index("resnet18"), cat.index("svm")
+    # a GPU arm costs 0.72/3600 USD per second, a CPU arm 0.036/3600
+    assert problem.cost[0, k_cnn] == pytest.approx(seconds.problem.cost[0, k_cnn] * 0.0002)
+    assert problem.cost[1, k_svm] == pytest.approx(seconds.problem.cost[1, k_svm] * 0.00001)
+    state = ServiceState(tenants, [_record("tab", "svm")], problem, cat, usd)
+    (obs,) = state.history().log
+    assert obs.cost == pytest.approx(1.0 * 0.00001)  # 1 s of CPU instance
+    assert capacity_prices(None, cat) is None
+    for bad in ("gpu=0.7", "gpu=x,cpu=1", "gpu=0,cpu=1"):
+        with pytest.raises(ValueError, match="TENANTML_CAPACITY_PRICES"):
+            capacity_prices(bad, cat)

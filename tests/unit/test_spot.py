@@ -159,3 +159,35 @@ def test_hourly_redeploy() -> None:
     assert [e[2] for e in out.log] == ["hourly", "hourly"]
     assert out.checkpoints == 3
     assert out.cost == pytest.approx(150 * 0.2 / 60)
+
+
+def test_earlycurve_cli_on_a_curve_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from typer.testing import CliRunner
+
+    from tenantml.cli import app
+
+    rows = ["group,curve_id,step,metric"]
+    k = np.arange(1, 41, dtype=float)
+    for cid in range(4):
+        y = two_stage(k) * (1 + 0.1 * cid)
+        rows += [f"g,{cid},{int(s)},{v:.6f}" for s, v in zip(k, y, strict=True)]
+    path = tmp_path / "c.csv"
+    path.write_text("\n".join(rows) + "\n")
+    r = CliRunner().invoke(app, ["spot", "earlycurve", "--curves", str(path), "--theta",
+                                 "0.6,1.0", "--json", "--jobs", "1"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert set(d["theta"]) == {"0.6", "1"}
+    e, s = d["theta"]["0.6"]["earlycurve"], d["theta"]["0.6"]["single_stage"]
+    assert e["top1"] == 1.0 and e["mre"] < s["mre"]
+    assert d["theta"]["1"]["earlycurve"]["mre"] == 0.0
+    r = CliRunner().invoke(app, ["spot", "earlycurve", "--curves", str(path), "--theta", "1.5"])
+    assert r.exit_code == 2 and "theta 1.5 is not valid" in r.output
+    r = CliRunner().invoke(app, ["spot", "simulate", "--predictor", "oracle"])
+    assert r.exit_code == 2 and "--predictor 'oracle' is not valid" in r.output
+    r = CliRunner().invoke(app, ["spot", "revpred", "--types", "p9.huge"])
+    assert r.exit_code == 2 and "unknown instance type" in r.output
+    r = CliRunner().invoke(app, ["spot", "revpred", "--start", "2016-01-01"])
+    assert r.exit_code == 2 and "outside the price traces" in r.output
