@@ -229,7 +229,7 @@ def revoke_bench_cmd(
     jobs: Annotated[int, typer.Option(help="jobs per round")] = 4,
     epochs: Annotated[int, typer.Option(help="epochs per job (25 steps each)")] = 20,
     seconds_per_minute: Annotated[float, typer.Option(help="real seconds per trace minute")] = 3.0,
-    delta: Annotated[float, typer.Option(help="maximum price above the market (USD/h)")] = 0.001,
+    delta: Annotated[float, typer.Option(help="maximum price above the market (USD/h)")] = 1e-5,
     out: Annotated[Path | None, typer.Option(help="directory for revoke.json")] = None,
 ) -> None:
     """Revoke workers on a replayed price trace; every job must finish, losing nothing."""

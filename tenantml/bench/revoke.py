@@ -29,7 +29,7 @@ def revoke_bench(
     jobs: int = 4,
     epochs: int = 20,
     seconds_per_minute: float = 3.0,
-    delta: float = 0.001,
+    delta: float = 1e-5,
     max_rounds: int = 10,
 ) -> dict[str, Any]:
     import boto3
@@ -81,7 +81,7 @@ def revoke_bench(
     finally:
         stop_pid(proc.pid)
     attempts = [a for r in reports for a in r.attempts]
-    reported = [a.report for a in attempts if a.report]
+    reported = [a.report for a in attempts if "steps" in a.report]
     ckpt = [float(r["checkpoint_s"]) for r in reported if r.get("status") == "preempted"
             and int(r["steps"]) > int(r["start_steps"])]  # fmt: skip
     restarts = [float(r["setup_s"]) for r in reported if int(r["start_steps"]) > 0]
@@ -92,6 +92,7 @@ def revoke_bench(
         "finished": sum(r.finished for r in reports),
         "notices": noticed,
         "preempted_with_checkpoint": len(ckpt),
+        "noticed_before_training": sum(1 for a in attempts if a.report.get("before_training")),
         "killed_without_answer": sum(r.hard_kills for r in reports),
         "max_lost_steps_per_job": max((r.lost_steps for r in reports), default=0),
         "steps_per_job": epochs * 25,

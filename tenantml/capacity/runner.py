@@ -46,7 +46,7 @@ class JobReport:
     def lost_steps(self) -> int:
         """Steps an attempt reported done that the next attempt did not start from (work lost
         between the last checkpoint and the interruption)."""
-        done = [a.report for a in self.attempts if a.report]
+        done = [a.report for a in self.attempts if "steps" in a.report]
         return sum(
             max(0, int(a["steps"]) - int(b["start_steps"]))
             for a, b in zip(done, done[1:], strict=False)

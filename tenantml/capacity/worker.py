@@ -11,9 +11,19 @@ import signal
 import sys
 import time
 
-# A notice may come while Python imports torch: catch SIGTERM before anything heavy is imported.
-_early: list[int] = []
-signal.signal(signal.SIGTERM, lambda signum, frame: _early.append(signum))
+
+# A notice that comes while Python still imports torch and loads data: nothing has been trained
+# in this attempt, so answer at once (exit 75 with a report) instead of being killed mid-import.
+def _early_notice(signum: int, frame: object) -> None:
+    import json as _json
+    import os as _os
+
+    with open(sys.argv[1] + ".result", "w") as f:
+        _json.dump({"status": "preempted", "before_training": True}, f)
+    _os._exit(75)
+
+
+signal.signal(signal.SIGTERM, _early_notice)
 
 import json  # noqa: E402
 
@@ -24,9 +34,6 @@ __all__ = ["main"]
 
 def main(argv: list[str]) -> int:
     started = time.perf_counter()
-    preemption.install()
-    if _early:
-        preemption.notify()
     spec_path = argv[0]
     with open(spec_path) as f:
         spec = json.load(f)
@@ -37,6 +44,7 @@ def main(argv: list[str]) -> int:
     job = TrainJob(**spec["job"])
     snapshot = job.snapshot if job.snapshot is not None else store.manifest(job.tenant).version
     before = _steps_in_checkpoint(store, job.tenant, job.resolved_id(snapshot))
+    preemption.install()  # from here on the trainer answers a notice with a checkpoint
     setup_s = time.perf_counter() - started
     report: dict[str, object] = {"start_steps": before, "setup_s": setup_s}
     if preemption.pending():  # the notice came while starting: nothing to save
