@@ -99,7 +99,12 @@ def fit_stage(steps: FloatArray, y: FloatArray) -> StageFit:
 
 
 def predict_final(
-    y: Sequence[float] | FloatArray, max_trial_steps: int, *, staged: bool = True
+    y: Sequence[float] | FloatArray,
+    max_trial_steps: int,
+    *,
+    staged: bool = True,
+    xi: float = XI,
+    epsilon: float = EPSILON,
 ) -> float:
     """Predicted metric at ``max_trial_steps`` from the observed ``y`` (steps 1..len(y)).
 
@@ -111,9 +116,9 @@ def predict_final(
         raise ValueError("no observed points to predict from")
     if not np.all(np.isfinite(arr)):
         return float("inf")  # a diverged trial: worst possible
-    if plateaued(arr) or len(arr) >= max_trial_steps:
+    if plateaued(arr, epsilon) or len(arr) >= max_trial_steps:
         return float(arr[-1])
-    start = split_stages(arr)[-1] if staged else 0
+    start = split_stages(arr, xi, epsilon)[-1] if staged else 0
     steps = np.arange(start + 1, len(arr) + 1, dtype=float)
     fit = fit_stage(steps, arr[start:])
     return float(fit(float(max_trial_steps)))

@@ -53,6 +53,8 @@ def earlycurve_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     out: Annotated[Path | None, typer.Option(help="directory for earlycurve.json")] = None,
     jobs: Annotated[int | None, typer.Option(help="processes (default: all cores)")] = None,
+    xi: Annotated[float, typer.Option(help="Eq. 7: change rate that starts a stage")] = 0.5,
+    epsilon: Annotated[float, typer.Option(help="Eq. 7: steady change rate before it")] = 0.01,
 ) -> None:
     """Mean relative error of the predicted final metric and top-1/top-3 selection accuracy."""
     from tenantml.bench.curves import CurveFormatError, load_curves
@@ -63,7 +65,8 @@ def earlycurve_cmd(
         sets = load_curves(curves)
         if groups is not None:
             sets = dict(list(sets.items())[: max(1, groups)])
-        result = evaluate(sets, thetas, maximize=maximize, draws=draws, jobs=jobs)
+        result = evaluate(sets, thetas, maximize=maximize, draws=draws, jobs=jobs, xi=xi,
+                          epsilon=epsilon)  # fmt: skip
     except (CurveFormatError, ValueError) as e:
         raise _fail(str(e)) from None
     result["curve_set"] = curves

@@ -37,9 +37,11 @@ def _loss_form(values: Sequence[np.ndarray], maximize: bool) -> tuple[list[np.nd
     return [c - np.asarray(v, float) for v in values], c
 
 
-def _predict_group(args: tuple[Curves, Sequence[float], bool]) -> dict[str, np.ndarray]:
+def _predict_group(
+    args: tuple[Curves, Sequence[float], bool, float, float],
+) -> dict[str, np.ndarray]:
     """Predictions (n_theta, n_curves) for both methods, plus the true finals, in loss form."""
-    curves, thetas, maximize = args
+    curves, thetas, maximize, xi, epsilon = args
     ys, _ = _loss_form(curves.values, maximize)
     out = {"final": np.array([y[-1] for y in ys])}
     for name, staged in (("earlycurve", True), ("single_stage", False)):
@@ -47,7 +49,7 @@ def _predict_group(args: tuple[Curves, Sequence[float], bool]) -> dict[str, np.n
         for a, theta in enumerate(thetas):
             for b, y in enumerate(ys):
                 n = min(len(y), max(2, int(math.floor(theta * len(y) + 1e-9))))
-                pred[a, b] = predict_final(y[:n], len(y), staged=staged)
+                pred[a, b] = predict_final(y[:n], len(y), staged=staged, xi=xi, epsilon=epsilon)
         out[name] = pred
     return out
 
@@ -60,12 +62,14 @@ def evaluate(
     draws: int = 200,
     seed: int = 0,
     jobs: int | None = None,
+    xi: float = 0.5,
+    epsilon: float = 0.01,
 ) -> dict[str, object]:
     """``{"theta": {"0.7": {"earlycurve": {"mre", "top1", "top3"}, "single_stage": {...}}}}``."""
     for t in thetas:
         if not 0 < t <= 1:
             raise ValueError(f"theta {t} is not valid: use values in (0, 1]")
-    work = [(c, list(thetas), maximize) for c in sets.values()]
+    work = [(c, list(thetas), maximize, xi, epsilon) for c in sets.values()]
     workers = min(len(work), jobs or os.cpu_count() or 1)
     if workers > 1:
         with ProcessPoolExecutor(workers) as pool:

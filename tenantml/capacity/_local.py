@@ -4,6 +4,8 @@ Trace time runs ``seconds_per_minute`` real seconds per trace minute from ``star
 index of the market's grid). An instance requested with a maximum price gets a revocation notice
 (SIGTERM to its worker) as soon as the price in the next ``notice_minutes`` exceeds it, and is
 revoked (SIGKILL) when the notice window has passed, as EC2 does with its two-minute notice.
+A new instance gets notices only after ``boot_s`` seconds (EC2 notifies running instances;
+a process signalled before its interpreter has started would just die).
 """
 
 from __future__ import annotations
@@ -44,8 +46,10 @@ class LocalBackend:
         start: int,
         seconds_per_minute: float = 0.5,
         notice_minutes: int = 2,
+        boot_s: float = 1.0,
         env: Mapping[str, str] | None = None,
     ) -> None:
+        self.boot_s = boot_s
         self.markets = list(markets)
         self.start = start
         self.spm = seconds_per_minute
@@ -75,6 +79,8 @@ class LocalBackend:
         if inst.proc.poll() is not None:
             return
         now = time.monotonic()
+        if now - inst.launched_at < self.boot_s:
+            return
         if inst.noticed_at is None:
             t = self.minute()
             window = self.markets[inst.market].prices[t + 1 : t + 1 + self.notice_minutes]
