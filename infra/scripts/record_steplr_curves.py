@@ -33,7 +33,7 @@ OUT = Path(__file__).resolve().parents[2] / "tenantml" / "data" / "curves" / "st
 EPOCHS = 30
 
 
-def record(out: Path) -> None:
+def record(out: Path, scaling_only: bool = False) -> None:
     torch.set_num_threads(1)
     x, y = load_digits(return_X_y=True)
     x = (x / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
@@ -41,9 +41,10 @@ def record(out: Path) -> None:
     xtr, xva, ytr, yva = train_test_split(x, y, test_size=0.2, random_state=0, stratify=y)
     xtr_t, ytr_t = torch.from_numpy(xtr), torch.from_numpy(ytr)
     xva_t, yva_t = torch.from_numpy(xva), torch.from_numpy(yva)
-    rows, train_rows = [], []
+    rows: list[dict[str, object]] = []
+    train_rows: list[dict[str, object]] = []
     grid = list(itertools.product([32, 64], [0.1, 0.01], [1.0, 0.1], [10, 15]))
-    for seed in range(3):
+    for seed in range(0 if scaling_only else 3):
         for cid, (bs, lr, dr, de) in enumerate(grid):
             torch.manual_seed(seed * 100 + cid)
             net = LeNet5(1, 10)
@@ -75,7 +76,11 @@ def record(out: Path) -> None:
                 train_rows.append({**rows[-1], "metric": total / batches})
             print(f"seed {seed} config {cid}: final val loss {val:.4f} in {spent:.1f} s")
     out.parent.mkdir(parents=True, exist_ok=True)
-    for data, path in ((rows, out), (train_rows, out.with_name("steplr-digits-train.csv.gz"))):
+    for data, path in (
+        []
+        if scaling_only
+        else ((rows, out), (train_rows, out.with_name("steplr-digits-train.csv.gz")))
+    ):
         pd.DataFrame(data).to_csv(
             path, index=False, float_format="%.6g", compression={"method": "gzip", "mtime": 0}
         )
@@ -104,4 +109,6 @@ def record(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    record(Path(sys.argv[1]) if len(sys.argv) > 1 else OUT)
+    # --scaling-only: re-measure steplr-digits.scaling.json alone (on an otherwise idle machine)
+    args = [a for a in sys.argv[1:] if a != "--scaling-only"]
+    record(Path(args[0]) if args else OUT, scaling_only="--scaling-only" in sys.argv)

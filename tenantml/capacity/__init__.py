@@ -9,9 +9,7 @@ from the checkpoint it wrote on the notice.
 - :func:`run_jobs`: SpotTune's provisioning loop (Alg. 1 lines 15-46) over a backend.
 """
 
-from tenantml.capacity._ec2 import Ec2Backend, instance_action
-from tenantml.capacity._local import LocalBackend, LocalInstance
-from tenantml.capacity.runner import Attempt, JobReport, run_jobs
+from typing import Any
 
 __all__ = [
     "Attempt",
@@ -22,3 +20,18 @@ __all__ = [
     "instance_action",
     "run_jobs",
 ]
+
+_WHERE = {
+    "Ec2Backend": "_ec2", "instance_action": "_ec2", "LocalBackend": "_local",
+    "LocalInstance": "_local", "Attempt": "runner", "JobReport": "runner", "run_jobs": "runner",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: `python -m tenantml.capacity.worker` must install its SIGTERM handler before any
+    # heavy import (the package is imported first).
+    if name not in _WHERE:
+        raise AttributeError(name)
+    import importlib
+
+    return getattr(importlib.import_module(f"tenantml.capacity.{_WHERE[name]}"), name)
