@@ -85,7 +85,6 @@ def test_two_stage_plan_end_to_end(home: Path) -> None:
 
     c = Client(home)
     out = c.seer("digits", "lenet", 0.5, 2.01, eta=2, t_min=0.125, global_batch=64)
-    assert out["accuracy"] > 0.1
     exp = c.mlflow.get_experiment_by_name(experiment_name("digits"))
     jobs = [r for r in job_records(c.mlflow, [exp.experiment_id]) if r.job_id == out["job_id"]]
     assert len(jobs) == 1 and jobs[0].status == "FINISHED"
@@ -102,6 +101,12 @@ def test_two_stage_plan_end_to_end(home: Path) -> None:
     for t in finals:  # survivors resumed: more steps after stage 2 than after stage 1
         steps = {m.step: m.value for m in c.mlflow.get_metric_history(t.info.run_id, "steps")}
         assert steps[2] > steps[1] >= 1
+    # the job's accuracy is the best final trial's (a few seconds of training: no floor asserted)
+    final_acc = [
+        {m.step: m.value for m in c.mlflow.get_metric_history(t.info.run_id, "val_accuracy")}[2]
+        for t in finals
+    ]
+    assert out["accuracy"] == pytest.approx(max(final_acc))
     gpus2 = sorted(
         {m.step: m.value for m in c.mlflow.get_metric_history(t.info.run_id, "gpus")}[2]
         for t in finals

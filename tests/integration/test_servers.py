@@ -201,4 +201,6 @@ def test_scheduler_killed_and_restarted_counts_each_job_once(home: Path) -> None
     _cli(home, "run", *_BOUNDED, "--ticks", "1")
     recs = [r for r in _records(home) if (r["tenant"], r["job_id"]) not in before]
     keys = [(r["tenant"], r["job_id"]) for r in recs]
-    assert len(keys) == len(set(keys)) and all(r["status"] == "FINISHED" for r in recs)
+    statuses = [(r["tenant"], r["job_id"], r["status"]) for r in recs]
+    assert len(keys) == len(set(keys)), statuses
+    assert all(r["status"] == "FINISHED" for r in recs), statuses
