@@ -94,8 +94,10 @@ def feed(
     with _errors():
         c = _client(home)
         if npz is not None:
-            with np.load(npz, allow_pickle=False) as z:
-                snap, ids = c.feed(name, z["x"], z["y"])
+            from tenantml.limits import load_npz
+
+            arrays = load_npz(npz, ("x", "y"))
+            snap, ids = c.feed(name, arrays["x"], arrays["y"])
         elif csv is not None:
             from tenantml.loaders import read_csv_rows
 

@@ -143,18 +143,18 @@ class Client:
         """Predictions of the tenant's best model so far (``models:/<name>@best``)."""
         import mlflow
 
+        from trainers._data import encode_for_inference
+
         schema = self.store.schema(name)  # unknown tenant -> clear error
+        if lengths is not None:
+            inputs = [np.asarray(r)[: int(t)] for r, t in zip(inputs, lengths, strict=True)]
+        x, lens = encode_for_inference(schema, inputs)  # the feed checks, with example index
         version = self._best_version(name)
         if version is None:
             raise NoModelYetError(
                 f"tenant {name!r} has no model yet: feed examples and run the scheduler "
                 "(`tenantml run`), then try again"
             )
-        from trainers._data import encode_for_inference
-
-        if lengths is not None:
-            inputs = [np.asarray(r)[: int(t)] for r, t in zip(inputs, lengths, strict=True)]
-        x, lens = encode_for_inference(schema, inputs)  # the feed checks, with example index
         model = mlflow.pyfunc.load_model(f"models:/{name}@best")
         model_input: Any = x.astype(np.float32)
         if lens is not None:

@@ -9,7 +9,9 @@
   (CSV or ``.npy``).
 
 A file that cannot be read raises `BadExampleError` with the example's index and the path, so a
-batch fed from files is rejected whole like any other.
+batch fed from files is rejected whole like any other. A file whose header claims more than
+`tenantml.limits` allows (a decompression-bomb image, a forged ``.npy`` shape) is refused before
+it is decoded.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tenantml.limits import check_image_size, load_npy, max_input_bytes
 from tenantml.schema import Schema
 from tenantml.store import BadExampleError, ExampleStore, Manifest
 
@@ -42,7 +45,12 @@ def load_image(path: str | Path, shape: tuple[int, ...]) -> NDArray[np.uint8]:
     a, b, c = shape
     if c not in (1, 3):
         raise ValueError(f"images load into Tensor[A, B, 1] or Tensor[A, B, 3], not {shape}")
-    with Image.open(path) as im:
+    try:
+        im = Image.open(path)  # lazy: only the header is read so far
+    except Image.DecompressionBombError as e:  # over twice Pillow's own limit: refused too
+        raise ValueError(f"over the pixel limit per image, refused before decoding ({e})") from None
+    with im:
+        check_image_size(str(path), *im.size)
         pixels = np.array(im.convert("RGB" if c == 3 else "L"), dtype=np.uint8)
     img = torch.from_numpy(pixels.reshape(*pixels.shape[:2], c)).permute(2, 0, 1)
     img = tvf.resize(img, [a, b], antialias=True)
@@ -54,8 +62,11 @@ def load_sequence(path: str | Path) -> NDArray[np.float32]:
     """``T x A`` numbers from a CSV (no header) or ``.npy`` file."""
     p = Path(path)
     if p.suffix == ".npy":
-        arr: NDArray[np.float32] = np.load(p, allow_pickle=False).astype(np.float32)
+        arr: NDArray[np.float32] = load_npy(p).astype(np.float32)
         return arr
+    if p.stat().st_size > max_input_bytes():
+        raise ValueError(f"{p}: {p.stat().st_size:,} bytes is over the input-file limit "
+                         "(TENANTML_MAX_INPUT_BYTES)")  # fmt: skip
     return np.loadtxt(p, delimiter=",", dtype=np.float32, ndmin=2)
 
 
@@ -85,8 +96,16 @@ def read_csv_rows(
     path: str | Path, n_features: int, label_column: str | int | None = None
 ) -> tuple[NDArray[np.float32], list[str] | None]:
     """Rows of a CSV with a header line: ``(n, n_features)`` inputs and optional labels."""
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
+    size = Path(path).stat().st_size
+    if size > max_input_bytes():
+        raise ValueError(f"{path}: {size:,} bytes is over the input-file limit "
+                         "(TENANTML_MAX_INPUT_BYTES); split it")  # fmt: skip
+    with open(path, newline="", errors="strict") as f:
+        reader = csv.reader(f)
+        try:
+            rows = list(reader)
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: line {reader.line_num + 1}: malformed CSV ({e})") from None
     if not rows:
         raise ValueError(f"{path}: empty CSV file")
     header, body = rows[0], rows[1:]

@@ -15,7 +15,7 @@ Every check names the example index and the reason; one bad example rejects the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,15 +77,27 @@ def _as_float(item: Any, index: int, side: str, check_finite: bool = True) -> ND
         return arr
     if arr.dtype.kind not in "biuf":
         raise BadExampleError(index, f"values of dtype {arr.dtype} are not numbers", side)
-    arr = arr.astype(np.float32, copy=False)
+    with np.errstate(over="ignore"):  # beyond float32's range becomes inf, rejected below
+        arr = arr.astype(np.float32, copy=False)
     if check_finite and not np.isfinite(arr).all():
-        raise BadExampleError(index, "contains NaN or inf", side)
+        raise BadExampleError(index, "contains NaN or inf (or a value beyond float32)", side)
     return arr
+
+
+def require_batch(value: Any, side: str) -> None:
+    """`value` must hold one entry per example (a sequence, iterator or array of rank >= 1)."""
+    scalar = isinstance(value, np.ndarray) and value.ndim == 0
+    if scalar or isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ValueError(
+            f"{side}s must be a sequence or array with one entry per example, "
+            f"not {type(value).__name__} {str(value)[:40]!r}"
+        )
 
 
 def encode_values(dt: DataType, items: Any, side: str = "input") -> Encoded:
     """Check each example against `dt` and encode the batch (see the module docstring)."""
     shape = _field_shape(dt, side)
+    require_batch(items, side)
     if dt.is_sequence:
         parts, lengths = [], []
         for i, item in enumerate(items):

@@ -39,6 +39,7 @@ from tenantml.store._codec import (
     encode_labels,
     encode_values,
     is_class_output,
+    require_batch,
 )
 
 __all__ = [
@@ -416,6 +417,8 @@ def _chunks(
     inputs: Iterable[Any] | NDArray[Any], outputs: Iterable[Any] | NDArray[Any], size: int
 ) -> Iterator[tuple[Sequence[Any] | NDArray[Any], Sequence[Any] | NDArray[Any]]]:
     """Pair inputs with outputs, `size` at a time; arrays are sliced without copying."""
+    require_batch(inputs, "input")
+    require_batch(outputs, "output")
     if isinstance(inputs, np.ndarray) and isinstance(outputs, np.ndarray):
         if len(inputs) != len(outputs):
             raise ValueError(
