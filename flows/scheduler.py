@@ -13,12 +13,14 @@ are taken over (servers: its flow run is still going) or dispatched again with t
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
 from prefect import flow
 
 from tenantml.settings import Settings
+from tenantml.store import ExampleStore
 
 __all__ = ["scheduler"]
 
@@ -38,6 +40,7 @@ def scheduler(
     dispatch: str = "auto",
     prefetch: int | None = None,
     seer_budget_x: float | None = None,
+    outage_patience_s: float | None = None,
 ) -> dict[str, Any]:
     """Run the service loop (see the module docstring); returns a summary."""
     import mlflow
@@ -45,15 +48,25 @@ def scheduler(
 
     from mlflow_plugin.tracking import SCHEDULER_EXPERIMENT
     from tasks import JobSpec, Planner, decide, record, refresh, tick_metrics
-    from tasks._dispatch import DeploymentDispatcher, LocalDispatcher
+    from tasks._dispatch import DeploymentDispatcher, Done, LocalDispatcher
     from tasks._seer import seer_options_from_params
     from tasks._service import record_finished
+    from tenantml.outage import (
+        Backoff,
+        _wait_or_give_up,
+        default_patience_s,
+        is_outage,
+        patient,
+        ride_out,
+    )
 
     settings = Settings.load().apply()
     policy = policy or settings.policy
     slots = slots or settings.gpu_slots
-    client = MlflowClient(settings.tracking_uri)
-    store = settings.store()
+    # The scheduler waits out server outages (`tenantml.outage`) instead of failing.
+    outage_patience_s = default_patience_s() if outage_patience_s is None else outage_patience_s
+    client = patient(MlflowClient(settings.tracking_uri), settings, outage_patience_s)
+    store = ExampleStore(patient(settings.store().blobs, settings, outage_patience_s))
     local = dispatch == "local" or (dispatch == "auto" and settings.mode == "embedded")
     # Prefetch (one waiting job per slot) where slot locks work: one machine (up, or embedded).
     if prefetch is None:
@@ -92,56 +105,76 @@ def scheduler(
     with mlflow.start_run(experiment_id=exp_id, run_name=f"scheduler-{policy}") as run:
         mlflow.log_params({"policy": policy, "slots": slots, "ticks": ticks,
                            "max_epochs": max_epochs, "mode": settings.mode})  # fmt: skip
+        outage = Backoff(outage_patience_s)
+        finished: list[Done] = []
         try:
             while True:
-                finished = dispatcher.poll()
-                if finished:
-                    state, refreshed = refresh(client, store), time.monotonic()
-                for done in finished:
-                    jobs_done += 1
-                    rec = next((r for r in state.records if r.tenant == done.spec.tenant
-                                and r.job_id == done.spec.job_id), None)  # fmt: skip
-                    status = "ok" if done.ok else f"failed ({done.detail})"
-                    print(
-                        f"job {done.spec.tenant}/{done.spec.job_id} {status} in "
-                        f"{done.seconds:.1f} s, accuracy {rec.accuracy if rec else None}"
-                    )
-                    if rec is not None:
-                        train_s += rec.cost_s or 0.0
-                        record(client, rec)
-                want_more = ticks is None or done_ticks < ticks
-                new: list[JobSpec] = []
-                if want_more and len(dispatcher.in_flight) < planner.capacity:
-                    # A free slot with nothing new finished: look again for new tenants or
-                    # examples every `refresh_s`, not on every poll (one MLflow search each).
-                    if time.monotonic() - refreshed >= refresh_s:
+                try:
+                    # Jobs polled as finished stay in `finished` until recorded, so a pass cut
+                    # short by an outage records them on the next one.
+                    finished.extend(dispatcher.poll())
+                    if finished:
                         state, refreshed = refresh(client, store), time.monotonic()
-                    new = decide(planner, state, in_flight=dispatcher.in_flight, tick=tick + 1,
-                                 max_epochs=max_epochs, job_budget_s=job_budget_s,
-                                 seer_budget_x=seer_budget_x)  # fmt: skip
-                    if sleep_s is not None:
-                        new = [JobSpec(**{**j.params(), "sleep_s": sleep_s}) for j in new]
-                    if new:
-                        tick += 1
-                        done_ticks += 1
-                        for spec in new:
-                            dispatcher.submit(spec)
-                        metrics = tick_metrics(state)
-                        wall = time.monotonic() - started
-                        metrics["gpu_busy_fraction"] = min(1.0, train_s / max(slots * wall, 1e-9))
-                        mlflow.log_metrics(metrics, step=tick)
-                        print(f"tick {tick}: " + ", ".join(f"{s.tenant}:{s.candidate}"
-                                                            for s in new))  # fmt: skip
-                idle = not dispatcher.in_flight and not new
-                if ticks is not None and done_ticks >= ticks and not dispatcher.in_flight:
-                    break
-                if idle and (stop_when_idle or ticks is not None) and want_more:
-                    break  # nothing left to try and nothing running
+                    while finished:
+                        done = finished[0]
+                        rec = next((r for r in state.records if r.tenant == done.spec.tenant
+                                    and r.job_id == done.spec.job_id), None)  # fmt: skip
+                        status = "ok" if done.ok else f"failed ({done.detail})"
+                        print(
+                            f"job {done.spec.tenant}/{done.spec.job_id} {status} in "
+                            f"{done.seconds:.1f} s, accuracy {rec.accuracy if rec else None}"
+                        )
+                        if rec is not None:
+                            record(client, rec)
+                            train_s += rec.cost_s or 0.0
+                        finished.pop(0)
+                        jobs_done += 1
+                    want_more = ticks is None or done_ticks < ticks
+                    new: list[JobSpec] = []
+                    if want_more and len(dispatcher.in_flight) < planner.capacity:
+                        # A free slot with nothing new finished: look again for new tenants or
+                        # examples every `refresh_s`, not on every poll (one MLflow search each).
+                        if time.monotonic() - refreshed >= refresh_s:
+                            state, refreshed = refresh(client, store), time.monotonic()
+                        new = decide(planner, state, in_flight=dispatcher.in_flight, tick=tick + 1,
+                                     max_epochs=max_epochs, job_budget_s=job_budget_s,
+                                     seer_budget_x=seer_budget_x)  # fmt: skip
+                        if sleep_s is not None:
+                            new = [JobSpec(**{**j.params(), "sleep_s": sleep_s}) for j in new]
+                        if new:
+                            tick += 1
+                            done_ticks += 1
+                            for spec in new:
+                                dispatcher.submit(spec)
+                            metrics = tick_metrics(state)
+                            wall = time.monotonic() - started
+                            busy = min(1.0, train_s / max(slots * wall, 1e-9))
+                            metrics["gpu_busy_fraction"] = busy
+                            log_tick = functools.partial(mlflow.log_metrics, metrics, step=tick)
+                            ride_out(log_tick, what="scheduler", settings=settings,
+                                     patience_s=outage_patience_s)  # fmt: skip
+                            print(f"tick {tick}: " + ", ".join(f"{s.tenant}:{s.candidate}"
+                                                                for s in new))  # fmt: skip
+                    idle = not dispatcher.in_flight and not new
+                    if ticks is not None and done_ticks >= ticks and not dispatcher.in_flight:
+                        break
+                    if idle and (stop_when_idle or ticks is not None) and want_more:
+                        break  # nothing left to try and nothing running
+                except Exception as e:
+                    # A server outage: wait (bounded backoff, one log line per attempt) and go
+                    # on where we were; the pass is redone from MLflow, so nothing is lost.
+                    if not is_outage(e):
+                        raise
+                    _wait_or_give_up(outage, e, "scheduler", settings, print)
+                    continue
+                outage.reset()
                 time.sleep(poll_s)
         finally:
             dispatcher.close()
         wall = time.monotonic() - started
         busy = min(1.0, train_s / max(slots * wall, 1e-9))  # the trainers' own time
-        mlflow.log_metrics({"gpu_busy_fraction_total": busy, "jobs_done": jobs_done})
+        totals = {"gpu_busy_fraction_total": busy, "jobs_done": jobs_done}
+        ride_out(lambda: mlflow.log_metrics(totals), what="scheduler", settings=settings,
+                 patience_s=outage_patience_s)  # fmt: skip
         return {"ticks": done_ticks, "jobs": jobs_done, "last_tick": tick, "wall_s": wall,
                 "busy_fraction": busy, "run_id": run.info.run_id}  # fmt: skip

@@ -24,6 +24,8 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
 
     from mlflow_plugin.tracking import ensure_tenant_experiment
     from tasks import JobSpec, train_task
+    from tenantml.outage import patient
+    from tenantml.store import ExampleStore
 
     settings = Settings.load().apply()
     job = JobSpec(**spec)
@@ -32,8 +34,9 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
         # provider of mlflow_plugin). Not in threads (embedded): the environment is shared.
         os.environ.update({"TENANTML_TENANT": job.tenant, "TENANTML_POLICY": job.policy,
                            "TENANTML_TICK": str(job.tick)})  # fmt: skip
-    client = MlflowClient(settings.tracking_uri)
-    store = settings.store()
+    # The job waits out a server outage (bounded backoff, a log line per attempt).
+    client = patient(MlflowClient(settings.tracking_uri), settings)
+    store = ExampleStore(patient(settings.store().blobs, settings))
     schema = store.schema(job.tenant)
     experiment_id = ensure_tenant_experiment(
         client, job.tenant, str(schema), [], settings.artifact_location

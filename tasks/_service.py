@@ -13,11 +13,11 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import mlflow
 import numpy as np
@@ -50,6 +50,8 @@ from tenantml.store import ExampleStore
 from trainers import ZOO, Candidate, EpochReport, TrainJob, candidates, train
 from trainers._job import LR_GRID
 from trainers.zoo import RELATIVE_COST
+
+T = TypeVar("T")
 
 __all__ = [
     "JobSpec",
@@ -351,7 +353,7 @@ def run_job(
             def log_epoch(e: EpochReport) -> None:
                 loss = e.train_loss if math.isfinite(e.train_loss) else -1.0
                 metrics = {"val_accuracy": e.val_accuracy, "train_loss": loss}
-                mlflow.log_metrics(metrics, step=epochs_seen[0])
+                _patiently(lambda: mlflow.log_metrics(metrics, step=epochs_seen[0]))
                 epochs_seen[0] += 1
 
             result = None
@@ -360,7 +362,7 @@ def run_job(
                 timing = {"started_at": started}
                 if spec.dispatched_at is not None:
                     timing["dispatch_latency_s"] = started - spec.dispatched_at
-                mlflow.log_metrics(timing)
+                _patiently(lambda: mlflow.log_metrics(timing))
                 if spec.sleep_s is not None:
                     result_acc, cost, epochs = _sleep_job(spec.sleep_s)
                 elif spec.seer is not None:
@@ -377,18 +379,27 @@ def run_job(
                 ended = time.time()
             # The next job on this slot trains already while this one logs its model.
             if result is not None:
-                uri = log_trained_model(result.model)
+                model = result.model
+                uri = _patiently(lambda: log_trained_model(model))
                 client.set_tag(run_id, "tenantml.model_uri", uri)
-                for hp, value in result.hyperparameters.items():
-                    mlflow.log_param(f"hp.{hp}", value)
-                mlflow.log_metric("resumed_from_epoch", result.resumed_from_epoch)
-            mlflow.log_metrics({"accuracy": result_acc, "cost_s": cost, "epochs": epochs,
-                                "ended_at": ended})  # fmt: skip
+                hps = {f"hp.{hp}": value for hp, value in result.hyperparameters.items()}
+                resumed = result.resumed_from_epoch
+                _patiently(lambda: (mlflow.log_params(hps),
+                                    mlflow.log_metric("resumed_from_epoch", resumed)))  # fmt: skip
+            final = {"accuracy": result_acc, "cost_s": cost, "epochs": epochs, "ended_at": ended}
+            _patiently(lambda: mlflow.log_metrics(final))
     except BaseException:
         end_job_run(client, run_id, ok=False)
         raise
     end_job_run(client, run_id, ok=True)
     return JobRecord.from_run(client.get_run(run_id))
+
+
+def _patiently(fn: Callable[[], T]) -> T:
+    """A job's own MLflow call, waiting out a server outage (`tenantml.outage`)."""
+    from tenantml.outage import ride_out
+
+    return ride_out(fn, what="train job")
 
 
 @contextmanager

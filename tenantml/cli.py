@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tenantml import cli_chaos as _chaos
 from tenantml import cli_seer as _seer
 from tenantml import cli_service as _service
 from tenantml import cli_spot as _spot
@@ -437,6 +438,7 @@ def bench_demo(
 _service.register(app)
 _seer.register(app)
 _spot.register(app)
+_chaos.register(app)
 
 
 def main() -> None:

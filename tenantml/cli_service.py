@@ -47,9 +47,21 @@ def _errors() -> Iterator[None]:
     except (NoModelYetError, ServerUnreachableError) as e:
         err.print(f"error: {e}", soft_wrap=True)
         raise typer.Exit(1) from None
+    except PermissionError as e:  # tenantml.access.TenantAccessError
+        err.print(f"error: {e}", soft_wrap=True)
+        raise typer.Exit(2) from None
     except (UnknownTenantError, ValueError, KeyError, FileNotFoundError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         err.print(f"error: {msg}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    except Exception as e:  # MLflow's RestException (not imported here: it loads all MLflow)
+        if getattr(e, "error_code", None) not in ("PERMISSION_DENIED", "UNAUTHENTICATED"):
+            raise
+        err.print(
+            f"error: the MLflow server refused: {str(e)[:300]} (check TENANTML_USER and "
+            "TENANTML_PASSWORD; a tenant reaches only its own tenant)",
+            soft_wrap=True,
+        )
         raise typer.Exit(2) from None
 
 
@@ -216,7 +228,13 @@ def tenants(home: Home = None) -> None:
 
 
 def run(
-    ticks: Annotated[int | None, typer.Option(help="stop after N ticks (default: run on)")] = None,
+    ticks: Annotated[
+        int | None,
+        typer.Option(
+            help="stop after N ticks (default: run on); 0: finish the jobs left in "
+            "flight by an earlier scheduler, start none"
+        ),
+    ] = None,
     policy: Annotated[str | None, typer.Option(help="scheduling policy (default: rate)")] = None,
     slots: Annotated[int | None, typer.Option(help="GPU slots (default: GPUs, or 1)")] = None,
     max_epochs: Annotated[int, typer.Option(help="epochs per learning rate")] = 10,
@@ -234,8 +252,8 @@ def run(
 
         if policy is not None and policy not in POLICY_NAMES:
             raise ValueError(f"--policy {policy!r} is not valid; valid: {', '.join(POLICY_NAMES)}")
-        if ticks is not None and ticks < 1:
-            raise ValueError(f"--ticks {ticks} is not valid: use 1 or more")
+        if ticks is not None and ticks < 0:
+            raise ValueError(f"--ticks {ticks} is not valid: use 0 (drain) or more")
         if seer_budget_x is not None and not seer_budget_x >= 1:
             raise ValueError(f"--seer-budget-x {seer_budget_x} is not valid: use 1 or more")
         out = _client(home).run(ticks, policy=policy, slots=slots, max_epochs=max_epochs,
@@ -326,6 +344,9 @@ def up(
     slots: Annotated[int, typer.Option(help="GPU slots: one worker each")] = 1,
     postgres: Annotated[bool, typer.Option(help="MLflow and Prefect on PostgreSQL")] = False,
     s3_endpoint: Annotated[str | None, typer.Option(help="use this S3 (else a local one)")] = None,
+    auth: Annotated[
+        bool, typer.Option(help="MLflow's authentication app: per-tenant credentials (grant)")
+    ] = False,
     home: Home = None,
 ) -> None:
     """Start the servers on loopback (S3, MLflow, Prefect, the gpu pool and its workers)."""
@@ -335,11 +356,19 @@ def up(
 
     with _errors():
         root = home or Path(os.environ.get("TENANTML_HOME") or Path.home() / ".tenantml")
-        cfg = start(root, slots=slots, postgres=postgres, s3_endpoint=s3_endpoint)
+        cfg = start(root, slots=slots, postgres=postgres, s3_endpoint=s3_endpoint, auth=auth)
         console.print(f"up for {root.resolve()}:\n  MLflow UI  {cfg['tracking_uri']}\n"
                       f"  Prefect UI {cfg['prefect_api_url'][:-4]}\n  S3         "
                       f"{cfg['s3_endpoint_url']}\n  {slots} worker(s) on work pool 'gpu'; "
                       "deployments scheduler/scheduler and train/train")  # fmt: skip
+
+
+def grant(name: Annotated[str, typer.Argument()], home: Home = None) -> None:
+    """Operator: give tenant NAME credentials that reach its own data, runs and models only
+    (servers started with `tenantml up --auth`); prints them as environment variables."""
+    with _errors():
+        password = _client(home).grant(name)
+        console.print(f"TENANTML_USER={name}\nTENANTML_PASSWORD={password}")
 
 
 def down(home: Home = None) -> None:
@@ -355,6 +384,7 @@ def down(home: Home = None) -> None:
 COMMANDS: dict[str, Callable[..., None]] = {
     "submit": submit, "feed": feed, "refine": refine, "examples": examples, "infer": infer,
     "status": status, "tenants": tenants, "run": run, "demo": demo, "up": up, "down": down,
+    "grant": grant,
 }  # fmt: skip
 
 

@@ -11,13 +11,14 @@ c.status("digits")                              # leaderboard: models tried, acc
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -71,10 +72,29 @@ def _check_http(url: str, what: str, how: str) -> None:
 class Client:
     """One installation of tenantml (see `tenantml.settings` for where it lives)."""
 
-    def __init__(self, home: str | Path | None = None, *, check_servers: bool = True) -> None:
-        self.settings = Settings.load(home).apply()
+    def __init__(
+        self,
+        home: str | Path | None = None,
+        *,
+        check_servers: bool = True,
+        user: str | None = None,
+        password: str | None = None,
+    ) -> None:
+        settings = Settings.load(home)
+        if user is not None:  # a tenant's identity (tenantml.access)
+            settings = dataclasses.replace(settings, user=user, password=password)
+        self.settings = settings.apply()
         if check_servers and self.settings.mode == "servers":
             self.check_servers()
+
+    def _operator_only(self, what: str) -> None:
+        if self.settings.user:
+            from tenantml.access import TenantAccessError
+
+            raise TenantAccessError(
+                f"{what} is the operator's; tenant {self.settings.user!r} may submit, feed, "
+                "refine, list examples, infer and see the status of its own tenant only"
+            )
 
     def check_servers(self) -> None:
         """Raise `ServerUnreachableError` naming the server and how to start it."""
@@ -89,7 +109,25 @@ class Client:
 
     @cached_property
     def store(self) -> ExampleStore:
-        return self.settings.store()
+        store = self.settings.store()
+        if self.settings.user:
+            from tenantml.access import TenantScopedStore
+
+            return cast(ExampleStore, TenantScopedStore(store, self.settings.user))
+        return store
+
+    def grant(self, name: str) -> str:
+        """Operator: (re)create tenant `name`'s MLflow user with rights on its own experiment and
+        registered model only; returns the new password (`tenantml up --auth`)."""
+        from mlflow_plugin.tracking import experiment_name
+        from tenantml.access import grant_tenant
+
+        self._operator_only("granting credentials")
+        self.store.schema(name)  # unknown tenant -> clear error
+        exp = self.mlflow.get_experiment_by_name(experiment_name(name))
+        if exp is None:
+            raise ValueError(f"tenant {name!r} has no MLflow experiment; submit it again")
+        return grant_tenant(self.settings.tracking_uri, name, str(exp.experiment_id))
 
     @cached_property
     def mlflow(self) -> Any:
@@ -197,6 +235,7 @@ class Client:
         from policy.seer import plan
         from trainers import candidates
 
+        self._operator_only("running SEER jobs")
         schema = self.store.schema(name)  # unknown tenant -> clear error
         valid = [c.name for c in candidates(schema) if c.spec.family != "sklearn"]
         if model not in valid:
@@ -217,6 +256,7 @@ class Client:
         """Run the scheduler flow here (see `flows.scheduler.scheduler` for the options)."""
         from flows.scheduler import scheduler
 
+        self._operator_only("running the scheduler")
         start = time.monotonic()
         out: dict[str, Any] = scheduler(ticks=ticks, **options)
         out.setdefault("wall_s", time.monotonic() - start)

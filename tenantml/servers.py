@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["down", "executable", "free_port", "stop_pid", "up", "wait_http"]
+__all__ = ["down", "executable", "free_port", "restart", "stop", "stop_pid", "up", "wait_http"]
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: flows/ lives here
 BUCKET = "tenantml"
@@ -85,7 +85,15 @@ class _Launcher:
         )  # fmt: skip
         self.pids()[name] = proc.pid
         self._save_pids()
+        commands = self.commands()
+        commands[name] = {"cmd": cmd, "env": env or {}}
+        (self.dir / "commands.json").write_text(json.dumps(commands, indent=2))
         return proc.pid
+
+    def commands(self) -> dict[str, dict[str, Any]]:
+        """How each server was started (command and extra environment), for `restart`."""
+        f = self.dir / "commands.json"
+        return dict(json.loads(f.read_text())) if f.exists() else {}
 
     _pids: dict[str, int] | None = None
 
@@ -125,6 +133,7 @@ def up(
     postgres: bool = False,
     s3_endpoint: str | None = None,
     timeout: float = 120.0,
+    auth: bool = False,
 ) -> dict[str, Any]:
     """Start everything (see the module docstring); returns what ``servers.json`` holds."""
     home = home.resolve()
@@ -157,11 +166,19 @@ def up(
         # 3. MLflow
         port = free_port()
         tracking = f"http://127.0.0.1:{port}"
-        pid = run.start("mlflow", [
+        mlflow_cmd = [
             executable("mlflow"), "server", "--backend-store-uri", mlflow_db,
             "--artifacts-destination", f"s3://{BUCKET}/mlflow", "--host", "127.0.0.1",
             "--port", str(port), "--workers", "1",
-        ], {**env, "MLFLOW_S3_ENDPOINT_URL": s3_endpoint})  # fmt: skip
+        ]  # fmt: skip
+        mlflow_env = {"MLFLOW_S3_ENDPOINT_URL": s3_endpoint}
+        if auth:  # tenantml.access: nobody sees anything without a grant
+            mlflow_cmd += ["--app-name", "basic-auth"]
+            mlflow_env.update(_auth_config(run))
+            env.update({"MLFLOW_TRACKING_USERNAME": "admin",
+                        "MLFLOW_TRACKING_PASSWORD": mlflow_env.pop("_admin_password")})  # fmt: skip
+            os.environ.update({k: v for k, v in env.items() if k.startswith("MLFLOW_TRACKING")})
+        pid = run.start("mlflow", mlflow_cmd, {**env, **mlflow_env})
         wait_http(f"{tracking}/health", timeout, "the MLflow server", pid, logs / "mlflow.log")
         # 4. Prefect
         port = free_port()
@@ -175,7 +192,7 @@ def up(
         wait_http(f"{api}/health", timeout, "the Prefect server", pid, logs / "prefect.log")
         config = {"tracking_uri": tracking, "store": f"s3://{BUCKET}/store",
                   "s3_endpoint_url": s3_endpoint, "prefect_api_url": api, "gpu_slots": slots,
-                  "env": env, "postgres": postgres}  # fmt: skip
+                  "env": env, "postgres": postgres, "auth": auth}  # fmt: skip
         (home / "servers.json").write_text(json.dumps(config, indent=2))
         worker_env = {**pf_env, **env, "TENANTML_HOME": str(home),
                       "PREFECT_WORKER_QUERY_SECONDS": "1",
@@ -202,6 +219,24 @@ def up(
     except BaseException:
         down(home)
         raise
+
+
+def _auth_config(run: _Launcher) -> dict[str, str]:
+    """MLflow's basic-auth app: a config with NO_PERMISSIONS by default, its user database in
+    the servers directory, and a fresh admin password (the operator's; in servers.json)."""
+    import secrets
+
+    password = secrets.token_urlsafe(18)
+    ini = run.dir / "mlflow-auth.ini"
+    ini.write_text(
+        "[mlflow]\ndefault_permission = NO_PERMISSIONS\n"
+        f"database_uri = sqlite:///{run.dir / 'mlflow-auth.db'}\n"
+        f"admin_username = admin\nadmin_password = {password}\n"
+        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+    )
+    ini.chmod(0o600)
+    return {"MLFLOW_AUTH_CONFIG_PATH": str(ini), "MLFLOW_FLASK_SERVER_SECRET_KEY":
+            secrets.token_hex(16), "_admin_password": password}  # fmt: skip
 
 
 def _pg_dir(run: _Launcher) -> Path:
@@ -266,6 +301,34 @@ def down(home: Path) -> list[str]:
     run._save_pids()
     (home / "servers.json").unlink(missing_ok=True)
     return stopped
+
+
+def stop(home: Path, name: str) -> bool:
+    """Stop one server `up` started (``s3``, ``mlflow``, ``prefect``, ``worker-0``, ...), by PID,
+    as an outage or a crash would; `restart` brings it back on the same port."""
+    run = _Launcher(home.resolve())
+    if name not in run.pids():
+        raise ValueError(f"no server {name!r} for {home}; running: {', '.join(sorted(run.pids()))}")
+    return stop_pid(run.pids()[name])
+
+
+def restart(home: Path, name: str, timeout: float = 120.0) -> int:
+    """Start server `name` again with the command and port `up` gave it; returns its PID."""
+    run = _Launcher(home.resolve())
+    commands = run.commands()
+    if name not in commands:
+        raise ValueError(f"no server {name!r} for {home}; known: {', '.join(sorted(commands))}")
+    if name in run.pids():
+        stop_pid(run.pids()[name])  # a crashed server's PID is gone already: a no-op then
+    cmd = commands[name]["cmd"]
+    pid = run.start(name, cmd, commands[name]["env"])
+    health = {"mlflow": ("--port", "/health"), "prefect": ("--port", "/api/health"),
+              "s3": ("-p", "")}  # fmt: skip
+    if name in health:
+        flag, path = health[name]
+        url = f"http://127.0.0.1:{cmd[cmd.index(flag) + 1]}{path}"
+        wait_http(url, timeout, f"the {name} server", pid, run.dir / "logs" / f"{name}.log")
+    return pid
 
 
 def _stop_postgres(run: _Launcher) -> None:

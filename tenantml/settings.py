@@ -11,6 +11,9 @@ several installations (and tests) coexist. Two modes, same code:
   ``gpu``. Environment variables override either: ``TENANTML_TRACKING_URI``,
   ``TENANTML_STORE`` (``file:///abs/dir`` or ``s3://bucket/prefix``), ``TENANTML_S3_ENDPOINT_URL``,
   ``PREFECT_API_URL``, ``TENANTML_GPU_SLOTS``, ``TENANTML_POLICY``.
+
+A tenant's identity (``tenantml up --auth``, see `tenantml.access`): ``TENANTML_USER`` and
+``TENANTML_PASSWORD``.
 """
 
 from __future__ import annotations
@@ -57,6 +60,9 @@ class Settings:
     policy: str
     server_env: tuple[tuple[str, str], ...] = ()
     pin_gpus: bool = False  # one machine (`tenantml up`): slot i runs on GPU i
+    # A tenant's identity (`tenantml.access`): MLflow credentials, and a store confined to it.
+    user: str | None = None
+    password: str | None = None
 
     @classmethod
     def load(cls, home: str | Path | None = None) -> Settings:
@@ -88,6 +94,8 @@ class Settings:
             policy=env("TENANTML_POLICY") or DEFAULT_POLICY,
             server_env=tuple(sorted(servers.get("env", {}).items())),
             pin_gpus=bool(servers),
+            user=env("TENANTML_USER") or None,
+            password=env("TENANTML_PASSWORD") or None,
         )
 
     def prefect_env(self) -> dict[str, str]:
@@ -111,8 +119,11 @@ class Settings:
         os.environ["MLFLOW_TRACKING_URI"] = self.tracking_uri
         if self.s3_endpoint_url:
             os.environ["MLFLOW_S3_ENDPOINT_URL"] = self.s3_endpoint_url
-        for k, v in self.server_env:  # e.g. the bundled S3 server's dummy credentials
-            os.environ.setdefault(k, v)
+        for k, v in self.server_env:  # e.g. the bundled S3 server's dummy credentials, and the
+            os.environ.setdefault(k, v)  # operator's MLflow credentials (`up --auth`)
+        if self.user:  # a tenant's identity replaces the operator's
+            os.environ["MLFLOW_TRACKING_USERNAME"] = self.user
+            os.environ["MLFLOW_TRACKING_PASSWORD"] = self.password or ""
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")

@@ -10,6 +10,7 @@ option), `UnknownTenantError`, `BenchInputError` (the bench CSV reader).
 from __future__ import annotations
 
 import io
+import os
 import struct
 import zipfile
 import zlib
@@ -33,7 +34,7 @@ from tenantml.store import (
 )
 from trainers._data import encode_for_inference
 
-FUZZ = settings(max_examples=300, deadline=None,
+FUZZ = settings(max_examples=int(os.environ.get("TENANTML_FUZZ_EXAMPLES", "300")), deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
 IMAGES = Schema(input=Tensor(4, 4, 1), output=Tensor(3))
 SERIES = Schema(input=DataType([Tensor(2)], ["next"]), output=Tensor(2))

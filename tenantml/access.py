@@ -1,0 +1,110 @@
+"""Tenant isolation: per-tenant credentials on MLflow's authentication app, and a store that
+confines a tenant to its own prefix.
+
+With ``tenantml up --auth`` the MLflow server runs MLflow's ``basic-auth`` app with
+``default_permission = NO_PERMISSIONS``: nobody sees anything without a grant. The operator (the
+admin user whose credentials `up` writes into the installation's ``servers.json``, so only the
+operator's own processes, the scheduler and the workers, hold them) grants each tenant:
+
+* an MLflow user named after the tenant, with MANAGE on the tenant's experiment
+  (``tenantml/<name>``) and on its registered model (``<name>``) and nothing else; MLflow itself
+  enforces this on every call (runs, metrics, artifacts, model versions, ``models:/<name>@best``),
+  whether it comes through our SDK, our CLI or MLflow's own client and UI;
+* in the SDK and CLI, a `TenantScopedStore`: every store call for another tenant's name is
+  refused with `TenantAccessError`, and listing tenants lists only its own.
+
+A tenant identifies itself with ``TENANTML_USER`` and ``TENANTML_PASSWORD`` (or
+``Client(user=..., password=...)``). The store check is the SDK's; on AWS the same confinement is
+enforced by giving each tenant an IAM role limited to ``s3://<bucket>/<prefix>/tenants/<name>/*``
+(``infra/iam/tenant-policy.json``).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from tenantml.store import ExampleStore, validate_tenant_name
+
+__all__ = ["TenantAccessError", "TenantScopedStore", "grant_tenant"]
+
+MANAGE = "MANAGE"
+
+
+class TenantAccessError(PermissionError):
+    """A tenant's identity asked for another tenant's data."""
+
+
+class TenantScopedStore:
+    """`ExampleStore` for one tenant's identity: calls naming any other tenant are refused."""
+
+    _PER_TENANT = ("create_tenant", "schema", "versions", "manifest", "feed", "refine",
+                   "examples", "load", "put_checkpoint", "get_checkpoint", "delete_checkpoint",
+                   "put_blob", "get_blob", "gc")  # fmt: skip
+
+    def __init__(self, store: ExampleStore, tenant: str) -> None:
+        self._store = store
+        self.tenant = validate_tenant_name(tenant)
+
+    def _check(self, name: Any) -> None:
+        if name != self.tenant:
+            raise TenantAccessError(
+                f"tenant {self.tenant!r} may not access tenant {name!r}: each tenant's "
+                "credentials reach only its own data, runs and models (the operator sees all)"
+            )
+
+    def tenants(self) -> list[str]:
+        return [t for t in self._store.tenants() if t == self.tenant]
+
+    def __getattr__(self, attr: str) -> Any:
+        value = getattr(self._store, attr)
+        if attr not in self._PER_TENANT:
+            if attr == "blobs":
+                raise TenantAccessError(
+                    f"tenant {self.tenant!r}: the raw blob store is the operator's"
+                )
+            return value
+
+        def scoped(name: str, *args: Any, **kwargs: Any) -> Any:
+            validate_tenant_name(name)  # a name that is no tenant's is an error of its own
+            self._check(name)
+            fn: Callable[..., Any] = value
+            return fn(name, *args, **kwargs)
+
+        return scoped
+
+
+def grant_tenant(tracking_uri: str, tenant: str, experiment_id: str) -> str:
+    """Create (or reset) the MLflow user `tenant` with MANAGE on its experiment and registered
+    model only; returns its new password. Needs the operator's (admin) credentials."""
+    from mlflow.exceptions import MlflowException, RestException
+    from mlflow.server import get_app_client
+    from mlflow.tracking import MlflowClient
+
+    validate_tenant_name(tenant)
+    auth = get_app_client("basic-auth", tracking_uri=tracking_uri)
+    password = secrets.token_urlsafe(18)
+    try:
+        auth.create_user(tenant, password)
+    except RestException as e:
+        if e.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        auth.update_user_password(tenant, password)
+    client = MlflowClient(tracking_uri)
+    try:
+        client.get_registered_model(tenant)
+    except MlflowException:
+        client.create_registered_model(tenant, tags={"tenantml.tenant": tenant})
+    for create, update, resource in (
+        (auth.create_experiment_permission, auth.update_experiment_permission, experiment_id),
+        (auth.create_registered_model_permission, auth.update_registered_model_permission,
+         tenant),
+    ):  # fmt: skip
+        try:
+            create(resource, tenant, MANAGE)
+        except RestException as e:
+            if e.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            update(resource, tenant, MANAGE)
+    return password

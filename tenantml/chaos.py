@@ -1,0 +1,388 @@
+"""`tenantml chaos`: fault injection against the real service on loopback, and the report.
+
+One run, seeded and bounded in count and time:
+
+1. **Kills.** `tenantml up` (S3, MLflow, Prefect, 2 process workers), three real tenants (wine,
+   breast-cancer, digits) and a scheduler that runs on. Then ``kills`` SIGKILLs of each of: the
+   scheduler process (restarted), a Prefect worker (restarted with `servers.restart`), and a
+   training process that has finished at least one epoch (a job not killed before, so the epochs it
+   had done are known exactly), in a seeded order at seeded moments.
+2. **Outages.** The MLflow and Prefect servers are killed for ``outage_s`` seconds and restarted on
+   their ports; the S3 server (moto keeps objects in memory only, so a restart would be data loss,
+   not an outage) is frozen with SIGSTOP for ``outage_s`` and thawed. During each, one CLI call
+   must fail fast naming the server.
+3. **Concurrency.** ``tenants`` tenants feed and infer from one thread each while the scheduler
+   runs; every example must be in the final manifests exactly once.
+4. **Drain and check.** The scheduler is stopped and ``tenantml run --ticks 0`` finishes (or
+   resumes) every job left in flight. Then, from MLflow alone: every job is one run, FINISHED (no
+   observation lost, none recorded twice); each tenant's ``best`` alias is on its
+   highest-accuracy version; no two versions share a run, none lacks its run; every killed job
+   resumed from its checkpoint (``epochs done at the kill - resumed_from_epoch``, goal <= 1).
+
+The summary is printed as a table and saved as ``chaos.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tenantml import servers
+
+__all__ = ["ChaosReport", "run_chaos"]
+
+TENANTS = ("wine", "breast_cancer", "digits")
+SCHEDULER_ARGS = ("run", "--slots", "2", "--policy", "roundrobin", "--max-epochs", "4",
+                  "--job-budget", "20")  # fmt: skip
+
+
+@dataclass
+class Fault:
+    kind: str  # kill-scheduler | kill-worker | kill-train | outage-mlflow | ...
+    at_s: float
+    detail: str = ""
+    injected: bool = True
+    job: str | None = None  # tenant/job_id of a killed training process
+    epochs_at_kill: int | None = None
+    lost_epochs: float | None = None
+    cli_fail_s: float | None = None  # outages: how long a CLI call took to fail
+
+
+@dataclass
+class ChaosReport:
+    seed: int
+    faults: list[Fault] = field(default_factory=list)
+    jobs: int = 0
+    lost: list[str] = field(default_factory=list)  # jobs not FINISHED after the drain
+    duplicates: list[str] = field(default_factory=list)  # jobs with more than one run
+    best_wrong: list[str] = field(default_factory=list)  # tenants whose `best` is not the max
+    version_problems: list[str] = field(default_factory=list)  # duplicated or orphaned versions
+    outage_lines: dict[str, bool] = field(default_factory=dict)  # server -> the CLI named it
+    # server -> the scheduler's log named it while waiting (a frozen S3 server stalls calls
+    # instead of refusing them, so the scheduler just waits, with nothing to say)
+    scheduler_named: dict[str, bool] = field(default_factory=dict)
+    concurrency: dict[str, Any] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per fault kind: injected, recovered, lost, duplicates, max work lost."""
+        rows = []
+        for kind in dict.fromkeys(f.kind for f in self.faults):
+            fs = [f for f in self.faults if f.kind == kind and f.injected]
+            lost = [f.lost_epochs for f in fs if f.lost_epochs is not None]
+            cli = [f.cli_fail_s for f in fs if f.cli_fail_s is not None]
+            rows.append({
+                "fault": kind, "injected": len(fs),
+                "recovered": len(fs) if self.ok else 0,
+                "observations_lost": len(self.lost), "duplicates": len(self.duplicates),
+                "max_epochs_lost": max(lost) if lost else None,
+                "cli_fail_s_max": max(cli) if cli else None,
+            })  # fmt: skip
+        return rows
+
+    @property
+    def ok(self) -> bool:
+        lost = [f.lost_epochs for f in self.faults if f.lost_epochs is not None]
+        return not (self.lost or self.duplicates or self.best_wrong or self.version_problems
+                    or any(v > 1 for v in lost) or not all(self.outage_lines.values())
+                    or self.concurrency.get("examples_missing", 0)
+                    or self.concurrency.get("errors"))  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok, "table": self.table()}
+
+
+class _Service:
+    """The installation under test: its servers, the scheduler process, MLflow reads."""
+
+    def __init__(self, home: Path, say: Callable[[str], None]) -> None:
+        self.home = home
+        self.say = say
+        self.env = {**os.environ, "TENANTML_HOME": str(home), "TENANTML_OUTAGE_PATIENCE_S": "600",
+                    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1"}  # fmt: skip
+        self.scheduler: subprocess.Popen[bytes] | None = None
+        self.log = home / "chaos-scheduler.log"
+
+    def cli(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "tenantml.cli", *args], env=self.env,
+                              capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+    def start_scheduler(self) -> None:
+        with open(self.log, "ab") as out:
+            self.scheduler = subprocess.Popen(
+                [sys.executable, "-m", "tenantml.cli", *SCHEDULER_ARGS], env=self.env,
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+
+    def kill_scheduler(self) -> None:
+        if self.scheduler is not None and self.scheduler.poll() is None:
+            os.killpg(self.scheduler.pid, signal.SIGKILL)
+            self.scheduler.wait(timeout=30)
+        self.scheduler = None
+
+    def client(self) -> Any:
+        from tenantml.client import Client
+
+        return Client(self.home, check_servers=False)
+
+    def records(self) -> list[Any]:
+        from mlflow_plugin.tracking import job_records, tenant_experiments
+
+        c = self.client()
+        return job_records(c.mlflow, tenant_experiments(c.mlflow).values())
+
+    def engine_pid(self, flow_run_id: str) -> int | None:
+        """The process running flow run `flow_run_id` (a process worker's child)."""
+        want = f"PREFECT__FLOW_RUN_ID={flow_run_id}".encode()
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                environ = (proc / "environ").read_bytes()
+            except OSError:
+                continue
+            if want in environ.split(b"\0") and b"prefect" in (proc / "cmdline").read_bytes():
+                return int(proc.name)
+        return None
+
+
+def _kill_train(svc: _Service, killed_jobs: set[str], deadline: float) -> Fault | None:
+    """SIGKILL the training process of a running job with >= 1 epoch done, not killed before."""
+    c = svc.client()
+    while time.monotonic() < deadline:
+        for r in svc.records():
+            key = f"{r.tenant}/{r.job_id}"
+            if r.status != "RUNNING" or key in killed_jobs or not r.flow_run_id:
+                continue
+            epochs = len(c.mlflow.get_metric_history(r.run_id, "val_accuracy"))
+            pid = svc.engine_pid(r.flow_run_id)
+            if epochs < 1 or pid is None:
+                continue
+            epochs = len(c.mlflow.get_metric_history(r.run_id, "val_accuracy"))
+            os.kill(pid, signal.SIGKILL)
+            killed_jobs.add(key)
+            return Fault("kill-train", 0.0, f"pid {pid}", job=key, epochs_at_kill=epochs)
+        time.sleep(0.5)
+    return None
+
+
+def _kills(svc: _Service, rep: ChaosReport, kills: int, rng: random.Random, t0: float) -> None:
+    order = ["kill-scheduler", "kill-worker", "kill-train"] * kills
+    rng.shuffle(order)
+    killed_jobs: set[str] = set()
+    for i, kind in enumerate(order):
+        time.sleep(rng.uniform(1.0, 6.0))
+        at = time.monotonic() - t0
+        fault: Fault | None
+        if kind == "kill-scheduler":
+            svc.kill_scheduler()
+            svc.start_scheduler()
+            fault = Fault(kind, at, "SIGKILL the scheduler's process group, start a new one")
+        elif kind == "kill-worker":
+            name = f"worker-{rng.randrange(2)}"
+            pid = int(json.loads((svc.home / "servers" / "pids.json").read_text())[name])
+            os.kill(pid, signal.SIGKILL)
+            servers.restart(svc.home, name)
+            fault = Fault(kind, at, f"SIGKILL {name} (pid {pid}), restart it")
+        else:
+            fault = _kill_train(svc, killed_jobs, time.monotonic() + 180)
+            if fault is None:
+                fault = Fault(kind, at, "no job with an epoch done within 180 s", injected=False)
+            fault.at_s = at
+        rep.faults.append(fault)
+        svc.say(f"[{i + 1}/{len(order)}] {fault.kind} at {at:.0f} s: {fault.detail} "
+                f"{fault.job or ''}")  # fmt: skip
+
+
+def _outages(svc: _Service, rep: ChaosReport, outage_s: float, t0: float) -> None:
+    pids = json.loads((svc.home / "servers" / "pids.json").read_text())
+    for name, what in (("mlflow", "the MLflow server"), ("prefect", "the Prefect server"),
+                       ("s3", "the S3 endpoint")):  # fmt: skip
+        at = time.monotonic() - t0
+        if name == "s3":
+            os.killpg(pids["s3"], signal.SIGSTOP)  # moto is in memory: freeze, don't kill
+        else:
+            servers.stop(svc.home, name)
+        started = time.monotonic()
+        res = svc.cli("tenants", timeout=120)
+        cli_s = time.monotonic() - started
+        named = res.returncode == 1 and what in res.stderr
+        time.sleep(max(0.0, outage_s - (time.monotonic() - started)))
+        if name == "s3":
+            os.killpg(pids["s3"], signal.SIGCONT)
+        else:
+            servers.restart(svc.home, name)
+        detail = f"{outage_s:.0f} s; CLI exit {res.returncode}: {res.stderr.strip()[:160]}"
+        fault = Fault(f"outage-{name}", at, detail, cli_fail_s=cli_s)
+        rep.faults.append(fault)
+        if not named:
+            rep.faults[-1].detail += " (the CLI did not name the server)"
+        rep.outage_lines[name] = named
+        svc.say(f"outage {name}: {fault.detail}")
+        time.sleep(5)
+
+
+def _concurrency(svc: _Service, rep: ChaosReport, tenants: int, batches: int) -> None:
+    """`tenants` threads, each feeding `batches` batches of 40 and inferring after each."""
+    from tenantml.client import NoModelYetError
+    from tenantml.schema import Schema, Tensor
+
+    c = svc.client()
+    schema = Schema(input=Tensor(6), output=Tensor(2))
+    names = [f"conc-{i:02d}" for i in range(tenants)]
+    for n in names:
+        c.submit(n, schema)
+    fed = dict.fromkeys(names, 0)
+    infers = dict.fromkeys(names, 0)
+    errors: list[str] = []
+
+    def work(name: str, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        client = svc.client()
+        try:
+            for _ in range(batches):
+                x = rng.normal(size=(40, 6)).astype(np.float32)
+                y = (x[:, 0] > 0).astype(int)
+                client.feed(name, x, y)
+                fed[name] += 40
+                try:
+                    client.infer(name, x[:5])
+                    infers[name] += 1
+                except NoModelYetError:
+                    pass
+        except Exception as e:  # reported, not raised: every thread's outcome is counted
+            errors.append(f"{name}: {type(e).__name__}: {e}")
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=work, args=(n, i)) for i, n in enumerate(names)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=900)
+    wall = time.monotonic() - t0
+    missing = 0
+    inconsistent = []
+    for n in names:
+        m = c.store.manifest(n)
+        ids = [e.id for e in c.examples(n)]
+        missing += fed[n] - m.n_examples
+        if (
+            len(set(ids)) != len(ids)
+            or m.n_examples != fed[n]
+            or c.store.versions(n) != list(range(1, m.version + 1))
+        ):
+            inconsistent.append(n)
+    rep.concurrency = {
+        "tenants": tenants, "examples_fed": sum(fed.values()), "examples_missing": missing,
+        "inconsistent_manifests": inconsistent, "infer_calls": sum(infers.values()),
+        "errors": errors, "wall_s": wall,
+        "feeds_per_s": tenants * batches / wall, "examples_per_s": sum(fed.values()) / wall,
+    }  # fmt: skip
+    svc.say(f"concurrency: {json.dumps(rep.concurrency)[:400]}")
+
+
+def _check(svc: _Service, rep: ChaosReport) -> None:
+    """The invariants, from MLflow alone (see the module docstring)."""
+    from mlflow_plugin.registry import best_model
+
+    c = svc.client()
+    recs = svc.records()
+    rep.jobs = len({(r.tenant, r.job_id) for r in recs})
+    seen: dict[tuple[str, str], int] = {}
+    for r in recs:
+        seen[(r.tenant, r.job_id)] = seen.get((r.tenant, r.job_id), 0) + 1
+    rep.duplicates = [f"{t}/{j} x{n}" for (t, j), n in seen.items() if n > 1]
+    rep.lost = [f"{r.tenant}/{r.job_id} {r.status}" for r in recs if r.status != "FINISHED"]
+    by_run = {r.run_id: r for r in recs}
+    for tenant in {r.tenant for r in recs}:
+        ok = [r for r in recs if r.tenant == tenant and r.status == "FINISHED"]
+        best = best_model(c.mlflow, tenant)
+        top = max((r.accuracy or 0.0 for r in ok), default=None)
+        if top is not None and (best is None or best.accuracy < top - 1e-12):
+            rep.best_wrong.append(f"{tenant}: best {best and best.accuracy} < {top}")
+        versions = c.mlflow.search_model_versions(f"name = '{tenant}'") if best else []
+        runs = [v.run_id for v in versions]
+        if len(runs) != len(set(runs)):
+            rep.version_problems.append(f"{tenant}: two versions of one run")
+        rep.version_problems += [f"{tenant}: version {v.version} has no job run"
+                                 for v in versions if v.run_id not in by_run]  # fmt: skip
+    for f in rep.faults:
+        if f.kind != "kill-train" or f.job is None:
+            continue
+        tenant, job_id = f.job.split("/", 1)
+        r = next((r for r in recs if r.tenant == tenant and r.job_id == job_id), None)
+        if r is None or r.status != "FINISHED":
+            continue  # counted as lost above
+        resumed = c.mlflow.get_run(r.run_id).data.metrics.get("resumed_from_epoch", 0.0)
+        f.lost_epochs = max(0.0, float(f.epochs_at_kill or 0) - resumed)
+
+
+def run_chaos(
+    home: Path,
+    *,
+    kills: int = 2,
+    outage_s: float = 30.0,
+    tenants: int = 20,
+    batches: int = 5,
+    seed: int = 0,
+    postgres: bool = False,
+    say: Callable[[str], None] = print,
+) -> ChaosReport:
+    """Run the whole fault-injection session (module docstring) on a fresh installation."""
+    from tenantml import datasets
+
+    if kills < 0 or outage_s < 0 or tenants < 0 or batches < 1:
+        raise ValueError(
+            f"kills={kills}, outage_s={outage_s}, tenants={tenants}, batches={batches}: "
+            "use kills, outage and tenants >= 0 and batches >= 1"
+        )
+    home = home.resolve()
+    rng = random.Random(seed)
+    rep = ChaosReport(seed)
+    t0 = time.monotonic()
+    say(f"starting the servers under {home}")
+    servers.up(home, slots=2, postgres=postgres)
+    svc = _Service(home, say)
+    try:
+        c = svc.client()
+        for name in TENANTS:
+            d = datasets.load(name)
+            c.submit(name.replace("_", "-"), d.schema)
+            c.feed(name.replace("_", "-"), d.inputs, d.labels)
+        svc.start_scheduler()
+        if kills:
+            _kills(svc, rep, kills, rng, t0)
+        if outage_s:
+            _outages(svc, rep, outage_s, t0)
+        if tenants:
+            _concurrency(svc, rep, tenants, batches)
+        svc.kill_scheduler()
+        say("draining: `tenantml run --ticks 0` finishes every job left in flight")
+        drain = svc.cli("run", *SCHEDULER_ARGS[1:], "--ticks", "0", timeout=1200)
+        if drain.returncode != 0:
+            raise RuntimeError(f"the drain failed: {drain.stderr[-2000:]}")
+        text = svc.log.read_text(errors="replace")
+        for name, server in (
+            ("mlflow", "the MLflow server at"),
+            ("prefect", "the Prefect server at"),
+            ("s3", "the S3 endpoint at"),
+        ):
+            rep.scheduler_named[name] = f"{server}" in text and "is unreachable; retry" in text
+        _check(svc, rep)
+    finally:
+        svc.kill_scheduler()
+        servers.down(home)
+    rep.wall_s = time.monotonic() - t0
+    return rep

@@ -1,0 +1,185 @@
+"""Riding out a server outage: bounded backoff for the service, fail-fast for users.
+
+The service's own processes (the scheduler flow and `train` jobs) must survive the MLflow
+server, the Prefect server or the S3 endpoint going away for a while: they wait, with bounded
+exponential backoff and one clear log line per attempt naming the server that does not answer,
+then carry on where they were. Nothing is lost, because nothing was done: only calls whose
+*connection* failed are retried (the request never reached the server), so a create-only write
+or a metric is never applied twice.
+
+Users' calls (SDK, CLI) do the opposite: `tenantml.client.Client` checks the servers first and
+fails within seconds with `ServerUnreachableError` naming the server (no multi-minute hangs).
+
+* `is_outage(exc)`: the exception (or one in its chain) is a failed connection;
+* `ride_out(fn, ...)`: call `fn`, waiting out outages for at most `patience_s`;
+* `patient(obj, ...)`: a proxy whose every method call rides out outages (an `MlflowClient`, a
+  blob store);
+* `unreachable_server(settings)`: which configured server does not answer, with its URL.
+
+Backoff: 1, 2, 4, 8 then 15 s between attempts (``TENANTML_OUTAGE_PATIENCE_S``, default 600 s,
+bounds the total; then `ServerUnreachableError`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import urllib.request
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+from tenantml.settings import ServerUnreachableError, Settings
+
+__all__ = ["Backoff", "is_outage", "patient", "ride_out", "unreachable_server"]
+
+T = TypeVar("T")
+log = logging.getLogger("tenantml.outage")
+
+# Text of failed connections as the HTTP stacks word them (MLflow wraps requests' error in an
+# MlflowException carrying only its message).
+_CONNECT_FAILURES = (
+    "Connection refused",
+    "Failed to establish a new connection",
+    "Could not connect to the endpoint URL",
+    "All connection attempts failed",
+)
+
+
+def default_patience_s() -> float:
+    text = os.environ.get("TENANTML_OUTAGE_PATIENCE_S", "600")
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise ValueError(f"TENANTML_OUTAGE_PATIENCE_S={text!r} is not valid: use seconds >= 0")
+    return value
+
+
+def is_outage(exc: BaseException) -> bool:
+    """True when `exc` (or an exception in its cause/context chain) is a failed connection."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, ConnectionRefusedError):
+            return True
+        if type(e).__name__ in {"ConnectError", "EndpointConnectionError", "NewConnectionError"}:
+            return True
+        if any(text in str(e) for text in _CONNECT_FAILURES):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=3):
+            return True
+    except urllib.error.HTTPError:
+        return True  # it answered, if with an error status
+    except OSError:
+        return False
+
+
+def unreachable_server(settings: Settings) -> str | None:
+    """The first configured server that does not answer, as 'the X server at URL', or None."""
+    checks = []
+    if settings.tracking_uri.startswith("http"):
+        checks.append(("the MLflow server", settings.tracking_uri.rstrip("/") + "/health"))
+    if settings.prefect_api_url:
+        checks.append(("the Prefect server", settings.prefect_api_url.rstrip("/") + "/health"))
+    if settings.s3_endpoint_url:
+        checks.append(("the S3 endpoint", settings.s3_endpoint_url))
+    for what, url in checks:
+        if not _answers(url):
+            return f"{what} at {url.removesuffix('/health')}"
+    return None
+
+
+class Backoff:
+    """Delays 1, 2, 4, 8, then `cap` seconds, until `patience_s` have passed since `start`."""
+
+    def __init__(self, patience_s: float, cap_s: float = 15.0) -> None:
+        self.patience_s = patience_s
+        self.cap_s = cap_s
+        self.started: float | None = None
+        self.attempt = 0
+
+    def reset(self) -> None:
+        self.started, self.attempt = None, 0
+
+    def next_delay(self) -> float | None:
+        """Seconds to wait before the next attempt, or None when patience is spent."""
+        now = time.monotonic()
+        if self.started is None:
+            self.started = now
+        left = self.patience_s - (now - self.started)
+        if left <= 0:
+            return None
+        delay = min(self.cap_s, 2.0**self.attempt, left)
+        self.attempt += 1
+        return delay
+
+
+def _wait_or_give_up(
+    backoff: Backoff, exc: BaseException, what: str, settings: Settings | None,
+    say: Callable[[str], None],
+) -> None:  # fmt: skip
+    try:
+        server = unreachable_server(settings or Settings.load()) or "a server"
+    except (OSError, ValueError):
+        server = "a server"
+    delay = backoff.next_delay()
+    if delay is None:
+        raise ServerUnreachableError(
+            f"{what}: {server} did not answer for {backoff.patience_s:.0f} s; giving up "
+            f"(last error: {str(exc)[:200]})"
+        ) from exc
+    say(f"{what}: {server} is unreachable; retry {backoff.attempt} in {delay:.0f} s "
+        f"(giving up after {backoff.patience_s:.0f} s)")  # fmt: skip
+    time.sleep(delay)
+
+
+def ride_out(
+    fn: Callable[[], T],
+    *,
+    what: str,
+    settings: Settings | None = None,
+    patience_s: float | None = None,
+    say: Callable[[str], None] | None = None,
+) -> T:
+    """`fn()`, retried while it fails with `is_outage` errors, for at most `patience_s`."""
+    backoff = Backoff(default_patience_s() if patience_s is None else patience_s)
+    while True:
+        try:
+            return fn()
+        except Exception as e:
+            if not is_outage(e):
+                raise
+            _wait_or_give_up(backoff, e, what, settings, say or log.warning)
+
+
+class _Patient:
+    def __init__(self, target: Any, settings: Settings | None, patience_s: float | None) -> None:
+        self._target = target
+        self._settings = settings
+        self._patience_s = patience_s
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._target, name)
+        if not callable(attr) or name.startswith("_"):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            what = f"{type(self._target).__name__}.{name}"
+            return ride_out(lambda: attr(*args, **kwargs), what=what, settings=self._settings,
+                            patience_s=self._patience_s)  # fmt: skip
+
+        return call
+
+
+def patient(obj: T, settings: Settings | None = None, patience_s: float | None = None) -> T:
+    """`obj` whose method calls wait out outages (see `ride_out`); same interface."""
+    return cast(T, _Patient(obj, settings, patience_s))

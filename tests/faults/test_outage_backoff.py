@@ -1,0 +1,96 @@
+"""`tenantml.outage` on real failed connections: what counts as an outage, bounded backoff, and
+a call that waits until a server on loopback comes back."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import boto3
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tenantml.outage import Backoff, is_outage, patient, ride_out
+from tenantml.servers import free_port
+from tenantml.settings import ServerUnreachableError, Settings
+
+
+def _error(fn: object) -> BaseException:
+    try:
+        fn()  # type: ignore[operator]
+    except Exception as e:
+        return e
+    raise AssertionError("no error")
+
+
+def test_failed_connections_of_every_client_are_outages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    dead = f"http://127.0.0.1:{free_port()}"
+    mlflow_err = _error(lambda: MlflowClient(dead).search_experiments())
+    s3 = boto3.client("s3", endpoint_url=dead, aws_access_key_id="x", aws_secret_access_key="x",
+                      region_name="us-east-1")  # fmt: skip
+    s3_err = _error(lambda: s3.list_buckets())
+    url_err = _error(lambda: urllib.request.urlopen(dead, timeout=2))
+    for e in (mlflow_err, s3_err, url_err):
+        assert is_outage(e), repr(e)
+    assert not is_outage(ValueError("tenant name 'A' is not valid"))
+    assert not is_outage(KeyError("x"))
+
+
+def test_backoff_is_bounded() -> None:
+    b = Backoff(patience_s=3600, cap_s=15)
+    delays = [b.next_delay() for _ in range(7)]
+    assert delays == [1, 2, 4, 8, 15, 15, 15]
+    b = Backoff(patience_s=0)
+    assert b.next_delay() is None
+
+
+def test_ride_out_waits_for_a_server_that_comes_back(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    server: list[http.server.HTTPServer] = []
+
+    def start_later() -> None:
+        time.sleep(2.5)
+        srv = http.server.HTTPServer(("127.0.0.1", port), http.server.SimpleHTTPRequestHandler)
+        server.append(srv)
+        srv.serve_forever()
+
+    threading.Thread(target=start_later, daemon=True).start()
+    said: list[str] = []
+    t0 = time.monotonic()
+    try:
+        status = ride_out(lambda: urllib.request.urlopen(url, timeout=2).status, what="probe",
+                          patience_s=60, say=said.append)  # fmt: skip
+    finally:
+        if server:
+            server[0].shutdown()
+    assert status == 200
+    assert said and all("is unreachable; retry" in s and "giving up after 60 s" in s for s in said)
+    assert time.monotonic() - t0 < 30
+
+
+def test_ride_out_gives_up_naming_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TENANTML_TRACKING_URI", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    settings = Settings.load(tmp_path)
+    client = patient(MlflowClient(settings.tracking_uri), settings, patience_s=1.5)
+    with pytest.raises(ServerUnreachableError, match="the MLflow server at http://127.0.0.1"):
+        client.search_experiments()
+
+
+def test_errors_that_are_not_outages_are_not_retried(tmp_path: Path) -> None:
+    calls = []
+
+    def bad() -> None:
+        calls.append(1)
+        raise ValueError("bad input")
+
+    with pytest.raises(ValueError, match="bad input"):
+        ride_out(bad, what="probe", patience_s=60)
+    assert calls == [1]
