@@ -96,15 +96,7 @@ def grant_tenant(tracking_uri: str, tenant: str, experiment_id: str) -> str:
         client.get_registered_model(tenant)
     except MlflowException:
         client.create_registered_model(tenant, tags={"tenantml.tenant": tenant})
-    for create, update, resource in (
-        (auth.create_experiment_permission, auth.update_experiment_permission, experiment_id),
-        (auth.create_registered_model_permission, auth.update_registered_model_permission,
-         tenant),
-    ):  # fmt: skip
-        try:
-            create(resource, tenant, MANAGE)
-        except RestException as e:
-            if e.error_code != "RESOURCE_ALREADY_EXISTS":
-                raise
-            update(resource, tenant, MANAGE)
+    # MLflow 3.17's unified grant: one (resource type, id) per call, replacing an earlier grant.
+    auth.grant_user_permission(tenant, "experiment", experiment_id, MANAGE)
+    auth.grant_user_permission(tenant, "registered_model", tenant, MANAGE)
     return password
