@@ -25,6 +25,7 @@ The summary is printed as a table and saved as ``chaos.json``.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import signal
@@ -43,7 +44,7 @@ from tenantml import servers
 
 __all__ = ["ChaosReport", "run_chaos"]
 
-TENANTS = ("wine", "breast_cancer", "digits")
+TENANTS = ("digits", "wine", "breast_cancer")  # digits first: its torch jobs checkpoint per epoch
 SCHEDULER_ARGS = ("run", "--slots", "2", "--policy", "roundrobin", "--max-epochs", "4",
                   "--job-budget", "20")  # fmt: skip
 
@@ -158,23 +159,37 @@ class _Service:
         return None
 
 
+def _is_torch(candidate: str) -> bool:
+    from trainers.zoo import ZOO
+
+    spec = ZOO.get(candidate.split("+")[0].split("@")[0])
+    return spec is not None and spec.family != "sklearn"
+
+
 def _kill_train(svc: _Service, killed_jobs: set[str], deadline: float) -> Fault | None:
-    """SIGKILL the training process of a running job with >= 1 epoch done, not killed before."""
+    """SIGKILL the training process of a running job not killed before: a torch job with >= 2
+    epochs done (its resume from the checkpoint shows), or after half the wait any job with
+    >= 1 epoch (a scikit-learn job has no epochs to keep: it starts again)."""
     c = svc.client()
+    start = time.monotonic()
     while time.monotonic() < deadline:
+        patient = time.monotonic() - start < (deadline - start) / 2
         for r in svc.records():
             key = f"{r.tenant}/{r.job_id}"
             if r.status != "RUNNING" or key in killed_jobs or not r.flow_run_id:
                 continue
-            epochs = len(c.mlflow.get_metric_history(r.run_id, "val_accuracy"))
-            pid = svc.engine_pid(r.flow_run_id)
-            if epochs < 1 or pid is None:
+            torch_job = _is_torch(r.candidate)
+            if patient and not torch_job:
                 continue
+            pid = svc.engine_pid(r.flow_run_id)
             epochs = len(c.mlflow.get_metric_history(r.run_id, "val_accuracy"))
+            if pid is None or epochs < (2 if torch_job else 1):
+                continue
             os.kill(pid, signal.SIGKILL)
             killed_jobs.add(key)
-            return Fault("kill-train", 0.0, f"pid {pid}", job=key, epochs_at_kill=epochs)
-        time.sleep(0.5)
+            family = "torch" if torch_job else "scikit-learn"
+            return Fault("kill-train", 0.0, f"pid {pid}, {family}", job=key, epochs_at_kill=epochs)
+        time.sleep(0.3)
     return None
 
 
@@ -236,7 +251,7 @@ def _outages(svc: _Service, rep: ChaosReport, outage_s: float, t0: float) -> Non
 
 def _concurrency(svc: _Service, rep: ChaosReport, tenants: int, batches: int) -> None:
     """`tenants` threads, each feeding `batches` batches of 40 and inferring after each."""
-    from tenantml.client import NoModelYetError
+    from tenantml import datasets
     from tenantml.schema import Schema, Tensor
 
     c = svc.client()
@@ -248,23 +263,30 @@ def _concurrency(svc: _Service, rep: ChaosReport, tenants: int, batches: int) ->
     infers = dict.fromkeys(names, 0)
     errors: list[str] = []
 
+    # Inference goes to the tenants that have a `best` model by now (the three real ones).
+    served = [t for t in c.tenants() if not t.startswith("conc-") and c.status(t).best_version]
+    probes = {t: datasets.load(t.replace("-", "_")).inputs[:2] for t in served}
+    latencies: list[float] = []
+
     def work(name: str, seed: int) -> None:
         rng = np.random.default_rng(seed)
         client = svc.client()
         try:
-            for _ in range(batches):
+            for b in range(batches):
                 x = rng.normal(size=(40, 6)).astype(np.float32)
                 y = (x[:, 0] > 0).astype(int)
                 client.feed(name, x, y)
                 fed[name] += 40
-                try:
-                    client.infer(name, x[:5])
+                if served:
+                    target = served[(seed + b) % len(served)]
+                    started = time.monotonic()
+                    client.infer(target, probes[target])
+                    latencies.append(time.monotonic() - started)
                     infers[name] += 1
-                except NoModelYetError:
-                    pass
         except Exception as e:  # reported, not raised: every thread's outcome is counted
             errors.append(f"{name}: {type(e).__name__}: {e}")
 
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)  # 20 threads > 10 sockets
     t0 = time.monotonic()
     threads = [threading.Thread(target=work, args=(n, i)) for i, n in enumerate(names)]
     for t in threads:
@@ -277,17 +299,17 @@ def _concurrency(svc: _Service, rep: ChaosReport, tenants: int, batches: int) ->
     for n in names:
         m = c.store.manifest(n)
         ids = [e.id for e in c.examples(n)]
+        versions = c.store.versions(n)
         missing += fed[n] - m.n_examples
-        if (
-            len(set(ids)) != len(ids)
-            or m.n_examples != fed[n]
-            or c.store.versions(n) != list(range(1, m.version + 1))
-        ):
-            inconsistent.append(n)
+        contiguous = versions == list(range(versions[0], m.version + 1))
+        if len(set(ids)) != len(ids) or m.n_examples != fed[n] or not contiguous:
+            inconsistent.append(f"{n}: {len(ids)} ids, {m.n_examples} examples, {fed[n]} fed, "
+                                f"versions {versions}")  # fmt: skip
     rep.concurrency = {
         "tenants": tenants, "examples_fed": sum(fed.values()), "examples_missing": missing,
         "inconsistent_manifests": inconsistent, "infer_calls": sum(infers.values()),
-        "errors": errors, "wall_s": wall,
+        "errors": errors, "wall_s": wall, "infer_tenants": served,
+        "infer_p50_s": float(np.median(latencies)) if latencies else None,
         "feeds_per_s": tenants * batches / wall, "examples_per_s": sum(fed.values()) / wall,
     }  # fmt: skip
     svc.say(f"concurrency: {json.dumps(rep.concurrency)[:400]}")

@@ -14,7 +14,7 @@ from rich.table import Table
 
 __all__ = ["register"]
 
-console = Console(markup=False, highlight=False, soft_wrap=True)
+console = Console(markup=False, highlight=False, soft_wrap=True, width=130)
 
 
 def chaos(

@@ -12,6 +12,7 @@ c.status("digits")                              # leaderboard: models tried, acc
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 import urllib.request
 from collections.abc import Iterable, Sequence
@@ -28,6 +29,12 @@ from tenantml.settings import ServerUnreachableError, Settings
 from tenantml.store import ExampleRecord, ExampleStore
 
 __all__ = ["Client", "Leaderboard", "LeaderboardRow", "NoModelYetError"]
+
+
+_MODELS: dict[tuple[str, str, str, str], Any] = {}  # (tracking URI, user, tenant, version)
+_MODEL_LOCKS: dict[tuple[str, str, str, str], threading.Lock] = {}
+_MODELS_LOCK = threading.Lock()
+_MODELS_MAX = 32  # loaded models kept per process, oldest dropped first
 
 
 class NoModelYetError(LookupError):
@@ -179,8 +186,6 @@ class Client:
 
     def infer(self, name: str, inputs: Any, lengths: Sequence[int] | None = None) -> NDArray[Any]:
         """Predictions of the tenant's best model so far (``models:/<name>@best``)."""
-        import mlflow
-
         from trainers._data import encode_for_inference
 
         schema = self.store.schema(name)  # unknown tenant -> clear error
@@ -193,11 +198,27 @@ class Client:
                 f"tenant {name!r} has no model yet: feed examples and run the scheduler "
                 "(`tenantml run`), then try again"
             )
-        model = mlflow.pyfunc.load_model(f"models:/{name}@best")
+        model = self._load_model(name, version)
         model_input: Any = x.astype(np.float32)
         if lens is not None:
             model_input = {"x": model_input, "lengths": lens}
         return np.asarray(model.predict(model_input))
+
+    def _load_model(self, name: str, version: str) -> Any:
+        """The pyfunc of `name`'s model `version` (the one `best` was on when looked up), loaded
+        once per process and identity: a version never changes, and loading one (download and
+        unpickling of the net) takes about a second."""
+        import mlflow
+
+        key = (self.settings.tracking_uri, self.settings.user or "", name, version)
+        with _MODELS_LOCK:
+            lock = _MODEL_LOCKS.setdefault(key, threading.Lock())
+        with lock:  # concurrent first calls load it once
+            if key not in _MODELS:
+                _MODELS[key] = mlflow.pyfunc.load_model(f"models:/{name}/{version}")
+                while len(_MODELS) > _MODELS_MAX:
+                    _MODELS.pop(next(iter(_MODELS)))
+            return _MODELS[key]
 
     def infer_files(self, name: str, paths: Sequence[str | Path]) -> NDArray[Any]:
         from tenantml.loaders import iter_file_inputs
