@@ -14,6 +14,10 @@ from tests.servers import S3Server, s3_server
 # streams (a traceback after the summary line); keep its loggers at WARNING in tests.
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
+# Prefect reads its settings once, when first imported, and collecting tests/unit imports it
+# before any test's `Settings.apply` runs: an ephemeral server in a fresh PREFECT_HOME (its
+# migrations take 20-40 s on 2 loaded cores) would then get Prefect's default 20 s to start.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 
 @pytest.fixture(scope="session")
