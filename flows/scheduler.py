@@ -53,11 +53,11 @@ def scheduler(
     from tasks._service import record_finished
     from tenantml.outage import (
         Backoff,
-        _wait_or_give_up,
         default_patience_s,
         is_outage,
         patient,
         ride_out,
+        wait_or_give_up,
     )
 
     settings = Settings.load().apply()
@@ -165,7 +165,7 @@ def scheduler(
                     # on where we were; the pass is redone from MLflow, so nothing is lost.
                     if not is_outage(e):
                         raise
-                    _wait_or_give_up(outage, e, "scheduler", settings, print)
+                    wait_or_give_up(outage, e, "scheduler", settings, print)
                     continue
                 outage.reset()
                 time.sleep(poll_s)

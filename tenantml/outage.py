@@ -31,7 +31,15 @@ from typing import Any, TypeVar, cast
 
 from tenantml.settings import ServerUnreachableError, Settings
 
-__all__ = ["Backoff", "is_outage", "patient", "ride_out", "unreachable_server"]
+__all__ = [
+    "Backoff",
+    "default_patience_s",
+    "is_outage",
+    "patient",
+    "ride_out",
+    "unreachable_server",
+    "wait_or_give_up",
+]
 
 T = TypeVar("T")
 log = logging.getLogger("tenantml.outage")
@@ -123,10 +131,12 @@ class Backoff:
         return delay
 
 
-def _wait_or_give_up(
+def wait_or_give_up(
     backoff: Backoff, exc: BaseException, what: str, settings: Settings | None,
     say: Callable[[str], None],
 ) -> None:  # fmt: skip
+    """Say which server is unreachable and sleep `backoff`'s next delay, or raise
+    `ServerUnreachableError` once its patience is spent."""
     try:
         server = unreachable_server(settings or Settings.load()) or "a server"
     except (OSError, ValueError):
@@ -158,7 +168,7 @@ def ride_out(
         except Exception as e:
             if not is_outage(e):
                 raise
-            _wait_or_give_up(backoff, e, what, settings, say or log.warning)
+            wait_or_give_up(backoff, e, what, settings, say or log.warning)
 
 
 class _Patient:
