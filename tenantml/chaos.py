@@ -212,9 +212,9 @@ def _kills(svc: _Service, rep: ChaosReport, kills: int, rng: random.Random, t0: 
             servers.restart(svc.home, name)
             fault = Fault(kind, at, f"SIGKILL {name} (pid {pid}), restart it")
         else:
-            fault = _kill_train(svc, killed_jobs, time.monotonic() + 180)
+            fault = _kill_train(svc, killed_jobs, time.monotonic() + 300)
             if fault is None:
-                fault = Fault(kind, at, "no job with an epoch done within 180 s", injected=False)
+                fault = Fault(kind, at, "no job with an epoch done within 300 s", injected=False)
             fault.at_s = at
         rep.faults.append(fault)
         svc.say(f"[{i + 1}/{len(order)}] {fault.kind} at {at:.0f} s: {fault.detail} "
