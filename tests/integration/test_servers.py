@@ -23,7 +23,7 @@ import pytest
 from tenantml import datasets
 from tenantml.servers import down, up
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def _have_postgres() -> bool:
