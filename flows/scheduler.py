@@ -57,10 +57,12 @@ def scheduler(
         is_outage,
         patient,
         ride_out,
+        serve_patiently,
         wait_or_give_up,
     )
 
     settings = Settings.load().apply()
+    serve_patiently()  # a slow answer (a big upload) is waited for, not failed
     policy = policy or settings.policy
     slots = slots or settings.gpu_slots
     # The scheduler waits out server outages (`tenantml.outage`) instead of failing.

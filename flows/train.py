@@ -24,10 +24,11 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
 
     from mlflow_plugin.tracking import ensure_tenant_experiment
     from tasks import JobSpec, train_task
-    from tenantml.outage import patient
+    from tenantml.outage import patient, serve_patiently
     from tenantml.store import ExampleStore
 
     settings = Settings.load().apply()
+    serve_patiently()  # a slow answer (a big upload) is waited for, not failed
     job = JobSpec(**spec)
     if threading.current_thread() is threading.main_thread():
         # A worker process runs one job: tag every MLflow run it starts (the run-context

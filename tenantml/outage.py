@@ -18,6 +18,12 @@ fails within seconds with `ServerUnreachableError` naming the server (no multi-m
 
 Backoff: 1, 2, 4, 8 then 15 s between attempts (``TENANTML_OUTAGE_PATIENCE_S``, default 600 s,
 bounds the total; then `ServerUnreachableError`).
+
+A *slow* answer is not an outage: the request may have been applied, so it is not retried here.
+Instead the service's processes wait longer for an answer than users do (`serve_patiently`:
+``MLFLOW_HTTP_REQUEST_TIMEOUT`` = ``TENANTML_SERVICE_HTTP_TIMEOUT_S``, default 300 s, against 20 s
+for the SDK and CLI). A train job's model upload streams through the MLflow server to S3; a busy
+server, or a frozen S3 endpoint behind it, answers late, and a 20 s timeout failed such jobs.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ __all__ = [
     "is_outage",
     "patient",
     "ride_out",
+    "serve_patiently",
     "unreachable_server",
     "wait_or_give_up",
 ]
@@ -63,6 +70,22 @@ def default_patience_s() -> float:
     if value < 0:
         raise ValueError(f"TENANTML_OUTAGE_PATIENCE_S={text!r} is not valid: use seconds >= 0")
     return value
+
+
+def serve_patiently() -> float:
+    """Give this process (the scheduler, a train job) the service's HTTP read timeout; returns
+    it. ``TENANTML_SERVICE_HTTP_TIMEOUT_S`` (default 300) must be seconds > 0."""
+    text = os.environ.get("TENANTML_SERVICE_HTTP_TIMEOUT_S", "300")
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(
+            f"TENANTML_SERVICE_HTTP_TIMEOUT_S={text!r} is not valid: use whole seconds > 0"
+        )
+    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(value)  # MLflow reads it on every request
+    return float(value)
 
 
 def is_outage(exc: BaseException) -> bool:

@@ -94,3 +94,45 @@ def test_errors_that_are_not_outages_are_not_retried(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="bad input"):
         ride_out(bad, what="probe", patience_s=60)
     assert calls == [1]
+
+
+class _SlowHandler(http.server.BaseHTTPRequestHandler):
+    """Answers every PUT after 2 s, like a busy MLflow server streaming an upload to S3."""
+
+    def do_PUT(self) -> None:  # noqa: N802 - the stdlib's name
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        time.sleep(2.0)
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_service_waits_for_a_slow_upload_that_users_do_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow.store.artifact.http_artifact_repo import HttpArtifactRepository
+
+    from tenantml.outage import serve_patiently
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), _SlowHandler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/api/2.0/mlflow-artifacts/artifacts/run"
+    model = tmp_path / "model.pt"
+    model.write_bytes(b"\0" * 100_000)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    try:
+        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1")  # what the SDK's 20 s is to users
+        with pytest.raises(Exception, match="(?i)timed? ?out"):
+            HttpArtifactRepository(url).log_artifact(str(model))
+        monkeypatch.setenv("TENANTML_SERVICE_HTTP_TIMEOUT_S", "10")
+        assert serve_patiently() == 10.0
+        HttpArtifactRepository(url).log_artifact(str(model))  # the same PUT, waited for
+    finally:
+        srv.shutdown()
+    for bad in ("0", "-5", "soon", "1.5"):
+        monkeypatch.setenv("TENANTML_SERVICE_HTTP_TIMEOUT_S", bad)
+        with pytest.raises(ValueError, match="TENANTML_SERVICE_HTTP_TIMEOUT_S=.*whole seconds > 0"):
+            serve_patiently()
