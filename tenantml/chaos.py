@@ -151,20 +151,6 @@ class _Service:
         c = self.client()
         return job_records(c.mlflow, tenant_experiments(c.mlflow).values())
 
-    def engine_pid(self, flow_run_id: str) -> int | None:
-        """The process running flow run `flow_run_id` (a process worker's child)."""
-        want = f"PREFECT__FLOW_RUN_ID={flow_run_id}".encode()
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                environ = (proc / "environ").read_bytes()
-            except OSError:
-                continue
-            if want in environ.split(b"\0") and b"prefect" in (proc / "cmdline").read_bytes():
-                return int(proc.name)
-        return None
-
 
 def _is_torch(candidate: str) -> bool:
     from trainers.zoo import ZOO
@@ -188,7 +174,7 @@ def _kill_train(svc: _Service, killed_jobs: set[str], deadline: float) -> Fault 
             torch_job = _is_torch(r.candidate)
             if patient and not torch_job:
                 continue
-            pid = svc.engine_pid(r.flow_run_id)
+            pid = next(iter(servers.flow_processes(PREFECT__FLOW_RUN_ID=r.flow_run_id)), None)
             epochs = len(c.mlflow.get_metric_history(r.run_id, "val_accuracy"))
             if pid is None or epochs < (2 if torch_job else 1):
                 continue
@@ -270,8 +256,14 @@ def _concurrency(svc: _Service, rep: ChaosReport, tenants: int, batches: int) ->
     infers = dict.fromkeys(names, 0)
     errors: list[str] = []
 
-    # Inference goes to the tenants that have a `best` model by now (the three real ones).
-    served = [t for t in c.tenants() if t in TENANTS and c.status(t).best_version]
+    # Inference goes to the real tenants that have a `best` model; wait (at most 300 s) for one:
+    # the faults before may have left none recorded yet.
+    deadline = time.monotonic() + 300
+    while True:
+        served = [t for t in TENANTS if c.status(t).best_version]
+        if served or time.monotonic() > deadline:
+            break
+        time.sleep(2)
     probes = {t: datasets.load(TENANTS[t]).inputs[:2] for t in served}
     latencies: list[float] = []
 

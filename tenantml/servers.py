@@ -32,7 +32,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["down", "executable", "free_port", "restart", "stop", "stop_pid", "up", "wait_http"]
+__all__ = [
+    "down",
+    "executable",
+    "flow_processes",
+    "free_port",
+    "restart",
+    "stop",
+    "stop_pid",
+    "up",
+    "wait_http",
+]
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: flows/ lives here
 BUCKET = "tenantml"
@@ -174,9 +184,10 @@ def up(
         mlflow_env = {"MLFLOW_S3_ENDPOINT_URL": s3_endpoint}
         if auth:  # tenantml.access: nobody sees anything without a grant
             mlflow_cmd += ["--app-name", "basic-auth"]
-            mlflow_env.update(_auth_config(run))
+            auth_env, admin_password = _auth_config(run)
+            mlflow_env.update(auth_env)
             env.update({"MLFLOW_TRACKING_USERNAME": "admin",
-                        "MLFLOW_TRACKING_PASSWORD": mlflow_env.pop("_admin_password")})  # fmt: skip
+                        "MLFLOW_TRACKING_PASSWORD": admin_password})  # fmt: skip
             os.environ.update({k: v for k, v in env.items() if k.startswith("MLFLOW_TRACKING")})
         pid = run.start("mlflow", mlflow_cmd, {**env, **mlflow_env})
         wait_http(f"{tracking}/health", timeout, "the MLflow server", pid, logs / "mlflow.log")
@@ -221,9 +232,10 @@ def up(
         raise
 
 
-def _auth_config(run: _Launcher) -> dict[str, str]:
+def _auth_config(run: _Launcher) -> tuple[dict[str, str], str]:
     """MLflow's basic-auth app: a config with NO_PERMISSIONS by default, its user database in
-    the servers directory, and a fresh admin password (the operator's; in servers.json)."""
+    the servers directory, and a fresh admin password (the operator's; in servers.json).
+    Returns (the MLflow server's extra environment, the admin password)."""
     import secrets
 
     password = secrets.token_urlsafe(18)
@@ -235,8 +247,9 @@ def _auth_config(run: _Launcher) -> dict[str, str]:
         "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
     )
     ini.chmod(0o600)
-    return {"MLFLOW_AUTH_CONFIG_PATH": str(ini), "MLFLOW_FLASK_SERVER_SECRET_KEY":
-            secrets.token_hex(16), "_admin_password": password}  # fmt: skip
+    server_env = {"MLFLOW_AUTH_CONFIG_PATH": str(ini),
+                  "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16)}  # fmt: skip
+    return server_env, password
 
 
 def _pg_dir(run: _Launcher) -> Path:
@@ -339,6 +352,25 @@ def _stop_postgres(run: _Launcher) -> None:
     if os.geteuid() == 0 and pg.parent == Path(tempfile.gettempdir()):
         shutil.rmtree(pg, ignore_errors=True)
         (run.dir / "pg-dir").unlink(missing_ok=True)
+
+
+def flow_processes(**env: str) -> list[int]:
+    """PIDs of the Prefect flow-run processes (a process worker's children, ``prefect.engine``)
+    whose environment holds every ``NAME=value`` of `env`, e.g. ``PREFECT__FLOW_RUN_ID=<id>``
+    or ``TENANTML_HOME=<home>``. Reads Linux's /proc; processes of other users are skipped."""
+    want = [f"{k}={v}".encode() for k, v in env.items()]
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"prefect.engine" in cmdline and all(w in environ for w in want):
+            pids.append(int(proc.name))
+    return pids
 
 
 def stop_pid(pid: int, timeout: float = 10.0) -> bool:

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from tenantml import datasets
-from tenantml.servers import down, up
+from tenantml.servers import down, flow_processes, up
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -124,22 +124,6 @@ def test_three_tenants_best_models_and_infer(home: Path, tmp_path: Path) -> None
     assert "best version" in _cli(home, "status", "digits")
 
 
-def _engine_pids(home: Path) -> list[int]:
-    """Processes running a flow for this installation (the process worker's children)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes()
-            envb = (proc / "environ").read_bytes()
-        except OSError:
-            continue
-        if b"prefect.engine" in cmd and f"TENANTML_HOME={home}".encode() in envb:
-            pids.append(int(proc.name))
-    return pids
-
-
 _DISPATCH = """
 import json, sys, time
 from tenantml.settings import Settings
@@ -167,7 +151,7 @@ def test_killed_train_process_resumes_from_its_checkpoint(home: Path) -> None:
                 f"print(len(c.mlflow.get_metric_history('{recs[0]['run_id']}', 'val_accuracy')))"
             )).strip().splitlines()[-1]  # fmt: skip
             if int(epochs) >= 2:
-                for pid in _engine_pids(home):
+                for pid in flow_processes(TENANTML_HOME=str(home)):
                     os.kill(pid, signal.SIGKILL)
                     killed = True
         time.sleep(0.2)
