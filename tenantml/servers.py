@@ -218,6 +218,7 @@ def up(
                   str(ROOT / "infra" / "prefect.yaml")]  # fmt: skip
         subprocess.run(deploy, env={**os.environ, **worker_env, "TENANTML_ROOT": str(ROOT)},
                        check=True, capture_output=True, timeout=timeout, cwd=ROOT)  # fmt: skip
+        _ensure_automations(api, {**os.environ, **pf_env}, timeout)
         # The scheduler deployment (started from the Prefect UI) runs on the pool `control`.
         run.start("worker-control", [executable("prefect"), "worker", "start", "--pool", "control",
                                      "--limit", "1", "--name", "control"], worker_env)  # fmt: skip
@@ -230,6 +231,25 @@ def up(
     except BaseException:
         down(home)
         raise
+
+
+AUTOMATIONS = ROOT / "infra" / "prefect-automations.yaml"
+ZOMBIE_AUTOMATION = "tenantml: crash runs whose heartbeat stopped"
+
+
+def _ensure_automations(api: str, env: dict[str, str], timeout: float) -> None:
+    """Create the automation of `AUTOMATIONS` (zombie runs are CRASHED) unless the server has it
+    already (a second `up` on the same home keeps Prefect's database)."""
+    request = urllib.request.Request(
+        f"{api}/automations/filter", data=b"{}", headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        names = {a["name"] for a in json.loads(resp.read())}
+    if ZOMBIE_AUTOMATION in names:
+        return
+    create = [executable("prefect"), "--no-prompt", "automation", "create", "--from-file",
+              str(AUTOMATIONS)]  # fmt: skip
+    subprocess.run(create, env=env, check=True, capture_output=True, timeout=timeout)
 
 
 def _auth_config(run: _Launcher) -> tuple[dict[str, str], str]:

@@ -109,6 +109,9 @@ class Settings:
         }
         if self.prefect_api_url:
             env["PREFECT_API_URL"] = self.prefect_api_url
+            # A scheduler started here beats like the deployed flows: the server crashes runs
+            # of ours silent for 120 s (infra/prefect-automations.yaml).
+            env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] = "30"
         return env
 
     def apply(self) -> Settings:
