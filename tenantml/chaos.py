@@ -82,6 +82,9 @@ class ChaosReport:
     # instead of refusing them, so the scheduler just waits, with nothing to say)
     scheduler_named: dict[str, bool] = field(default_factory=dict)
     concurrency: dict[str, Any] = field(default_factory=dict)
+    # flow name -> runs the Prefect server crashed for a stopped heartbeat (their process and
+    # its worker both gone: infra/prefect-automations.yaml); the scheduler re-dispatched them
+    zombies: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
 
     def table(self) -> list[dict[str, Any]]:
@@ -144,6 +147,32 @@ class _Service:
         from tenantml.client import Client
 
         return Client(self.home, check_servers=False)
+
+    def zombies(self) -> dict[str, int]:
+        """Flow runs CRASHED by the heartbeat rule, per flow name (from the Prefect API)."""
+        import urllib.request
+
+        api = json.loads((self.home / "servers.json").read_text())["prefect_api_url"]
+
+        def post(path: str, body: dict[str, Any]) -> Any:
+            req = urllib.request.Request(f"{api}{path}", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})  # fmt: skip
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return json.loads(resp.read())
+
+        flows = {f["id"]: f["name"] for f in post("/flows/filter", {})}
+        crashed: dict[str, int] = {}
+        offset = 0
+        while page := post("/flow_runs/filter", {
+            "flow_runs": {"state": {"type": {"any_": ["CRASHED"]}}}, "offset": offset,
+            "limit": 200,
+        }):  # fmt: skip
+            for run in page:
+                if "no heartbeat" in (run["state"].get("message") or ""):
+                    name = flows.get(run["flow_id"], "?")
+                    crashed[name] = crashed.get(name, 0) + 1
+            offset += len(page)
+        return crashed
 
     def records(self) -> list[Any]:
         from mlflow_plugin.tracking import job_records, tenant_experiments
@@ -402,6 +431,7 @@ def run_chaos(
         ):
             rep.scheduler_named[name] = f"{server}" in text and "is unreachable; retry" in text
         _check(svc, rep)
+        rep.zombies = svc.zombies()
     finally:
         svc.kill_scheduler()
         servers.down(home)

@@ -84,6 +84,9 @@ def chaos(
                           f"{c['infer_calls']} infer calls; missing {c['examples_missing']}, "
                           f"inconsistent manifests {len(c['inconsistent_manifests'])}, "
                           f"errors {len(c['errors'])}")  # fmt: skip
+        if rep.zombies:
+            console.print("runs crashed by the heartbeat rule (worker and process both gone), "
+                          f"then re-dispatched: {rep.zombies}")  # fmt: skip
         for what in ("lost", "duplicates", "best_wrong", "version_problems"):
             for line in getattr(rep, what):
                 console.print(f"{what}: {line}")
