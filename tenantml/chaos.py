@@ -47,13 +47,15 @@ __all__ = ["ChaosReport", "run_chaos"]
 
 # Tenant -> bundled data set. Three image tenants (digits under three names) keep torch jobs
 # that log an epoch every ~0.2-1.5 s (LeNet, SqueezeNet, NIN and their f_k variants: 45 jobs)
-# coming for the 20 kills of `--full`: with one, the picker moved on to CNNs whose first epoch
-# outlasts a 20 s job budget, and kill-train found nothing to kill. Two tabular tenants add
-# scikit-learn jobs (no epochs: a kill restarts them).
+# coming for the 20 kills of `--full`: with one, the picker soon moved on to bigger CNNs. Two
+# tabular tenants add scikit-learn jobs (no epochs: a kill restarts them).
 TENANTS = {"digits": "digits", "digits-b": "digits", "digits-c": "digits", "wine": "wine",
            "breast-cancer": "breast_cancer"}  # fmt: skip
+# 60 s per job: once the 45 small and mid-sized CNN jobs are done (a full run gets there), the
+# picker moves to ResNet-18 and GoogLeNet, whose first epoch on digits takes 10-20 s on a loaded
+# 2-core machine: at 20 s they logged no epoch, and 4 of 20 kill-train waits found nothing.
 SCHEDULER_ARGS = ("run", "--slots", "2", "--policy", "roundrobin", "--max-epochs", "4",
-                  "--job-budget", "20")  # fmt: skip
+                  "--job-budget", "60")  # fmt: skip
 
 
 @dataclass
