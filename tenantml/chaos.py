@@ -53,7 +53,7 @@ TENANTS = {"digits": "digits", "digits-b": "digits", "digits-c": "digits", "wine
            "breast-cancer": "breast_cancer"}  # fmt: skip
 # 60 s per job: once the 45 small and mid-sized CNN jobs are done (a full run gets there), the
 # picker moves to ResNet-18 and GoogLeNet, whose first epoch on digits takes 10-20 s on a loaded
-# 2-core machine: at 20 s they logged no epoch, and 4 of 20 kill-train waits found nothing.
+# 2-core machine: at 20 s they logged no epoch, and 6 of 20 kill-train waits found nothing.
 SCHEDULER_ARGS = ("run", "--slots", "2", "--policy", "roundrobin", "--max-epochs", "4",
                   "--job-budget", "60")  # fmt: skip
 
@@ -152,15 +152,10 @@ class _Service:
 
     def zombies(self) -> dict[str, int]:
         """Flow runs CRASHED by the heartbeat rule, per flow name (from the Prefect API)."""
-        import urllib.request
-
         api = json.loads((self.home / "servers.json").read_text())["prefect_api_url"]
 
         def post(path: str, body: dict[str, Any]) -> Any:
-            req = urllib.request.Request(f"{api}{path}", data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})  # fmt: skip
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                return json.loads(resp.read())
+            return servers.post_json(f"{api}{path}", body)
 
         flows = {f["id"]: f["name"] for f in post("/flows/filter", {})}
         crashed: dict[str, int] = {}

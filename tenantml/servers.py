@@ -37,6 +37,7 @@ __all__ = [
     "executable",
     "flow_processes",
     "free_port",
+    "post_json",
     "restart",
     "stop",
     "stop_pid",
@@ -234,18 +235,22 @@ def up(
 
 
 AUTOMATIONS = ROOT / "infra" / "prefect-automations.yaml"
-ZOMBIE_AUTOMATION = "tenantml: crash runs whose heartbeat stopped"
+
+
+def post_json(url: str, body: Any, timeout: float = 60.0) -> Any:
+    """POST `body` as JSON to `url` (e.g. the Prefect API's ``/flow_runs/filter``); the answer."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=timeout) as resp:
+        return json.loads(resp.read())
 
 
 def _ensure_automations(api: str, env: dict[str, str], timeout: float) -> None:
     """Create the automation of `AUTOMATIONS` (zombie runs are CRASHED) unless the server has it
     already (a second `up` on the same home keeps Prefect's database)."""
-    request = urllib.request.Request(
-        f"{api}/automations/filter", data=b"{}", headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=30) as resp:
-        names = {a["name"] for a in json.loads(resp.read())}
-    if ZOMBIE_AUTOMATION in names:
+    name = next(line.split(":", 1)[1].strip().strip('"') for line in
+                AUTOMATIONS.read_text().splitlines() if line.startswith("name:"))  # fmt: skip
+    if name in {a["name"] for a in post_json(f"{api}/automations/filter", {})}:
         return
     create = [executable("prefect"), "--no-prompt", "automation", "create", "--from-file",
               str(AUTOMATIONS)]  # fmt: skip
