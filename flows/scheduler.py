@@ -19,8 +19,9 @@ from typing import Any
 
 from prefect import flow
 
-from tenantml.settings import Settings
-from tenantml.store import ExampleStore
+from flows.train import train
+from store import ExampleStore
+from tasks.settings import Settings
 
 __all__ = ["scheduler"]
 
@@ -51,7 +52,7 @@ def scheduler(
     from tasks._dispatch import DeploymentDispatcher, Done, LocalDispatcher
     from tasks._seer import seer_options_from_params
     from tasks._service import record_finished
-    from tenantml.outage import (
+    from tasks.outage import (
         Backoff,
         default_patience_s,
         is_outage,
@@ -65,7 +66,7 @@ def scheduler(
     serve_patiently()  # a slow answer (a big upload) is waited for, not failed
     policy = policy or settings.policy
     slots = slots or settings.gpu_slots
-    # The scheduler waits out server outages (`tenantml.outage`) instead of failing.
+    # The scheduler waits out server outages (`tasks.outage`) instead of failing.
     outage_patience_s = default_patience_s() if outage_patience_s is None else outage_patience_s
     client = patient(MlflowClient(settings.tracking_uri), settings, outage_patience_s)
     store = ExampleStore(patient(settings.store().blobs, settings, outage_patience_s))
@@ -76,7 +77,7 @@ def scheduler(
     lock_dir = str(settings.home / "slots") if prefetch else None
     planner = Planner(policy, slots, seed, prefetch=prefetch, lock_dir=lock_dir)
     dispatcher: LocalDispatcher | DeploymentDispatcher = (
-        LocalDispatcher(planner.capacity) if local
+        LocalDispatcher(planner.capacity, train) if local
         else DeploymentDispatcher(slots, {"TENANTML_HOME": str(settings.home)},
                                   pin_gpus=settings.pin_gpus)
     )  # fmt: skip

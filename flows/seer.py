@@ -14,7 +14,7 @@ from typing import Any
 
 from prefect import flow, runtime
 
-from tenantml.settings import Settings
+from tasks.settings import Settings
 
 __all__ = ["seer"]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from prefect import flow, runtime
 
-from tenantml.settings import Settings
+from tasks.settings import Settings
 
 __all__ = ["train"]
 
@@ -23,9 +23,9 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
     from mlflow.tracking import MlflowClient
 
     from mlflow_plugin.tracking import ensure_tenant_experiment
+    from store import ExampleStore
     from tasks import JobSpec, train_task
-    from tenantml.outage import patient, serve_patiently
-    from tenantml.store import ExampleStore
+    from tasks.outage import patient, serve_patiently
 
     settings = Settings.load().apply()
     serve_patiently()  # a slow answer (a big upload) is waited for, not failed

@@ -23,8 +23,8 @@ from mlflow.pyfunc.model import PythonModel, PythonModelContext
 from mlflow.types.schema import ColSpec, TensorSpec
 from mlflow.types.schema import Schema as MlflowSchema
 
-from tenantml.schema import Schema
-from tenantml.store import is_class_output
+from store import is_class_output
+from store.schema import Schema
 from trainers import TrainedModel
 
 __all__ = ["TenantPyfunc", "log_trained_model", "pip_requirements", "signature_for"]

@@ -49,7 +49,7 @@ def ensure_tenant_experiment(
     exp = client.get_experiment_by_name(experiment_name(tenant))
     if exp is not None:
         return str(exp.experiment_id)
-    tags = {KIND: "tenant", "tenantml.tenant": tenant, "tenantml.schema": schema,
+    tags = {KIND: "tenant", "tenantml.tenant": tenant, "store.schema": schema,
             "tenantml.candidates": ",".join(candidates)}  # fmt: skip
     location = None if artifact_location is None else f"{artifact_location}/{tenant}"
     return str(client.create_experiment(experiment_name(tenant), location, tags=tags))

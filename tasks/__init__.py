@@ -9,6 +9,7 @@ from prefect.cache_policies import NO_CACHE
 
 from mlflow_plugin.registry import BestModel
 from mlflow_plugin.tracking import JobRecord
+from store import ExampleStore
 from tasks._service import (
     JobSpec,
     Planner,
@@ -21,7 +22,6 @@ from tasks._service import (
     run_job,
     tick_metrics,
 )
-from tenantml.store import ExampleStore
 
 __all__ = [
     "JobSpec",

@@ -1,6 +1,7 @@
 """Getting `train` flow runs onto GPU slots and noticing when they end.
 
-* `LocalDispatcher` (embedded mode): the `train` flow runs in this process, one thread per slot.
+* `LocalDispatcher` (embedded mode): the `train` flow (handed in by `flows.scheduler`, the layer
+  that composes flows) runs in this process, one thread per slot.
 * `DeploymentDispatcher` (servers): ``run_deployment("train/train")`` on the work pool ``gpu``
   without waiting (``timeout=0``); a worker process runs it with ``CUDA_VISIBLE_DEVICES`` set to
   the slot. Poll reads the flow runs' states from the Prefect API.
@@ -12,6 +13,7 @@ A job that fails or crashes (its process killed) is submitted again with the sam
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -85,14 +87,15 @@ class LocalDispatcher(_Base):
     """In-process: the `train` flow's own retries cover exceptions; a crash takes this process
     down with it, and the next scheduler resumes the job (so one attempt here)."""
 
-    def __init__(self, slots: int, max_attempts: int = 1) -> None:
+    def __init__(
+        self, slots: int, run: Callable[[dict[str, Any]], Any], max_attempts: int = 1
+    ) -> None:
         super().__init__(slots, max_attempts)
+        self.run = run  # the `train` flow: run(spec.params())
         self.pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="tenantml-slot")
 
     def _start(self, spec: JobSpec) -> Future[Any]:
-        from flows.train import train
-
-        return self.pool.submit(train, spec.params())
+        return self.pool.submit(self.run, spec.params())
 
     def _state(self, handle: Future[Any]) -> tuple[bool, bool, str]:
         if not handle.done():

@@ -18,7 +18,7 @@ from typing import Any
 import mlflow
 from mlflow.tracking import MlflowClient
 
-from tenantml.store import ExampleStore
+from store import ExampleStore
 from trainers._job import TrainResult
 
 __all__ = ["SeerOptions", "derive_seer", "seer_options_from_params", "train_seer"]

@@ -45,8 +45,8 @@ from policy import (
     make_policy,
 )
 from policy.costs import CostPrior, prior_costs
-from tenantml.schema import Schema
-from tenantml.store import ExampleStore
+from store import ExampleStore
+from store.schema import Schema
 from trainers import ZOO, Candidate, EpochReport, TrainJob, candidates, train
 from trainers._job import LR_GRID
 from trainers.zoo import RELATIVE_COST
@@ -396,8 +396,8 @@ def run_job(
 
 
 def _patiently(fn: Callable[[], T]) -> T:
-    """A job's own MLflow call, waiting out a server outage (`tenantml.outage`)."""
-    from tenantml.outage import ride_out
+    """A job's own MLflow call, waiting out a server outage (`tasks.outage`)."""
+    from tasks.outage import ride_out
 
     return ride_out(fn, what="train job")
 

@@ -24,9 +24,9 @@ from typing import Any, cast
 import numpy as np
 from numpy.typing import NDArray
 
-from tenantml.schema import Schema
-from tenantml.settings import ServerUnreachableError, Settings
-from tenantml.store import ExampleRecord, ExampleStore
+from store import ExampleRecord, ExampleStore
+from store.schema import Schema
+from tasks.settings import ServerUnreachableError, Settings
 
 __all__ = ["Client", "Leaderboard", "LeaderboardRow", "NoModelYetError"]
 
@@ -77,7 +77,7 @@ def _check_http(url: str, what: str, how: str) -> None:
 
 
 class Client:
-    """One installation of tenantml (see `tenantml.settings` for where it lives)."""
+    """One installation of tenantml (see `tasks.settings` for where it lives)."""
 
     def __init__(
         self,
@@ -88,7 +88,7 @@ class Client:
         password: str | None = None,
     ) -> None:
         settings = Settings.load(home)
-        if user is not None:  # a tenant's identity (tenantml.access)
+        if user is not None:  # a tenant's identity (store.TenantScopedStore)
             settings = dataclasses.replace(settings, user=user, password=password)
         self.settings = settings.apply()
         if check_servers and self.settings.mode == "servers":
@@ -96,7 +96,7 @@ class Client:
 
     def _operator_only(self, what: str) -> None:
         if self.settings.user:
-            from tenantml.access import TenantAccessError
+            from store import TenantAccessError
 
             raise TenantAccessError(
                 f"{what} is the operator's; tenant {self.settings.user!r} may submit, feed, "
@@ -118,7 +118,7 @@ class Client:
     def store(self) -> ExampleStore:
         store = self.settings.store()
         if self.settings.user:
-            from tenantml.access import TenantScopedStore
+            from store import TenantScopedStore
 
             return cast(ExampleStore, TenantScopedStore(store, self.settings.user))
         return store
@@ -126,8 +126,8 @@ class Client:
     def grant(self, name: str) -> str:
         """Operator: (re)create tenant `name`'s MLflow user with rights on its own experiment and
         registered model only; returns the new password (`tenantml up --auth`)."""
+        from mlflow_plugin.permissions import grant_tenant
         from mlflow_plugin.tracking import experiment_name
-        from tenantml.access import grant_tenant
 
         self._operator_only("granting credentials")
         self.store.schema(name)  # unknown tenant -> clear error
@@ -165,7 +165,7 @@ class Client:
     def feed_files(
         self, name: str, paths: Iterable[str | Path], labels: Iterable[Any]
     ) -> tuple[int, range]:
-        from tenantml.loaders import feed_files
+        from store.loaders import feed_files
 
         m, ids = feed_files(self.store, name, paths, labels)
         return m.version, ids
@@ -221,7 +221,7 @@ class Client:
             return _MODELS[key]
 
     def infer_files(self, name: str, paths: Sequence[str | Path]) -> NDArray[Any]:
-        from tenantml.loaders import iter_file_inputs
+        from store.loaders import iter_file_inputs
 
         return self.infer(name, list(iter_file_inputs(self.store.schema(name), paths)))
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from tenantml.schema import DataType, Schema, Tensor
+from store.schema import DataType, Schema, Tensor
 
 __all__ = ["DATASETS", "DemoData", "load"]
 

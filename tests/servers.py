@@ -1,5 +1,5 @@
 """Real servers on loopback for tests: start on a free port, wait until ready, stop by PID
-(the helpers of `tenantml.servers`, which `tenantml up` uses too)."""
+(the helpers of `tenantml.ops.servers`, which `tenantml up` uses too)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tenantml.servers import executable, free_port, stop_pid, wait_http
+from tenantml.ops.servers import executable, free_port, stop_pid, wait_http
 
 
 @dataclass(frozen=True)

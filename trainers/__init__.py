@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tenantml.store import ExampleStore
+from store import ExampleStore
 from trainers._job import EpochReport, TrainJob, TrainResult
 from trainers._model import TrainedModel
 from trainers.templates import (

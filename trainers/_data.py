@@ -8,9 +8,9 @@ import numpy as np
 from numpy.typing import NDArray
 from sklearn.model_selection import train_test_split
 
-from tenantml.schema import Schema
-from tenantml.store import Dataset
-from tenantml.store._codec import encode_inputs
+from store import Dataset
+from store._codec import encode_inputs
+from store.schema import Schema
 
 __all__ = ["encode_for_inference", "pad", "split"]
 

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from tenantml.schema import Schema
-from tenantml.store import is_class_output
+from store import is_class_output
+from store.schema import Schema
 from trainers._data import encode_for_inference
 
 __all__ = ["TrainedModel"]

@@ -61,6 +61,8 @@ class TrialStage:
 
     ``until``: wall-clock end (``time.time()``); at least ``min_steps`` steps run even when the
     processes start late. ``devices``: one device string per rank (``"cpu"`` or ``"cuda:i"``).
+    ``store_url`` (and ``s3_endpoint_url`` for a non-AWS S3 server): the example store, as
+    `store.open_store` takes it, so rank processes read data and checkpoints without settings.
     """
 
     tenant: str
@@ -76,7 +78,8 @@ class TrialStage:
     val_fraction: float = 0.2
     min_steps: int = 1
     max_steps: int | None = None
-    home: str | None = None
+    store_url: str = ""
+    s3_endpoint_url: str | None = None
     threads_per_rank: int = 1
 
     @property
@@ -167,8 +170,7 @@ def _rank_main(rank: int, stage: TrialStage, port: int, out: str, launched: floa
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from tenantml.settings import Settings
-    from tenantml.store import is_class_output
+    from store import is_class_output, open_store
     from trainers._data import split
     from trainers.torch_trainer import build_net, infer_batches
 
@@ -183,8 +185,7 @@ def _rank_main(rank: int, stage: TrialStage, port: int, out: str, launched: floa
         backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
     try:
-        settings = Settings.load(stage.home).apply() if stage.home else Settings.load().apply()
-        store = settings.store()
+        store = open_store(stage.store_url, s3_endpoint_url=stage.s3_endpoint_url)
         schema = store.schema(stage.tenant)
         ds = store.load(stage.tenant, stage.snapshot)
         classify = is_class_output(schema)

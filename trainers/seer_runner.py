@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from policy.seer import Plan, assign_stage, eliminate, plan
-from tenantml.store import ExampleStore
+from store import ExampleStore
 from trainers._job import EpochReport, TrainResult
 from trainers.elastic import (
     StageResult,
@@ -62,7 +62,6 @@ class SeerJob:
     micro_batch: int = 64
     seed: int = 0
     devices: tuple[str, ...] | None = None
-    home: str | None = None
 
     def plan(self) -> Plan:
         return plan(
@@ -147,7 +146,9 @@ def run_seer(
                 work.append((t, b.gpus_per_trial, b.bracket, TrialStage(
                     job.tenant, job.candidate, job.snapshot, f"{job.job_id}-{t}",
                     state.configs[t], ranks, until, job.global_batch, job.micro_batch,
-                    job.seed, home=job.home, threads_per_rank=threads,
+                    job.seed, store_url=store.blobs.url(),
+                    s3_endpoint_url=getattr(store.blobs, "endpoint_url", None),
+                    threads_per_rank=threads,
                 )))  # fmt: skip
         with ThreadPoolExecutor(max(1, len(work))) as pool:
             results = list(pool.map(lambda w: run_trial_stage(w[3]), work))

@@ -16,7 +16,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.svm import SVC
 
-from tenantml.store import ExampleStore, is_class_output
+from store import ExampleStore, is_class_output
 from trainers._data import split
 from trainers._job import EpochReport, TrainJob, TrainResult
 from trainers._model import TrainedModel

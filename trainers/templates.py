@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tenantml.schema import DataType, Schema
+from store.schema import DataType, Schema
 from trainers.zoo import ZOO, ModelSpec
 
 __all__ = [

@@ -25,8 +25,8 @@ from numpy.typing import NDArray
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
-from tenantml.schema import Schema
-from tenantml.store import ExampleStore, is_class_output
+from store import ExampleStore, is_class_output
+from store.schema import Schema
 from trainers import preemption
 from trainers._data import split
 from trainers._job import LR_GRID, EpochReport, TrainJob, TrainResult

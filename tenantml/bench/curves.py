@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from policy.tuning import Curves
+from policy.seer.tuning import Curves
 
 __all__ = ["BUILTIN_CURVES", "CurveFormatError", "load_curves"]
 

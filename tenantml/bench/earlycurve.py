@@ -19,8 +19,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from policy.earlycurve import predict_final
-from policy.tuning import Curves
+from policy.seer.tuning import Curves
+from policy.spot.earlycurve import predict_final
 
 __all__ = ["DEFAULT_THETAS", "evaluate"]
 

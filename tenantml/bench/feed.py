@@ -19,8 +19,8 @@ __all__ = ["measure_feed"]
 _CHILD = r"""
 import json, sys, time
 import numpy as np
-from tenantml.schema import Schema, Tensor
-from tenantml.store import ExampleStore, LocalBlobStore
+from store.schema import Schema, Tensor
+from store import ExampleStore, LocalBlobStore
 
 root, n, shape = sys.argv[1], int(sys.argv[2]), tuple(int(s) for s in sys.argv[3].split(","))
 store = ExampleStore(LocalBlobStore(root))

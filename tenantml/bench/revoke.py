@@ -1,7 +1,7 @@
 """``tenantml spot revoke-bench``: jobs on revocable local capacity replaying a real price trace,
 checkpointing to a real S3-compatible server (moto, started on loopback and stopped by PID).
 
-Each round runs ``jobs`` LeNet jobs on digits through :func:`tenantml.capacity.run_jobs` on the
+Each round runs ``jobs`` LeNet jobs on digits through :func:`tasks.capacity.run_jobs` on the
 most volatile market of the carried 2015 trace, maximum price = price + ``delta``, until at least
 ``revocations`` notices have been delivered. Reported: jobs finished, notices, work lost per job
 (steps an attempt did that the next one did not start from), attempts killed without answering,
@@ -34,11 +34,11 @@ def revoke_bench(
 ) -> dict[str, Any]:
     import boto3
 
+    from tasks.capacity import LocalBackend, run_jobs
+    from tasks.settings import Settings
     from tenantml import datasets
     from tenantml.bench.spot_data import load_markets
-    from tenantml.capacity import LocalBackend, run_jobs
-    from tenantml.servers import executable, free_port, stop_pid, wait_http
-    from tenantml.settings import Settings
+    from tenantml.ops.servers import executable, free_port, stop_pid, wait_http
 
     home = Path(tempfile.mkdtemp(prefix="tenantml-revoke-"))
     port = free_port()

@@ -1,6 +1,6 @@
 """``tenantml seer simulate``: SEER and its Sec. 6.3 baselines on recorded learning curves.
 
-For every group (tuning problem) and seed, every method runs once on :mod:`policy.tuning`'s
+For every group (tuning problem) and seed, every method runs once on :mod:`policy.seer.tuning`'s
 simulator with the same seed (common random numbers). Deadlines and budgets are absolute (curve
 time units: minutes, or steps) or relative: ``--deadline 0.25x`` is a quarter of the group's
 median time to train one configuration to its end, ``--budget 16x`` is 16 x the deadline
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from policy.seer import PlanError, plan
-from policy.tuning import METHODS, Curves, TuningSettings, run_method
+from policy.seer.tuning import METHODS, Curves, TuningSettings, run_method
 
 __all__ = ["SimulationResult", "parse_amount", "simulate"]
 

@@ -24,6 +24,7 @@ def measure_tick_cpu(
     policy: str = "rate", seed: int = 0,
 ) -> dict[str, Any]:  # fmt: skip
     from mlflow_plugin.tracking import JobRecord
+    from store.schema import Schema, Tensor
     from tasks._service import (
         JobSpec,
         Planner,
@@ -32,7 +33,6 @@ def measure_tick_cpu(
         build_problem,
         tick_metrics,
     )
-    from tenantml.schema import Schema, Tensor
     from trainers import candidates
 
     rng = np.random.default_rng(seed)
@@ -108,7 +108,7 @@ def measure_dispatch(
     from mlflow.tracking import MlflowClient
 
     from mlflow_plugin.tracking import experiment_name
-    from tenantml.servers import down, up
+    from tenantml.ops.servers import down, up
 
     if jobs < 2 * slots:
         raise ValueError(f"jobs={jobs} is not valid: use at least 2 x slots = {2 * slots}")

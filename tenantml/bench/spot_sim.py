@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
+from policy.seer.tuning import Curves
 from policy.spot import Market
-from policy.spottune import Trial, TuneOutcome, single_instance, spottune
-from policy.tuning import Curves
+from policy.spot.spottune import Trial, TuneOutcome, single_instance, spottune
 
 __all__ = ["SCALING_FILE", "parallel_fraction", "run_simulation", "workload"]
 

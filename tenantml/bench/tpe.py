@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from policy.tuning import ConfigSampler, Curves, UniformSampler
+from policy.seer.tuning import ConfigSampler, Curves, UniformSampler
 
 __all__ = ["TPESampler", "tpe_sampler"]
 
 
 class TPESampler:
-    """:class:`policy.tuning.ConfigSampler` for BOHB."""
+    """:class:`policy.seer.tuning.ConfigSampler` for BOHB."""
 
     def __init__(self, curves: Curves, rng: np.random.Generator, rho: float = 1 / 3) -> None:
         import optuna
@@ -102,5 +102,5 @@ class TPESampler:
 
 
 def tpe_sampler(curves: Curves, rng: np.random.Generator) -> ConfigSampler:
-    """:data:`policy.tuning.SamplerFactory` for ``TuningSettings.bohb_sampler``."""
+    """:data:`policy.seer.tuning.SamplerFactory` for ``TuningSettings.bohb_sampler``."""
     return TPESampler(curves, rng)

@@ -50,7 +50,7 @@ def measure_trainer(
     import torchvision
     from torch.nn import functional as F  # noqa: N812
 
-    from tenantml.schema import Schema, Tensor
+    from store.schema import Schema, Tensor
     from trainers.torch_trainer import Stepper, build_net, pick_device
 
     dev = pick_device(device)

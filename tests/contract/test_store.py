@@ -11,8 +11,7 @@ import boto3
 import numpy as np
 import pytest
 
-from tenantml.schema import DataType, Schema, Tensor
-from tenantml.store import (
+from store import (
     BadExampleError,
     ExampleStore,
     LocalBlobStore,
@@ -20,6 +19,7 @@ from tenantml.store import (
     TenantExistsError,
     UnknownTenantError,
 )
+from store.schema import DataType, Schema, Tensor
 from tests.servers import S3Server
 
 IMAGES = Schema(input=Tensor(4, 4, 1), output=Tensor(3))

@@ -22,16 +22,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tenantml.bench.datasets import BenchInputError, read_quality_csv
-from tenantml.loaders import iter_file_inputs, read_csv_rows
-from tenantml.schema import DataType, Schema, SchemaSyntaxError, Tensor
-from tenantml.store import (
+from store import (
     BadExampleError,
     ExampleStore,
     LocalBlobStore,
     UnknownTenantError,
     validate_tenant_name,
 )
+from store.loaders import iter_file_inputs, read_csv_rows
+from store.schema import DataType, Schema, SchemaSyntaxError, Tensor
+from tenantml.bench.datasets import BenchInputError, read_quality_csv
 from trainers._data import encode_for_inference
 
 FUZZ = settings(max_examples=int(os.environ.get("TENANTML_FUZZ_EXAMPLES", "300")), deadline=None,
@@ -252,7 +252,7 @@ def _npz(path: Path, members: dict[str, bytes]) -> None:
 
 
 def test_npz_bombs_and_forged_headers_are_refused(tmp_path: Path) -> None:
-    from tenantml.limits import load_npz
+    from store.limits import load_npz
 
     forged = tmp_path / "forged.npz"
     _npz(forged, {"x": _npy_header((100_000, 100_000, 100)), "y": _npy_header((3,), "<i8")})
@@ -281,7 +281,7 @@ def test_npz_bombs_and_forged_headers_are_refused(tmp_path: Path) -> None:
 @FUZZ
 @given(st.binary(max_size=600))
 def test_npz_reader_raises_only_value_errors(tmp_path: Path, data: bytes) -> None:
-    from tenantml.limits import load_npz
+    from store.limits import load_npz
 
     path = tmp_path / "f.npz"
     if data[:1] == b"\x00":  # a real archive around random member bytes

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tenantml import datasets
-from tenantml.servers import down, up
+from tenantml.ops.servers import down, up
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -1,4 +1,4 @@
-"""`tenantml.outage` on real failed connections: what counts as an outage, bounded backoff, and
+"""`tasks.outage` on real failed connections: what counts as an outage, bounded backoff, and
 a call that waits until a server on loopback comes back."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import boto3
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tenantml.outage import Backoff, is_outage, patient, ride_out
-from tenantml.servers import free_port
-from tenantml.settings import ServerUnreachableError, Settings
+from tasks.outage import Backoff, is_outage, patient, ride_out
+from tasks.settings import ServerUnreachableError, Settings
+from tenantml.ops.servers import free_port
 
 
 def _error(fn: object) -> BaseException:
@@ -115,7 +115,7 @@ def test_the_service_waits_for_a_slow_upload_that_users_do_not(
 ) -> None:
     from mlflow.store.artifact.http_artifact_repo import HttpArtifactRepository
 
-    from tenantml.outage import serve_patiently
+    from tasks.outage import serve_patiently
 
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), _SlowHandler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from tenantml.servers import down, flow_processes, up
+from tenantml.ops.servers import down, flow_processes, up
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 _RUN = """
 import json, sys
-from tenantml.settings import Settings
+from tasks.settings import Settings
 Settings.load().apply()  # before Prefect is imported
 from prefect.deployments import run_deployment
 from tasks._service import JobSpec

@@ -46,7 +46,7 @@ def _weights(store, key: str):  # type: ignore[no-untyped-def]
 
 def test_fixed_global_batch_makes_p_2_equal_p_1_and_resumes(home: Path) -> None:
     """Gradient accumulation + DDP averaging: 2 processes take exactly the steps 1 takes."""
-    from tenantml.settings import Settings
+    from tasks.settings import Settings
     from trainers.elastic import TrialStage, run_trial_stage
 
     store = Settings.load(home).store()
@@ -55,7 +55,7 @@ def test_fixed_global_batch_makes_p_2_equal_p_1_and_resumes(home: Path) -> None:
     for p in (1, 2):
         stage = TrialStage("digits", "lenet", 1, f"eq-p{p}", hp, ["cpu"] * p, until=0.0,
                            global_batch=64, micro_batch=16, min_steps=3, max_steps=3,
-                           home=str(home))  # fmt: skip
+                           store_url=store.blobs.url())  # fmt: skip
         results[p] = run_trial_stage(stage)
         assert results[p].world_size == p and results[p].steps == 3
     w1, w2 = _weights(store, "eq-p1")["model"], _weights(store, "eq-p2")["model"]
@@ -63,15 +63,17 @@ def test_fixed_global_batch_makes_p_2_equal_p_1_and_resumes(home: Path) -> None:
     # the p=1 trial continues on 2 processes from its checkpoint (a promotion)
     stage = TrialStage("digits", "lenet", 1, "eq-p1", hp, ["cpu", "cpu"], until=0.0,
                        global_batch=64, micro_batch=16, min_steps=2, max_steps=2,
-                       home=str(home))  # fmt: skip
+                       store_url=store.blobs.url())  # fmt: skip
     again = run_trial_stage(stage)
     assert again.resumed_step == 3 and again.steps == 5 and again.world_size == 2
 
 
 def test_a_failing_rank_names_the_problem(home: Path) -> None:
+    from tasks.settings import Settings
     from trainers.elastic import TrialStage, run_trial_stage
 
-    stage = TrialStage("digits", "nonesuch", 1, "bad", {}, ["cpu"], until=0.0, home=str(home))
+    url = Settings.load(home).store().blobs.url()
+    stage = TrialStage("digits", "nonesuch", 1, "bad", {}, ["cpu"], until=0.0, store_url=url)
     with pytest.raises(RuntimeError, match="unknown model 'nonesuch'"):
         run_trial_stage(stage)
 

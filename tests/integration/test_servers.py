@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from tenantml import datasets
-from tenantml.servers import down, flow_processes, up
+from tenantml.ops.servers import down, flow_processes, up
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -126,7 +126,7 @@ def test_three_tenants_best_models_and_infer(home: Path, tmp_path: Path) -> None
 
 _DISPATCH = """
 import json, sys, time
-from tenantml.settings import Settings
+from tasks.settings import Settings
 s = Settings.load().apply()  # before Prefect is imported: it reads PREFECT_API_URL once
 from tasks._dispatch import DeploymentDispatcher
 from tasks._service import JobSpec

@@ -49,8 +49,8 @@ def _volatile_market(minutes: int = 4000) -> Market:
 
 
 def test_revoked_workers_checkpoint_to_s3_and_resume(s3_home: dict[str, str]) -> None:
-    from tenantml.capacity import LocalBackend, run_jobs
-    from tenantml.settings import Settings
+    from tasks.capacity import LocalBackend, run_jobs
+    from tasks.settings import Settings
 
     store = Settings.load().apply().store()
     d = datasets.load("digits")
@@ -77,7 +77,7 @@ def test_revoked_workers_checkpoint_to_s3_and_resume(s3_home: dict[str, str]) ->
 
 
 def test_ec2_spot_requests_against_moto(s3: S3Server) -> None:
-    from tenantml.capacity import Ec2Backend
+    from tasks.capacity import Ec2Backend
 
     ec2 = boto3.client("ec2", endpoint_url=s3.endpoint_url, region_name="us-east-1")
     image = ec2.describe_images()["Images"][0]["ImageId"]
@@ -112,7 +112,7 @@ class _Imds(http.server.BaseHTTPRequestHandler):
 
 
 def test_instance_action_notice_over_http() -> None:
-    from tenantml.capacity import instance_action
+    from tasks.capacity import instance_action
 
     server = http.server.HTTPServer(("127.0.0.1", 0), _Imds)
     threading.Thread(target=server.serve_forever, daemon=True).start()

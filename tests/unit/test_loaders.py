@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tenantml.loaders import feed_files, iter_file_inputs, read_csv_rows
-from tenantml.schema import DataType, Schema, Tensor
-from tenantml.store import BadExampleError, ExampleStore, LocalBlobStore
+from store import BadExampleError, ExampleStore, LocalBlobStore
+from store.loaders import feed_files, iter_file_inputs, read_csv_rows
+from store.schema import DataType, Schema, Tensor
 
 
 def _image(path: Path, size: tuple[int, int], color: tuple[int, int, int]) -> Path:

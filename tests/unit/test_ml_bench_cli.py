@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 from typer.testing import CliRunner
 
+from store import ExampleStore, LocalBlobStore
+from store.schema import Schema, Tensor
 from tenantml.cli import app
-from tenantml.schema import Schema, Tensor
-from tenantml.store import ExampleStore, LocalBlobStore
 
 runner = CliRunner()
 

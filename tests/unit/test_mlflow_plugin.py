@@ -25,9 +25,9 @@ from mlflow_plugin import (
     tenant_experiments,
 )
 from mlflow_plugin.tracking import end_job_run
+from store import ExampleStore, LocalBlobStore
+from store.schema import DataType, Schema, Tensor
 from tenantml import datasets
-from tenantml.schema import DataType, Schema, Tensor
-from tenantml.store import ExampleStore, LocalBlobStore
 from trainers import TrainJob, train
 
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tenantml.schema import DataType, Schema, SchemaSyntaxError, Tensor
+from store.schema import DataType, Schema, SchemaSyntaxError, Tensor
 
 FIG3_IMAGE = "{input: {[Tensor[256, 256, 3]], []}\noutput:{[Tensor[1000]], []}}"
 FIG3_SERIES = "{input: {[Tensor[10]], [next]}\noutput:{[Tensor[10]], [next]}}"

@@ -15,9 +15,9 @@ import pytest
 
 from mlflow_plugin.tracking import JobRecord
 from policy import History, Observation, loss_estimates
+from store.schema import Schema, Tensor
 from tasks._service import JobSpec, Planner, ServiceState, TenantInfo, _slot, build_problem
-from tenantml.schema import Schema, Tensor
-from tenantml.settings import Settings
+from tasks.settings import Settings
 from trainers import candidates
 
 TAB = Schema(input=Tensor(5), output=Tensor(2))
@@ -158,10 +158,10 @@ def test_unreachable_server_is_named_and_the_cli_exits_1(
 ) -> None:
     from typer.testing import CliRunner
 
+    from tasks.settings import ServerUnreachableError
     from tenantml.cli import app
     from tenantml.client import Client
-    from tenantml.servers import free_port
-    from tenantml.settings import ServerUnreachableError
+    from tenantml.ops.servers import free_port
 
     for k in ("TENANTML_TRACKING_URI", "TENANTML_STORE", "PREFECT_API_URL"):
         monkeypatch.delenv(k, raising=False)

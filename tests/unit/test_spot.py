@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policy.earlycurve import fit_stage, plateaued, predict_final, select_top, split_stages
 from policy.spot import (
     Market,
     best_instance,
@@ -16,7 +15,8 @@ from policy.spot import (
     revoked_within,
     revpred_max_price,
 )
-from policy.spottune import Trial, single_instance, spottune
+from policy.spot.earlycurve import fit_stage, plateaued, predict_final, select_top, split_stages
+from policy.spot.spottune import Trial, single_instance, spottune
 
 
 def market(prices: list[float], cpus: int = 2, name: str = "m", start_s: float = 0.0) -> Market:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from tenantml.schema import DataType, Schema, Tensor
+from store.schema import DataType, Schema, Tensor
 from trainers import NORMALIZATION_KS, TEMPLATES, Candidate, NoCandidatesError, candidates, match
 from trainers.nets import IMAGE_NETS, normalize_fk
 from trainers.torch_trainer import build_net

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from store import BadExampleError, ExampleStore, LocalBlobStore
 from tenantml import datasets
-from tenantml.store import BadExampleError, ExampleStore, LocalBlobStore
 from trainers import EpochReport, TrainedModel, TrainJob, train
 
 
@@ -71,7 +71,7 @@ def test_resume_continues_from_the_checkpoint_and_matches_an_uninterrupted_run(
 
 _KILL_SCRIPT = """
 import sys
-from tenantml.store import ExampleStore, LocalBlobStore
+from store import ExampleStore, LocalBlobStore
 from trainers import TrainJob, train
 store = ExampleStore(LocalBlobStore(sys.argv[1]))
 train(TrainJob("digits", "lenet", hyperparameters={"lr": 0.05}, max_epochs=40,
@@ -167,7 +167,7 @@ def test_recurrent_nets_on_japanese_vowels(tmp_path: Path) -> None:
 
 
 def test_recovery_autoencoder_denoises_digits(tmp_path: Path) -> None:
-    from tenantml.schema import Schema, Tensor
+    from store.schema import Schema, Tensor
 
     store = ExampleStore(LocalBlobStore(tmp_path / "store"))
     clean = datasets.load("digits").inputs[:600]

@@ -1,4 +1,4 @@
-"""The elastic-tuning simulator (policy.tuning) and its curve loader on hand fixtures."""
+"""The elastic-tuning simulator (policy.seer.tuning) and its curve loader on hand fixtures."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from policy.seer import plan
-from policy.tuning import METHODS, Curves, TuningSettings, UniformSampler, run_method
+from policy.seer.tuning import METHODS, Curves, TuningSettings, UniformSampler, run_method
 from tenantml.bench.curves import BUILTIN_CURVES, CurveFormatError, load_curves
 from tenantml.cli import app
 
@@ -217,7 +217,7 @@ def test_deadlines_as_users_say_them() -> None:
 
     import typer
 
-    from tenantml.cli_seer import _amount, parse_deadline
+    from tenantml.cli.seer import _amount, parse_deadline
 
     now = datetime(2026, 11, 22, 9, 30)
     assert parse_deadline("18:00", now) == pytest.approx(8.5 * 60)  # "best model by 6 pm"

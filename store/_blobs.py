@@ -39,6 +39,10 @@ class BlobStore(Protocol):
 
     def describe(self) -> str: ...
 
+    def url(self) -> str:
+        """Where the blobs are, as `store.open_store` takes it back (``file://`` or ``s3://``)."""
+        ...
+
 
 class LocalBlobStore:
     """Blobs as files under `root` (the embedded default)."""
@@ -48,6 +52,9 @@ class LocalBlobStore:
 
     def describe(self) -> str:
         return f"local directory {self.root}"
+
+    def url(self) -> str:
+        return self.root.resolve().as_uri()
 
     def _path(self, key: str) -> Path:
         return self.root / key
@@ -137,6 +144,9 @@ class S3BlobStore:
     def describe(self) -> str:
         where = f" at {self.endpoint_url}" if self.endpoint_url else ""
         return f"S3 bucket {self.bucket!r}{where}"
+
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}".rstrip("/")
 
     def _key(self, key: str) -> str:
         return self.prefix + key

@@ -158,7 +158,7 @@ def simulate_cmd(
 ) -> None:
     """Final accuracy (mean and standard error over seeds) per method, like Table 2."""
     from policy.seer import PlanError
-    from policy.tuning import TuningSettings, power_scaling
+    from policy.seer.tuning import TuningSettings, power_scaling
     from tenantml.bench.curves import CurveFormatError, load_curves
     from tenantml.bench.seer import simulate, write_outputs
 
@@ -266,7 +266,7 @@ def run_cmd(
 ) -> None:
     """Run a SEER plan for one tenant's model here; trials and stages go to MLflow and the best
     trial becomes the tenant's `best` model if it beats it."""
-    from tenantml.cli_service import _client, _errors
+    from tenantml.cli.service import _client, _errors
 
     deadline = parse_deadline(deadline_text)
     budget = _amount(budget_text, "--budget")

@@ -1,5 +1,5 @@
 """``tenantml chaos``: fault injection on real servers on loopback, and its report
-(see `tenantml.chaos`)."""
+(see `tenantml.ops.chaos`)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def chaos(
 ) -> None:
     """Kill the scheduler, workers and training processes, take each server down, feed from
     many tenants at once; then check that nothing was lost or recorded twice."""
-    from tenantml.chaos import run_chaos
+    from tenantml.ops.chaos import run_chaos
 
     kills = kills if kills is not None else (20 if full else 2)
     outage_s = outage_s if outage_s is not None else (30.0 if full else 10.0)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from policy.spot import Market, best_instance
-from tenantml.capacity._local import LocalBackend, LocalInstance
+from tasks.capacity._local import LocalBackend, LocalInstance
 from trainers.preemption import PREEMPTED_EXIT
 
 __all__ = ["Attempt", "JobReport", "run_jobs"]

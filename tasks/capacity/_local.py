@@ -68,7 +68,7 @@ class LocalBackend:
         log = spec_path + ".log"
         with open(log, "ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "tenantml.capacity.worker", spec_path],
+                [sys.executable, "-m", "tasks.capacity.worker", spec_path],
                 stdout=out, stderr=subprocess.STDOUT, env=self.env,
             )  # fmt: skip
         return LocalInstance(market, max_price, proc, self.minute(), time.monotonic(),

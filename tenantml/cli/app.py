@@ -3,7 +3,7 @@
 ``tenantml bench`` replays a quality/cost table through the scheduler loop (policy/), and
 ``tenantml bench-overhead`` measures decision time and memory at cluster scale;
 ``tenantml bench-demo`` is a short benchmark on built-in real data. The service commands (submit,
-feed, refine, examples, infer, status, tenants, run, demo) are in `tenantml.cli_service`.
+feed, refine, examples, infer, status, tenants, run, demo) are in `tenantml.cli.service`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tenantml import cli_chaos as _chaos
-from tenantml import cli_seer as _seer
-from tenantml import cli_service as _service
-from tenantml import cli_spot as _spot
+from tenantml.cli import chaos as _chaos
+from tenantml.cli import seer as _seer
+from tenantml.cli import service as _service
+from tenantml.cli import spot as _spot
 
 __all__ = ["app", "main"]
 

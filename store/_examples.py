@@ -30,9 +30,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from tenantml.schema import Schema
-from tenantml.store._blobs import BlobStore
-from tenantml.store._codec import (
+from store._blobs import BlobStore
+from store._codec import (
     BadExampleError,
     Encoded,
     encode_inputs,
@@ -41,6 +40,7 @@ from tenantml.store._codec import (
     is_class_output,
     require_batch,
 )
+from store.schema import Schema
 
 __all__ = [
     "ConcurrentUpdateError",

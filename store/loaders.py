@@ -10,7 +10,7 @@
 
 A file that cannot be read raises `BadExampleError` with the example's index and the path, so a
 batch fed from files is rejected whole like any other. A file whose header claims more than
-`tenantml.limits` allows (a decompression-bomb image, a forged ``.npy`` shape) is refused before
+`store.limits` allows (a decompression-bomb image, a forged ``.npy`` shape) is refused before
 it is decoded.
 """
 
@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from tenantml.limits import check_image_size, load_npy, max_input_bytes
-from tenantml.schema import Schema
-from tenantml.store import BadExampleError, ExampleStore, Manifest
+from store import BadExampleError, ExampleStore, Manifest
+from store.limits import check_image_size, load_npy, max_input_bytes
+from store.schema import Schema
 
 __all__ = ["feed_files", "iter_file_inputs", "load_image", "load_sequence", "read_csv_rows"]
 
@@ -36,11 +36,10 @@ IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp"}
 def load_image(path: str | Path, shape: tuple[int, ...]) -> NDArray[np.uint8]:
     """Decode an image file into uint8 ``(A, B, C)`` for ``Tensor[A, B, C]``.
 
-    Pillow decodes (torchvision 0.29 deprecated its own decoders); torchvision resizes.
+    Pillow decodes and resizes (bilinear with antialiasing, which is what torchvision's
+    ``resize(antialias=True)`` reproduces), so the data layer loads no framework.
     """
-    import torch
     from PIL import Image
-    from torchvision.transforms.v2 import functional as tvf
 
     a, b, c = shape
     if c not in (1, 3):
@@ -51,10 +50,9 @@ def load_image(path: str | Path, shape: tuple[int, ...]) -> NDArray[np.uint8]:
         raise ValueError(f"over the pixel limit per image, refused before decoding ({e})") from None
     with im:
         check_image_size(str(path), *im.size)
-        pixels = np.array(im.convert("RGB" if c == 3 else "L"), dtype=np.uint8)
-    img = torch.from_numpy(pixels.reshape(*pixels.shape[:2], c)).permute(2, 0, 1)
-    img = tvf.resize(img, [a, b], antialias=True)
-    out: NDArray[np.uint8] = img.permute(1, 2, 0).contiguous().numpy()
+        resized = im.convert("RGB" if c == 3 else "L").resize((b, a), Image.Resampling.BILINEAR)
+    pixels = np.asarray(resized, dtype=np.uint8)
+    out: NDArray[np.uint8] = np.ascontiguousarray(pixels.reshape(a, b, c))
     return out
 
 

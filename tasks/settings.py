@@ -12,7 +12,7 @@ several installations (and tests) coexist. Two modes, same code:
   ``TENANTML_STORE`` (``file:///abs/dir`` or ``s3://bucket/prefix``), ``TENANTML_S3_ENDPOINT_URL``,
   ``PREFECT_API_URL``, ``TENANTML_GPU_SLOTS``, ``TENANTML_POLICY``.
 
-A tenant's identity (``tenantml up --auth``, see `tenantml.access`): ``TENANTML_USER`` and
+A tenant's identity (``tenantml up --auth``, see `store._scoped`): ``TENANTML_USER`` and
 ``TENANTML_PASSWORD``.
 """
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tenantml.store import ExampleStore, LocalBlobStore, S3BlobStore
+from store import ExampleStore, open_store
 
 __all__ = ["Settings", "ServerUnreachableError"]
 
@@ -60,7 +60,7 @@ class Settings:
     policy: str
     server_env: tuple[tuple[str, str], ...] = ()
     pin_gpus: bool = False  # one machine (`tenantml up`): slot i runs on GPU i
-    # A tenant's identity (`tenantml.access`): MLflow credentials, and a store confined to it.
+    # A tenant's identity (`store._scoped`): MLflow credentials, and a store confined to it.
     user: str | None = None
     password: str | None = None
 
@@ -134,13 +134,4 @@ class Settings:
 
     def store(self) -> ExampleStore:
         """The example store this installation uses."""
-        if self.store_url.startswith("s3://"):
-            bucket, _, prefix = self.store_url[5:].partition("/")
-            return ExampleStore(S3BlobStore(bucket, prefix, endpoint_url=self.s3_endpoint_url))
-        if self.store_url.startswith("file://"):
-            from urllib.parse import unquote, urlparse
-
-            return ExampleStore(LocalBlobStore(unquote(urlparse(self.store_url).path)))
-        raise ValueError(
-            f"store {self.store_url!r} is not valid: use file:///abs/dir or s3://bucket/prefix"
-        )
+        return open_store(self.store_url, s3_endpoint_url=self.s3_endpoint_url)

@@ -38,7 +38,7 @@ from typing import Protocol
 import numpy as np
 
 from policy._types import FloatArray
-from policy.seer import assign_stage, eliminate, plan
+from policy.seer._plan import assign_stage, eliminate, plan
 
 __all__ = [
     "METHODS",

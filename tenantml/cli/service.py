@@ -38,16 +38,16 @@ Home = Annotated[Path | None, typer.Option("--home", help="TENANTML_HOME (defaul
 @contextmanager
 def _errors() -> Iterator[None]:
     """Known failures -> one clear line on stderr and a non-zero exit; nothing half-written."""
+    from store import UnknownTenantError
+    from tasks.settings import ServerUnreachableError
     from tenantml.client import NoModelYetError
-    from tenantml.settings import ServerUnreachableError
-    from tenantml.store import UnknownTenantError
 
     try:
         yield
     except (NoModelYetError, ServerUnreachableError) as e:
         err.print(f"error: {e}", soft_wrap=True)
         raise typer.Exit(1) from None
-    except PermissionError as e:  # tenantml.access.TenantAccessError
+    except PermissionError as e:  # store._scoped.TenantAccessError
         err.print(f"error: {e}", soft_wrap=True)
         raise typer.Exit(2) from None
     except (UnknownTenantError, ValueError, KeyError, FileNotFoundError) as e:
@@ -106,12 +106,12 @@ def feed(
     with _errors():
         c = _client(home)
         if npz is not None:
-            from tenantml.limits import load_npz
+            from store.limits import load_npz
 
             arrays = load_npz(npz, ("x", "y"))
             snap, ids = c.feed(name, arrays["x"], arrays["y"])
         elif csv is not None:
-            from tenantml.loaders import read_csv_rows
+            from store.loaders import read_csv_rows
 
             field = c.store.schema(name).input.single
             if field is None or len(field.shape) != 1:
@@ -179,7 +179,7 @@ def infer(
     with _errors():
         c = _client(home)
         if csv is not None:
-            from tenantml.loaders import read_csv_rows
+            from store.loaders import read_csv_rows
 
             field = c.store.schema(name).input.single
             if field is None or len(field.shape) != 1:
@@ -352,7 +352,7 @@ def up(
     """Start the servers on loopback (S3, MLflow, Prefect, the gpu pool and its workers)."""
     import os
 
-    from tenantml.servers import up as start
+    from tenantml.ops.servers import up as start
 
     with _errors():
         root = home or Path(os.environ.get("TENANTML_HOME") or Path.home() / ".tenantml")
@@ -375,7 +375,7 @@ def down(home: Home = None) -> None:
     """Stop the servers `tenantml up` started, by PID."""
     import os
 
-    from tenantml.servers import down as stop
+    from tenantml.ops.servers import down as stop
 
     root = home or Path(os.environ.get("TENANTML_HOME") or Path.home() / ".tenantml")
     console.print(f"stopped: {', '.join(stop(root)) or 'nothing was running'}")

@@ -1,4 +1,4 @@
-"""A training worker on transient capacity: ``python -m tenantml.capacity.worker SPEC.json``.
+"""A training worker on transient capacity: ``python -m tasks.capacity.worker SPEC.json``.
 
 Trains one `trainers.TrainJob` (the spec's fields) from its checkpoint in the store, with
 SIGTERM as the revocation notice (:mod:`trainers.preemption`). Writes ``SPEC.json.result`` with
@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
     spec_path = argv[0]
     with open(spec_path) as f:
         spec = json.load(f)
-    from tenantml.settings import Settings
+    from tasks.settings import Settings
     from trainers import TrainJob, train
 
     store = Settings.load().apply().store()

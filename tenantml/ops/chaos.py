@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from tenantml import servers
+from tenantml.ops import servers
 
 __all__ = ["ChaosReport", "run_chaos"]
 
@@ -270,8 +270,8 @@ def _outages(svc: _Service, rep: ChaosReport, outage_s: float, t0: float) -> Non
 
 def _concurrency(svc: _Service, rep: ChaosReport, tenants: int, batches: int) -> None:
     """`tenants` threads, each feeding `batches` batches of 40 and inferring after each."""
+    from store.schema import Schema, Tensor
     from tenantml import datasets
-    from tenantml.schema import Schema, Tensor
 
     c = svc.client()
     schema = Schema(input=Tensor(6), output=Tensor(2))

@@ -28,10 +28,10 @@ _WHERE = {
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy: `python -m tenantml.capacity.worker` must install its SIGTERM handler before any
+    # Lazy: `python -m tasks.capacity.worker` must install its SIGTERM handler before any
     # heavy import (the package is imported first).
     if name not in _WHERE:
         raise AttributeError(name)
     import importlib
 
-    return getattr(importlib.import_module(f"tenantml.capacity.{_WHERE[name]}"), name)
+    return getattr(importlib.import_module(f"tasks.capacity.{_WHERE[name]}"), name)

@@ -35,7 +35,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from tenantml.settings import ServerUnreachableError, Settings
+from tasks.settings import ServerUnreachableError, Settings
 
 __all__ = [
     "Backoff",
@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-log = logging.getLogger("tenantml.outage")
+log = logging.getLogger("tasks.outage")
 
 # Text of failed connections as the HTTP stacks word them (MLflow wraps requests' error in an
 # MlflowException carrying only its message).

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from policy._types import FloatArray
-from policy.earlycurve import predict_final, select_top
-from policy.spot import Market, best_instance, instance_cost
+from policy.spot._market import Market, best_instance, instance_cost
+from policy.spot.earlycurve import predict_final, select_top
 
 __all__ = ["Trial", "TuneOutcome", "single_instance", "spottune"]
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from tenantml.schema import DataType, Schema
+from store.schema import DataType, Schema
 
 __all__ = ["BadExampleError", "Encoded", "encode_inputs", "encode_labels", "is_class_output"]
 

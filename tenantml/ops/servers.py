@@ -11,7 +11,7 @@
    lock) for the ``train`` deployment, and the pool ``control`` with one worker for the
    ``scheduler`` deployment (started from the Prefect UI), both from ``infra/prefect.yaml``;
 
-then writes ``servers.json``, which `tenantml.settings` reads: from then on every command of this
+then writes ``servers.json``, which `tasks.settings` reads: from then on every command of this
 installation uses the servers. `down` stops every PID it started (TERM, then INT, then KILL:
 the Prefect worker ignores the first TERM) and removes ``servers.json``.
 """
@@ -45,7 +45,7 @@ __all__ = [
     "wait_http",
 ]
 
-ROOT = Path(__file__).resolve().parents[1]  # the checkout: flows/ lives here
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: flows/ lives here
 BUCKET = "tenantml"
 MOTO_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                     "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
@@ -183,7 +183,7 @@ def up(
             "--port", str(port), "--workers", "1",
         ]  # fmt: skip
         mlflow_env = {"MLFLOW_S3_ENDPOINT_URL": s3_endpoint}
-        if auth:  # tenantml.access: nobody sees anything without a grant
+        if auth:  # store._scoped: nobody sees anything without a grant
             mlflow_cmd += ["--app-name", "basic-auth"]
             auth_env, admin_password = _auth_config(run)
             mlflow_env.update(auth_env)

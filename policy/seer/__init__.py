@@ -1,0 +1,33 @@
+"""SEER (shared/papers/003): the elastic planner and the tuners it is measured against.
+
+* `policy.seer` (this package): Alg. 1-3 of the paper, the plan of brackets under a deadline T
+  and a GPU-minute budget B (re-exported from `policy.seer._plan`).
+* `policy.seer.tuning`: the simulated tuners on tabulated learning curves (SEER, ASHA,
+  HyperSched, BOHB, E-Hyperband, E-Grid, random) that `tenantml seer simulate` compares.
+"""
+
+from policy.seer._plan import (
+    BracketParameters,
+    Plan,
+    PlanError,
+    Stage,
+    StageBracket,
+    assign_stage,
+    compute_bracket_budgets,
+    compute_bracket_parameters,
+    eliminate,
+    plan,
+)
+
+__all__ = [
+    "BracketParameters",
+    "Plan",
+    "PlanError",
+    "Stage",
+    "StageBracket",
+    "assign_stage",
+    "compute_bracket_budgets",
+    "compute_bracket_parameters",
+    "eliminate",
+    "plan",
+]

@@ -1,0 +1,1 @@
+"""Operations: local servers (``tenantml up``/``down``, `servers`) and fault injection (`chaos`)."""
