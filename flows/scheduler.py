@@ -77,10 +77,12 @@ def scheduler(
     lock_dir = str(settings.home / "slots") if prefetch else None
     planner = Planner(policy, slots, seed, prefetch=prefetch, lock_dir=lock_dir)
     dispatcher: LocalDispatcher | DeploymentDispatcher = (
-        LocalDispatcher(planner.capacity, train) if local
-        else DeploymentDispatcher(slots, {"TENANTML_HOME": str(settings.home)},
-                                  pin_gpus=settings.pin_gpus)
-    )  # fmt: skip
+        LocalDispatcher(planner.capacity, train)
+        if local
+        else DeploymentDispatcher(
+            slots, {"TENANTML_HOME": str(settings.home)}, pin_gpus=settings.pin_gpus
+        )
+    )
 
     state, refreshed = refresh(client, store), time.monotonic()
     for tenant in state.tenants:  # promotions a crash may have skipped
@@ -91,10 +93,20 @@ def scheduler(
     for r in state.running():  # left running by a previous scheduler
         slot = len(dispatcher.in_flight) % slots
         seer = seer_options_from_params(client.get_run(r.run_id).data.params)
-        spec = JobSpec(r.tenant, r.candidate, r.snapshot or 0, r.job_id, r.tick or tick, policy,
-                       None, max_epochs, slot=slot, sleep_s=sleep_s,
-                       slot_lock=lock_dir and f"{lock_dir}/slot-{slot}.lock",
-                       seer=seer)  # fmt: skip
+        spec = JobSpec(
+            r.tenant,
+            r.candidate,
+            r.snapshot or 0,
+            r.job_id,
+            r.tick or tick,
+            policy,
+            None,
+            max_epochs,
+            slot=slot,
+            sleep_s=sleep_s,
+            slot_lock=lock_dir and f"{lock_dir}/slot-{slot}.lock",
+            seer=seer,
+        )
         if isinstance(dispatcher, DeploymentDispatcher) and r.flow_run_id:
             dispatcher.adopt(spec, r.flow_run_id)
         else:
@@ -106,8 +118,15 @@ def scheduler(
     exp_id = exp.experiment_id if exp else client.create_experiment(SCHEDULER_EXPERIMENT, location)
     started, done_ticks, jobs_done, train_s = time.monotonic(), 0, 0, 0.0
     with mlflow.start_run(experiment_id=exp_id, run_name=f"scheduler-{policy}") as run:
-        mlflow.log_params({"policy": policy, "slots": slots, "ticks": ticks,
-                           "max_epochs": max_epochs, "mode": settings.mode})  # fmt: skip
+        mlflow.log_params(
+            {
+                "policy": policy,
+                "slots": slots,
+                "ticks": ticks,
+                "max_epochs": max_epochs,
+                "mode": settings.mode,
+            }
+        )
         outage = Backoff(outage_patience_s)
         finished: list[Done] = []
         try:
@@ -120,8 +139,14 @@ def scheduler(
                         state, refreshed = refresh(client, store), time.monotonic()
                     while finished:
                         done = finished[0]
-                        rec = next((r for r in state.records if r.tenant == done.spec.tenant
-                                    and r.job_id == done.spec.job_id), None)  # fmt: skip
+                        rec = next(
+                            (
+                                r
+                                for r in state.records
+                                if r.tenant == done.spec.tenant and r.job_id == done.spec.job_id
+                            ),
+                            None,
+                        )
                         status = "ok" if done.ok else f"failed ({done.detail})"
                         print(
                             f"job {done.spec.tenant}/{done.spec.job_id} {status} in "
@@ -139,9 +164,15 @@ def scheduler(
                         # examples every `refresh_s`, not on every poll (one MLflow search each).
                         if time.monotonic() - refreshed >= refresh_s:
                             state, refreshed = refresh(client, store), time.monotonic()
-                        new = decide(planner, state, in_flight=dispatcher.in_flight, tick=tick + 1,
-                                     max_epochs=max_epochs, job_budget_s=job_budget_s,
-                                     seer_budget_x=seer_budget_x)  # fmt: skip
+                        new = decide(
+                            planner,
+                            state,
+                            in_flight=dispatcher.in_flight,
+                            tick=tick + 1,
+                            max_epochs=max_epochs,
+                            job_budget_s=job_budget_s,
+                            seer_budget_x=seer_budget_x,
+                        )
                         if sleep_s is not None:
                             new = [JobSpec(**{**j.params(), "sleep_s": sleep_s}) for j in new]
                         if new:
@@ -154,10 +185,16 @@ def scheduler(
                             busy = min(1.0, train_s / max(slots * wall, 1e-9))
                             metrics["gpu_busy_fraction"] = busy
                             log_tick = functools.partial(mlflow.log_metrics, metrics, step=tick)
-                            ride_out(log_tick, what="scheduler", settings=settings,
-                                     patience_s=outage_patience_s)  # fmt: skip
-                            print(f"tick {tick}: " + ", ".join(f"{s.tenant}:{s.candidate}"
-                                                                for s in new))  # fmt: skip
+                            ride_out(
+                                log_tick,
+                                what="scheduler",
+                                settings=settings,
+                                patience_s=outage_patience_s,
+                            )
+                            print(
+                                f"tick {tick}: "
+                                + ", ".join(f"{s.tenant}:{s.candidate}" for s in new)
+                            )
                     idle = not dispatcher.in_flight and not new
                     if ticks is not None and done_ticks >= ticks and not dispatcher.in_flight:
                         break
@@ -177,7 +214,17 @@ def scheduler(
         wall = time.monotonic() - started
         busy = min(1.0, train_s / max(slots * wall, 1e-9))  # the trainers' own time
         totals = {"gpu_busy_fraction_total": busy, "jobs_done": jobs_done}
-        ride_out(lambda: mlflow.log_metrics(totals), what="scheduler", settings=settings,
-                 patience_s=outage_patience_s)  # fmt: skip
-        return {"ticks": done_ticks, "jobs": jobs_done, "last_tick": tick, "wall_s": wall,
-                "busy_fraction": busy, "run_id": run.info.run_id}  # fmt: skip
+        ride_out(
+            lambda: mlflow.log_metrics(totals),
+            what="scheduler",
+            settings=settings,
+            patience_s=outage_patience_s,
+        )
+        return {
+            "ticks": done_ticks,
+            "jobs": jobs_done,
+            "last_tick": tick,
+            "wall_s": wall,
+            "busy_fraction": busy,
+            "run_id": run.info.run_id,
+        }

@@ -45,8 +45,9 @@ def seer(
     store = settings.store()
     schema = store.schema(tenant)
     snapshot = store.manifest(tenant).version
-    opts = SeerOptions(deadline_min, budget_gpu_min, eta, v, p_min, p_max, t_min, global_batch,
-                       seed)  # fmt: skip
+    opts = SeerOptions(
+        deadline_min, budget_gpu_min, eta, v, p_min, p_max, t_min, global_batch, seed
+    )
     digest = hashlib.sha256(json.dumps(opts.as_dict(), sort_keys=True).encode()).hexdigest()[:8]
     job_id = f"seer-{model.replace('+', '_')}-s{snapshot}-{digest}"
     spec = JobSpec(tenant, model, snapshot, job_id, tick=0, policy="seer", seer=opts.as_dict())
@@ -55,5 +56,10 @@ def seer(
     )
     rec = train_task(spec, client, store, experiment_id, str(runtime.flow_run.id or ""))
     best = record(client, rec)
-    return {"run_id": rec.run_id, "job_id": job_id, "accuracy": rec.accuracy,
-            "gpu_s": rec.cost_s, "best_version": best.version if best else None}  # fmt: skip
+    return {
+        "run_id": rec.run_id,
+        "job_id": job_id,
+        "accuracy": rec.accuracy,
+        "gpu_s": rec.cost_s,
+        "best_version": best.version if best else None,
+    }

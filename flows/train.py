@@ -33,8 +33,13 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
     if threading.current_thread() is threading.main_thread():
         # A worker process runs one job: tag every MLflow run it starts (the run-context
         # provider of mlflow_plugin). Not in threads (embedded): the environment is shared.
-        os.environ.update({"TENANTML_TENANT": job.tenant, "TENANTML_POLICY": job.policy,
-                           "TENANTML_TICK": str(job.tick)})  # fmt: skip
+        os.environ.update(
+            {
+                "TENANTML_TENANT": job.tenant,
+                "TENANTML_POLICY": job.policy,
+                "TENANTML_TICK": str(job.tick),
+            }
+        )
     # The job waits out a server outage (bounded backoff, a log line per attempt).
     client = patient(MlflowClient(settings.tracking_uri), settings)
     store = ExampleStore(patient(settings.store().blobs, settings))
@@ -43,5 +48,9 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
         client, job.tenant, str(schema), [], settings.artifact_location
     )
     record = train_task(job, client, store, experiment_id, str(runtime.flow_run.id or ""))
-    return {"run_id": record.run_id, "status": record.status, "accuracy": record.accuracy,
-            "cost_s": record.cost_s}  # fmt: skip
+    return {
+        "run_id": record.run_id,
+        "status": record.status,
+        "accuracy": record.accuracy,
+        "cost_s": record.cost_s,
+    }

@@ -36,8 +36,11 @@ def context_env(
     tenant: str | None = None, policy: str | None = None, tick: int | None = None
 ) -> Iterator[None]:
     """Set the tagging variables for the duration of a block (restored afterwards)."""
-    values = {"TENANTML_TENANT": tenant, "TENANTML_POLICY": policy,
-              "TENANTML_TICK": None if tick is None else str(tick)}  # fmt: skip
+    values = {
+        "TENANTML_TENANT": tenant,
+        "TENANTML_POLICY": policy,
+        "TENANTML_TICK": None if tick is None else str(tick),
+    }
     old = {k: os.environ.get(k) for k in values}
     try:
         for k, v in values.items():

@@ -73,8 +73,12 @@ def pip_requirements() -> list[str]:
     import sklearn
     import torch
 
-    return [f"torch=={torch.__version__.split('+')[0]}", f"scikit-learn=={sklearn.__version__}",
-            f"mlflow=={mlflow.__version__}", "tenantml"]  # fmt: skip
+    return [
+        f"torch=={torch.__version__.split('+')[0]}",
+        f"scikit-learn=={sklearn.__version__}",
+        f"mlflow=={mlflow.__version__}",
+        "tenantml",
+    ]
 
 
 def log_trained_model(model: TrainedModel, name: str = "model") -> str:

@@ -30,8 +30,13 @@ def best_model(client: MlflowClient, tenant: str) -> BestModel | None:
     except MlflowException:
         return None
     t = mv.tags
-    return BestModel(str(mv.version), float(t.get("tenantml.accuracy", "nan")), str(mv.run_id),
-                     t.get("tenantml.candidate", ""), t.get("tenantml.job_id", ""))  # fmt: skip
+    return BestModel(
+        str(mv.version),
+        float(t.get("tenantml.accuracy", "nan")),
+        str(mv.run_id),
+        t.get("tenantml.candidate", ""),
+        t.get("tenantml.job_id", ""),
+    )
 
 
 def promote_if_better(
@@ -61,9 +66,13 @@ def promote_if_better(
     if existing:
         version = str(existing[0].version)
     else:
-        tags = {"tenantml.accuracy": repr(float(accuracy)), "tenantml.candidate": candidate,
-                "tenantml.job_id": job_id, "tenantml.snapshot": str(snapshot),
-                "tenantml.previous_best": current.version if current else ""}  # fmt: skip
+        tags = {
+            "tenantml.accuracy": repr(float(accuracy)),
+            "tenantml.candidate": candidate,
+            "tenantml.job_id": job_id,
+            "tenantml.snapshot": str(snapshot),
+            "tenantml.previous_best": current.version if current else "",
+        }
         # MLflow 3 logged models (models:/m-...) register with their model id as well.
         logged = model_uri.startswith("models:/m-")
         model_id = model_uri.removeprefix("models:/") if logged else None

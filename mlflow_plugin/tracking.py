@@ -49,8 +49,12 @@ def ensure_tenant_experiment(
     exp = client.get_experiment_by_name(experiment_name(tenant))
     if exp is not None:
         return str(exp.experiment_id)
-    tags = {KIND: "tenant", "tenantml.tenant": tenant, "store.schema": schema,
-            "tenantml.candidates": ",".join(candidates)}  # fmt: skip
+    tags = {
+        KIND: "tenant",
+        "tenantml.tenant": tenant,
+        "store.schema": schema,
+        "tenantml.candidates": ",".join(candidates),
+    }
     location = None if artifact_location is None else f"{artifact_location}/{tenant}"
     return str(client.create_experiment(experiment_name(tenant), location, tags=tags))
 
@@ -84,14 +88,19 @@ class JobRecord:
         tick = tags.get("tenantml.tick")
         snap = params.get("snapshot")
         return JobRecord(
-            run.info.run_id, tags.get("tenantml.tenant", ""), params.get("model", ""),
-            tags.get(JOB_ID, ""), run.info.status, metrics.get("accuracy"),
-            metrics.get("cost_s"), int(tick) if tick else None,
+            run.info.run_id,
+            tags.get("tenantml.tenant", ""),
+            params.get("model", ""),
+            tags.get(JOB_ID, ""),
+            run.info.status,
+            metrics.get("accuracy"),
+            metrics.get("cost_s"),
+            int(tick) if tick else None,
             int(snap) if snap not in (None, "") else None,
             run.info.start_time / 1000.0,
             None if run.info.end_time is None else run.info.end_time / 1000.0,
             tags.get("tenantml.flow_run_id"),
-        )  # fmt: skip
+        )
 
 
 def job_records(client: MlflowClient, experiment_ids: Iterable[str]) -> list[JobRecord]:
@@ -103,9 +112,12 @@ def job_records(client: MlflowClient, experiment_ids: Iterable[str]) -> list[Job
     token = None
     while True:
         page = client.search_runs(
-            ids, filter_string=f"tags.`{KIND}` = 'job'", max_results=1000,
-            order_by=["attributes.start_time ASC"], page_token=token,
-        )  # fmt: skip
+            ids,
+            filter_string=f"tags.`{KIND}` = 'job'",
+            max_results=1000,
+            order_by=["attributes.start_time ASC"],
+            page_token=token,
+        )
         out += [JobRecord.from_run(r) for r in page]
         token = page.token
         if not token:

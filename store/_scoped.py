@@ -36,9 +36,22 @@ class TenantAccessError(PermissionError):
 class TenantScopedStore:
     """`ExampleStore` for one tenant's identity: calls naming any other tenant are refused."""
 
-    _PER_TENANT = ("create_tenant", "schema", "versions", "manifest", "feed", "refine",
-                   "examples", "load", "put_checkpoint", "get_checkpoint", "delete_checkpoint",
-                   "put_blob", "get_blob", "gc")  # fmt: skip
+    _PER_TENANT = (
+        "create_tenant",
+        "schema",
+        "versions",
+        "manifest",
+        "feed",
+        "refine",
+        "examples",
+        "load",
+        "put_checkpoint",
+        "get_checkpoint",
+        "delete_checkpoint",
+        "put_blob",
+        "get_blob",
+        "gc",
+    )
 
     def __init__(self, store: ExampleStore, tenant: str) -> None:
         self._store = store

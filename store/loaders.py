@@ -63,8 +63,10 @@ def load_sequence(path: str | Path) -> NDArray[np.float32]:
         arr: NDArray[np.float32] = load_npy(p).astype(np.float32)
         return arr
     if p.stat().st_size > max_input_bytes():
-        raise ValueError(f"{p}: {p.stat().st_size:,} bytes is over the input-file limit "
-                         "(TENANTML_MAX_INPUT_BYTES)")  # fmt: skip
+        raise ValueError(
+            f"{p}: {p.stat().st_size:,} bytes is over the input-file limit "
+            "(TENANTML_MAX_INPUT_BYTES)"
+        )
     return np.loadtxt(p, delimiter=",", dtype=np.float32, ndmin=2)
 
 
@@ -96,8 +98,10 @@ def read_csv_rows(
     """Rows of a CSV with a header line: ``(n, n_features)`` inputs and optional labels."""
     size = Path(path).stat().st_size
     if size > max_input_bytes():
-        raise ValueError(f"{path}: {size:,} bytes is over the input-file limit "
-                         "(TENANTML_MAX_INPUT_BYTES); split it")  # fmt: skip
+        raise ValueError(
+            f"{path}: {size:,} bytes is over the input-file limit "
+            "(TENANTML_MAX_INPUT_BYTES); split it"
+        )
     with open(path, newline="", errors="strict") as f:
         reader = csv.reader(f)
         try:
@@ -120,8 +124,9 @@ def read_csv_rows(
     for i, row in enumerate(body):
         values = [v for j, v in enumerate(row) if j != label_at]
         if len(values) != n_features:
-            raise BadExampleError(i, f"row {i + 2} of {path} has {len(values)} features, "
-                                     f"not {n_features}")  # fmt: skip
+            raise BadExampleError(
+                i, f"row {i + 2} of {path} has {len(values)} features, not {n_features}"
+            )
         try:
             xs[i] = [float(v) for v in values]
         except ValueError as e:

@@ -58,15 +58,24 @@ def decide(
     seer_budget_x: float | None = None,
 ) -> list[JobSpec]:
     """The policy (policy/) picks (tenant, model) for every free slot."""
-    return planner.decide(state, in_flight=in_flight, tick=tick, max_epochs=max_epochs,
-                          job_budget_s=job_budget_s, seer_budget_x=seer_budget_x)  # fmt: skip
+    return planner.decide(
+        state,
+        in_flight=in_flight,
+        tick=tick,
+        max_epochs=max_epochs,
+        job_budget_s=job_budget_s,
+        seer_budget_x=seer_budget_x,
+    )
 
 
 @task(name="train", cache_policy=NO_CACHE)
 def train_task(
-    spec: JobSpec, client: MlflowClient, store: ExampleStore, experiment_id: str,
+    spec: JobSpec,
+    client: MlflowClient,
+    store: ExampleStore,
+    experiment_id: str,
     flow_run_id: str | None,
-) -> JobRecord:  # fmt: skip
+) -> JobRecord:
     return run_job(spec, client, store, experiment_id, flow_run_id=flow_run_id)
 
 

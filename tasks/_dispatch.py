@@ -109,9 +109,13 @@ class LocalDispatcher(_Base):
 
 class DeploymentDispatcher(_Base):
     def __init__(
-        self, slots: int, env: dict[str, str], deployment: str = "train/train",
-        max_attempts: int = 3, pin_gpus: bool = True,
-    ) -> None:  # fmt: skip
+        self,
+        slots: int,
+        env: dict[str, str],
+        deployment: str = "train/train",
+        max_attempts: int = 3,
+        pin_gpus: bool = True,
+    ) -> None:
         super().__init__(slots, max_attempts)
         self.env = env
         self.deployment = deployment
@@ -124,9 +128,12 @@ class DeploymentDispatcher(_Base):
         if self.pin_gpus:
             env["CUDA_VISIBLE_DEVICES"] = str(spec.slot)
         fr = run_deployment(
-            self.deployment, parameters={"spec": spec.params()}, timeout=0,
-            job_variables={"env": env}, flow_run_name=f"{spec.tenant}-{spec.job_id}",
-        )  # fmt: skip
+            self.deployment,
+            parameters={"spec": spec.params()},
+            timeout=0,
+            job_variables={"env": env},
+            flow_run_name=f"{spec.tenant}-{spec.job_id}",
+        )
         return fr.id  # type: ignore[union-attr]  # sync call: a FlowRun, not a coroutine
 
     def adopt(self, spec: JobSpec, flow_run_id: str) -> None:

@@ -73,9 +73,13 @@ def derive_seer(
 
 
 def _trial_run(
-    client: MlflowClient, experiment_id: str, parent: str, job_id: str, trial: str,
+    client: MlflowClient,
+    experiment_id: str,
+    parent: str,
+    job_id: str,
+    trial: str,
     params: dict[str, float],
-) -> str:  # fmt: skip
+) -> str:
     """The trial's nested run, found again on a retry (never duplicated)."""
     found = client.search_runs(
         [experiment_id],
@@ -87,9 +91,13 @@ def _trial_run(
     run = client.create_run(
         experiment_id,
         run_name=f"{job_id}/{trial}",
-        tags={"mlflow.parentRunId": parent, "tenantml.kind": TRIAL_KIND,
-              "tenantml.seer_trial": f"{job_id}/{trial}", "tenantml.job_id": job_id},
-    )  # fmt: skip
+        tags={
+            "mlflow.parentRunId": parent,
+            "tenantml.kind": TRIAL_KIND,
+            "tenantml.seer_trial": f"{job_id}/{trial}",
+            "tenantml.job_id": job_id,
+        },
+    )
     for k, v in params.items():
         client.log_param(run.info.run_id, k, v)
     return str(run.info.run_id)
@@ -103,31 +111,48 @@ def train_seer(
 
     opts = SeerOptions(**spec.seer)
     job = SeerJob(
-        spec.tenant, spec.candidate, spec.snapshot, spec.job_id, opts.deadline_min,
-        opts.budget_gpu_min, opts.eta, opts.v, opts.p_min,
-        math.inf if opts.p_max is None else float(opts.p_max), opts.t_min,
-        global_batch=opts.global_batch, seed=opts.seed,
-    )  # fmt: skip
+        spec.tenant,
+        spec.candidate,
+        spec.snapshot,
+        spec.job_id,
+        opts.deadline_min,
+        opts.budget_gpu_min,
+        opts.eta,
+        opts.v,
+        opts.p_min,
+        math.inf if opts.p_max is None else float(opts.p_max),
+        opts.t_min,
+        global_batch=opts.global_batch,
+        seed=opts.seed,
+    )
     mlflow.log_text(json.dumps(job.plan().to_dict(), indent=2), "seer_plan.json")
 
     def on_stage(events: list[StageEvent]) -> None:
         k = events[0].stage
         for e in events:
-            trial = _trial_run(client, experiment_id, run_id, spec.job_id, e.trial,
-                               e.hyperparameters)  # fmt: skip
+            trial = _trial_run(
+                client, experiment_id, run_id, spec.job_id, e.trial, e.hyperparameters
+            )
             r = e.result
-            for name, value in {"val_accuracy": r.accuracy, "gpus": e.gpus, "steps": r.steps,
-                                "train_loss": r.train_loss, "start_s": r.start_s,
-                                "checkpoint_s": r.checkpoint_s}.items():  # fmt: skip
+            for name, value in {
+                "val_accuracy": r.accuracy,
+                "gpus": e.gpus,
+                "steps": r.steps,
+                "train_loss": r.train_loss,
+                "start_s": r.start_s,
+                "checkpoint_s": r.checkpoint_s,
+            }.items():
                 client.log_metric(trial, name, float(value), step=k)
             client.set_tag(trial, f"seer.stage{k}", e.outcome)
             if e.outcome in ("eliminated", "final"):
                 client.set_terminated(trial, "FINISHED")
         mlflow.log_metrics(
-            {"seer.gpus": sum(e.gpus for e in events),
-             "seer.best_accuracy": max(e.result.accuracy for e in events),
-             "seer.trials": len(events)},
+            {
+                "seer.gpus": sum(e.gpus for e in events),
+                "seer.best_accuracy": max(e.result.accuracy for e in events),
+                "seer.trials": len(events),
+            },
             step=k,
-        )  # fmt: skip
+        )
 
     return run_seer(job, store, on_stage)

@@ -112,8 +112,10 @@ class ServiceState:
     usd_per_s: tuple[float, ...] | None = None
 
     def index(self) -> tuple[dict[str, int], dict[str, int]]:
-        return ({t.name: i for i, t in enumerate(self.tenants)},
-                {m: k for k, m in enumerate(self.catalogue)})  # fmt: skip
+        return (
+            {t.name: i for i, t in enumerate(self.tenants)},
+            {m: k for k, m in enumerate(self.catalogue)},
+        )
 
     def history(self) -> History:
         """FINISHED jobs are observations; FAILED ones count as tried with no model."""
@@ -218,17 +220,28 @@ def build_problem(
         log_base = log_base + np.log(np.asarray(usd_per_s, float))
     cost_prior = CostPrior(
         log_base=log_base,
-        intercept=math.log(epochs_grid / 1000.0), size_slope=1.0, tenant_var=1.0,
-        noise_var=0.5, mean_log_size=math.log(1000.0),
-    )  # fmt: skip
+        intercept=math.log(epochs_grid / 1000.0),
+        size_slope=1.0,
+        tenant_var=1.0,
+        noise_var=0.5,
+        mean_log_size=math.log(1000.0),
+    )
     sizes = np.array([max(t.n_examples, 1) for t in tenants], dtype=float)
     cost = prior_costs(cost_prior, available, sizes) if n and m else np.zeros((n, m))
-    meta = ModelMeta(np.array([ZOO[k].year for k in models], float),
-                     np.array([ZOO[k].citations for k in models], float))  # fmt: skip
+    meta = ModelMeta(
+        np.array([ZOO[k].year for k in models], float),
+        np.array([ZOO[k].citations for k in models], float),
+    )
     problem = Problem.create(
-        [t.name for t in tenants], list(catalogue), available, cost,
-        prior=independent_prior(np.full(m, 0.5)), meta=meta, cost_prior=cost_prior, sizes=sizes,
-    )  # fmt: skip
+        [t.name for t in tenants],
+        list(catalogue),
+        available,
+        cost,
+        prior=independent_prior(np.full(m, 0.5)),
+        meta=meta,
+        cost_prior=cost_prior,
+        sizes=sizes,
+    )
     return problem, catalogue
 
 
@@ -241,9 +254,14 @@ class Planner:
     """
 
     def __init__(
-        self, policy: str, slots: int, seed: int = 0, *, prefetch: int = 0,
+        self,
+        policy: str,
+        slots: int,
+        seed: int = 0,
+        *,
+        prefetch: int = 0,
         lock_dir: str | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if prefetch and lock_dir is None:
             raise ValueError("prefetching needs slot locks: give lock_dir")
         self.policy = policy
@@ -259,12 +277,21 @@ class Planner:
         key = (tuple(t.name for t in state.tenants), state.catalogue)
         done = [r for r in state.records if r.status in ("FINISHED", "FAILED")]
         if self.loop is None or key != self._key:
-            self.loop = SchedulerLoop(state.problem, make_policy(self.policy), slots=self.capacity,
-                                      rng=self.rng, history=state.history())  # fmt: skip
+            self.loop = SchedulerLoop(
+                state.problem,
+                make_policy(self.policy),
+                slots=self.capacity,
+                rng=self.rng,
+                history=state.history(),
+            )
             self._key, self._seen = key, {r.run_id for r in done}
         else:
-            fresh = ServiceState(state.tenants, [r for r in done if r.run_id not in self._seen],
-                                 state.problem, state.catalogue)  # fmt: skip
+            fresh = ServiceState(
+                state.tenants,
+                [r for r in done if r.run_id not in self._seen],
+                state.problem,
+                state.catalogue,
+            )
             self.loop.finished(fresh.history().log)
             self._seen |= {r.run_id for r in done}
         self.loop.pending = pending  # what is really in flight (resumed jobs included)
@@ -289,8 +316,11 @@ class Planner:
         if not state.tenants or len(in_flight) >= self.capacity:
             return []
         ti, mi = state.index()
-        pending = tuple(Assignment(ti[j.tenant], mi[j.candidate]) for j in in_flight
-                        if j.tenant in ti and j.candidate in mi)  # fmt: skip
+        pending = tuple(
+            Assignment(ti[j.tenant], mi[j.candidate])
+            for j in in_flight
+            if j.tenant in ti and j.candidate in mi
+        )
         loop = self._sync(state, pending)
         # Tenants with too few examples to train cannot be scheduled yet.
         ready = {i for i, t in enumerate(state.tenants) if t.n_examples >= 10}
@@ -314,11 +344,21 @@ class Planner:
 
                 seer = derive_seer(loop.expected_cost(a), budget_x=seer_budget_x).as_dict()
                 job_id = f"seer-{job_id}"
-            out.append(JobSpec(
-                t.name, cand, t.snapshot, job_id, tick,
-                self.policy, None if math.isinf(budget) else float(budget), max_epochs, slot,
-                slot_lock=lock, seer=seer,
-            ))  # fmt: skip
+            out.append(
+                JobSpec(
+                    t.name,
+                    cand,
+                    t.snapshot,
+                    job_id,
+                    tick,
+                    self.policy,
+                    None if math.isinf(budget) else float(budget),
+                    max_epochs,
+                    slot,
+                    slot_lock=lock,
+                    seer=seer,
+                )
+            )
         return out
 
 
@@ -332,16 +372,25 @@ def run_job(
 ) -> JobRecord:
     """Train one job and record it as an MLflow run (reusing the run of an earlier attempt, whose
     checkpoint the trainer resumes from). Ends the run FINISHED, or FAILED and re-raises."""
-    params = {"model": spec.candidate, "snapshot": spec.snapshot, "policy": spec.policy,
-              "max_epochs": spec.max_epochs, "time_budget_s": spec.time_budget_s}  # fmt: skip
+    params = {
+        "model": spec.candidate,
+        "snapshot": spec.snapshot,
+        "policy": spec.policy,
+        "max_epochs": spec.max_epochs,
+        "time_budget_s": spec.time_budget_s,
+    }
     if spec.seer is not None:
         params.update({f"seer.{k}": v for k, v in spec.seer.items()})
-    tags = {"tenantml.tick": str(spec.tick), "tenantml.policy": spec.policy,
-            "tenantml.slot": str(spec.slot)}  # fmt: skip
+    tags = {
+        "tenantml.tick": str(spec.tick),
+        "tenantml.policy": spec.policy,
+        "tenantml.slot": str(spec.slot),
+    }
     if flow_run_id:
         tags["tenantml.flow_run_id"] = flow_run_id
-    run_id = start_job_run(client, experiment_id, tenant=spec.tenant, job_id=spec.job_id,
-                           params=params, tags=tags)  # fmt: skip
+    run_id = start_job_run(
+        client, experiment_id, tenant=spec.tenant, job_id=spec.job_id, params=params, tags=tags
+    )
     for k, v in tags.items():
         client.set_tag(run_id, k, v)
     try:
@@ -371,9 +420,14 @@ def run_job(
                     result = train_seer(spec, client, store, run_id, experiment_id)
                     result_acc, cost, epochs = result.accuracy, result.cost_s, result.epochs
                 else:
-                    job = TrainJob(spec.tenant, spec.candidate, spec.snapshot,
-                                   time_budget_s=spec.time_budget_s, max_epochs=spec.max_epochs,
-                                   job_id=spec.job_id)  # fmt: skip
+                    job = TrainJob(
+                        spec.tenant,
+                        spec.candidate,
+                        spec.snapshot,
+                        time_budget_s=spec.time_budget_s,
+                        max_epochs=spec.max_epochs,
+                        job_id=spec.job_id,
+                    )
                     result = train(job, store, on_epoch=log_epoch)
                     result_acc, cost, epochs = result.accuracy, result.cost_s, result.epochs
                 ended = time.time()
@@ -384,8 +438,12 @@ def run_job(
                 client.set_tag(run_id, "tenantml.model_uri", uri)
                 hps = {f"hp.{hp}": value for hp, value in result.hyperparameters.items()}
                 resumed = result.resumed_from_epoch
-                _patiently(lambda: (mlflow.log_params(hps),
-                                    mlflow.log_metric("resumed_from_epoch", resumed)))  # fmt: skip
+                _patiently(
+                    lambda: (
+                        mlflow.log_params(hps),
+                        mlflow.log_metric("resumed_from_epoch", resumed),
+                    )
+                )
             final = {"accuracy": result_acc, "cost_s": cost, "epochs": epochs, "ended_at": ended}
             _patiently(lambda: mlflow.log_metrics(final))
     except BaseException:
@@ -439,9 +497,15 @@ def record_finished(client: MlflowClient, record: JobRecord) -> BestModel | None
     if not uri:
         return None  # a sleep-trainer job has no model
     return promote_if_better(
-        client, record.tenant, model_uri=uri, run_id=record.run_id, accuracy=record.accuracy,
-        candidate=record.candidate, job_id=record.job_id, snapshot=record.snapshot or 0,
-    )  # fmt: skip
+        client,
+        record.tenant,
+        model_uri=uri,
+        run_id=record.run_id,
+        accuracy=record.accuracy,
+        candidate=record.candidate,
+        job_id=record.job_id,
+        snapshot=record.snapshot or 0,
+    )
 
 
 def tick_metrics(state: ServiceState) -> dict[str, float]:

@@ -155,9 +155,12 @@ class Backoff:
 
 
 def wait_or_give_up(
-    backoff: Backoff, exc: BaseException, what: str, settings: Settings | None,
+    backoff: Backoff,
+    exc: BaseException,
+    what: str,
+    settings: Settings | None,
     say: Callable[[str], None],
-) -> None:  # fmt: skip
+) -> None:
     """Say which server is unreachable and sleep `backoff`'s next delay, or raise
     `ServerUnreachableError` once its patience is spent."""
     try:
@@ -170,8 +173,10 @@ def wait_or_give_up(
             f"{what}: {server} did not answer for {backoff.patience_s:.0f} s; giving up "
             f"(last error: {str(exc)[:200]})"
         ) from exc
-    say(f"{what}: {server} is unreachable; retry {backoff.attempt} in {delay:.0f} s "
-        f"(giving up after {backoff.patience_s:.0f} s)")  # fmt: skip
+    say(
+        f"{what}: {server} is unreachable; retry {backoff.attempt} in {delay:.0f} s "
+        f"(giving up after {backoff.patience_s:.0f} s)"
+    )
     time.sleep(delay)
 
 
@@ -207,8 +212,12 @@ class _Patient:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             what = f"{type(self._target).__name__}.{name}"
-            return ride_out(lambda: attr(*args, **kwargs), what=what, settings=self._settings,
-                            patience_s=self._patience_s)  # fmt: skip
+            return ride_out(
+                lambda: attr(*args, **kwargs),
+                what=what,
+                settings=self._settings,
+                patience_s=self._patience_s,
+            )
 
         return call
 

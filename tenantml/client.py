@@ -237,13 +237,27 @@ class Client:
         records = job_records(self.mlflow, [exp.experiment_id]) if exp else []
         best = best_model(self.mlflow, name)
         rows = tuple(
-            LeaderboardRow(r.candidate, r.status, r.accuracy, r.cost_s, r.end_time,
-                           best is not None and r.run_id == best.run_id)
+            LeaderboardRow(
+                r.candidate,
+                r.status,
+                r.accuracy,
+                r.cost_s,
+                r.end_time,
+                best is not None and r.run_id == best.run_id,
+            )
             for r in sorted(records, key=lambda r: -(r.accuracy or -1.0))
-        )  # fmt: skip
+        )
         version = best.version if best else None
-        return Leaderboard(name, str(schema), m.n_examples, m.n_enabled, m.version,
-                           len(candidates(schema)), rows, version)  # fmt: skip
+        return Leaderboard(
+            name,
+            str(schema),
+            m.n_examples,
+            m.n_enabled,
+            m.version,
+            len(candidates(schema)),
+            rows,
+            version,
+        )
 
     # -- operating -----------------------------------------------------------------------------
     def seer(
@@ -265,9 +279,15 @@ class Client:
                 f"{', '.join(valid) or 'none (this schema has only scikit-learn models)'}"
             )
         p_max = options.get("p_max")
-        plan(deadline_min, budget_gpu_min, eta=options.get("eta", 4), v=options.get("v", 2),
-             p_min=options.get("p_min", 1), p_max=float("inf") if p_max is None else p_max,
-             t_min=options.get("t_min", 1.0))  # fmt: skip
+        plan(
+            deadline_min,
+            budget_gpu_min,
+            eta=options.get("eta", 4),
+            v=options.get("v", 2),
+            p_min=options.get("p_min", 1),
+            p_max=float("inf") if p_max is None else p_max,
+            t_min=options.get("t_min", 1.0),
+        )
         if self.store.manifest(name).n_enabled < 10:
             raise ValueError(f"tenant {name!r} has fewer than 10 enabled examples; feed more")
         out: dict[str, Any] = seer(name, model, deadline_min, budget_gpu_min, **options)

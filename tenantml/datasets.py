@@ -39,9 +39,12 @@ def _digits() -> DemoData:
     d = load_digits()
     x = d.images.reshape(-1, 8, 8, 1).astype(np.float32)
     return DemoData(
-        "digits", Schema(input=Tensor(8, 8, 1), output=Tensor(10)), x,
-        d.target.astype(np.int64), "handwritten digits, 8x8 images",
-    )  # fmt: skip
+        "digits",
+        Schema(input=Tensor(8, 8, 1), output=Tensor(10)),
+        x,
+        d.target.astype(np.int64),
+        "handwritten digits, 8x8 images",
+    )
 
 
 def _tabular(loader: Callable[..., Any], name: str, what: str) -> DemoData:

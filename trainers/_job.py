@@ -51,10 +51,17 @@ class TrainJob:
         if self.job_id is not None:
             return self.job_id
         spec = json.dumps(
-            [self.candidate, snapshot, dict(sorted(self.hyperparameters.items())),
-             self.max_epochs, self.seed, self.val_fraction, self.time_budget_s],
+            [
+                self.candidate,
+                snapshot,
+                dict(sorted(self.hyperparameters.items())),
+                self.max_epochs,
+                self.seed,
+                self.val_fraction,
+                self.time_budget_s,
+            ],
             default=str,
-        )  # fmt: skip
+        )
         digest = hashlib.sha256(spec.encode()).hexdigest()[:12]
         return f"{self.candidate.replace('+', '_')}-s{snapshot}-{digest}"
 

@@ -132,11 +132,18 @@ def run_trial_stage(stage: TrialStage) -> StageResult:
         spec = os.path.join(tmp, "stage.json")
         with open(spec, "w") as f:
             json.dump(
-                {"stage": {**asdict(stage), "hyperparameters": dict(stage.hyperparameters),
-                           "devices": list(stage.devices)},
-                 "port": _free_port(), "out": out, "launched": launched},
+                {
+                    "stage": {
+                        **asdict(stage),
+                        "hyperparameters": dict(stage.hyperparameters),
+                        "devices": list(stage.devices),
+                    },
+                    "port": _free_port(),
+                    "out": out,
+                    "launched": launched,
+                },
                 f,
-            )  # fmt: skip
+            )
         logs = [open(os.path.join(tmp, f"rank{r}.log"), "w+") for r in range(stage.gpus)]
         try:
             procs = [
@@ -289,10 +296,15 @@ def _rank_main(rank: int, stage: TrialStage, port: int, out: str, launched: floa
             t0 = time.time()
             buf = io.BytesIO()
             torch.save(
-                {"format": CHECKPOINT_FORMAT, "model": net.state_dict(), "opt": opt.state_dict(),
-                 "step": step, "train_s": train_s},
+                {
+                    "format": CHECKPOINT_FORMAT,
+                    "model": net.state_dict(),
+                    "opt": opt.state_dict(),
+                    "step": step,
+                    "train_s": train_s,
+                },
                 buf,
-            )  # fmt: skip
+            )
             store.put_checkpoint(stage.tenant, stage.checkpoint, buf.getvalue())
             result = StageResult(
                 accuracy=acc if np.isfinite(acc) else 0.0,

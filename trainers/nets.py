@@ -147,14 +147,22 @@ class LeNet5(nn.Module):
     def __init__(self, c_in: int, n_classes: int) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(c_in, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(c_in, 6, 5, padding=2),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(6, 16, 5),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
             nn.AdaptiveAvgPool2d(5),
-        )  # fmt: skip
+        )
         self.classifier = nn.Sequential(
-            nn.Flatten(), nn.Linear(16 * 25, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(16 * 25, 120),
+            nn.ReLU(),
+            nn.Linear(120, 84),
+            nn.ReLU(),
             nn.Linear(84, n_classes),
-        )  # fmt: skip
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.classifier(self.features(x))
@@ -172,16 +180,26 @@ class BNAlexNet(nn.Module):
             return [nn.Conv2d(a, b, k, s, p, bias=False), nn.BatchNorm2d(b), nn.ReLU(inplace=True)]
 
         self.features = nn.Sequential(
-            *conv(c_in, 64, 11, 4, 2), nn.MaxPool2d(3, 2),
-            *conv(64, 192, 5, p=2), nn.MaxPool2d(3, 2),
-            *conv(192, 384, 3, p=1), *conv(384, 256, 3, p=1), *conv(256, 256, 3, p=1),
-            nn.MaxPool2d(3, 2), nn.AdaptiveAvgPool2d(6),
-        )  # fmt: skip
+            *conv(c_in, 64, 11, 4, 2),
+            nn.MaxPool2d(3, 2),
+            *conv(64, 192, 5, p=2),
+            nn.MaxPool2d(3, 2),
+            *conv(192, 384, 3, p=1),
+            *conv(384, 256, 3, p=1),
+            *conv(256, 256, 3, p=1),
+            nn.MaxPool2d(3, 2),
+            nn.AdaptiveAvgPool2d(6),
+        )
         self.classifier = nn.Sequential(
-            nn.Flatten(), nn.Linear(256 * 36, 4096), nn.BatchNorm1d(4096), nn.ReLU(inplace=True),
-            nn.Linear(4096, 4096), nn.BatchNorm1d(4096), nn.ReLU(inplace=True),
+            nn.Flatten(),
+            nn.Linear(256 * 36, 4096),
+            nn.BatchNorm1d(4096),
+            nn.ReLU(inplace=True),
+            nn.Linear(4096, 4096),
+            nn.BatchNorm1d(4096),
+            nn.ReLU(inplace=True),
             nn.Linear(4096, n_classes),
-        )  # fmt: skip
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.classifier(self.features(x))
@@ -196,17 +214,25 @@ class NetworkInNetwork(nn.Module):
 
         def mlpconv(a: int, b: int, c: int, d: int, k: int) -> list[nn.Module]:
             return [
-                nn.Conv2d(a, b, k, padding=k // 2), nn.ReLU(inplace=True),
-                nn.Conv2d(b, c, 1), nn.ReLU(inplace=True),
-                nn.Conv2d(c, d, 1), nn.ReLU(inplace=True),
-            ]  # fmt: skip
+                nn.Conv2d(a, b, k, padding=k // 2),
+                nn.ReLU(inplace=True),
+                nn.Conv2d(b, c, 1),
+                nn.ReLU(inplace=True),
+                nn.Conv2d(c, d, 1),
+                nn.ReLU(inplace=True),
+            ]
 
         self.net = nn.Sequential(
-            *mlpconv(c_in, 192, 160, 96, 5), nn.MaxPool2d(3, 2, ceil_mode=True), nn.Dropout(0.5),
-            *mlpconv(96, 192, 192, 192, 5), nn.AvgPool2d(3, 2, ceil_mode=True), nn.Dropout(0.5),
+            *mlpconv(c_in, 192, 160, 96, 5),
+            nn.MaxPool2d(3, 2, ceil_mode=True),
+            nn.Dropout(0.5),
+            *mlpconv(96, 192, 192, 192, 5),
+            nn.AvgPool2d(3, 2, ceil_mode=True),
+            nn.Dropout(0.5),
             *mlpconv(192, 192, 192, n_classes, 3)[:-1],
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-        )  # fmt: skip
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.net(x)
@@ -223,9 +249,12 @@ class ConvAutoencoder(nn.Module):
             nn.Conv2d(c_in, 32, 3, 2, 1), nn.ReLU(), nn.Conv2d(32, 64, 3, 2, 1), nn.ReLU()
         )
         self.decoder = nn.Sequential(
-            nn.ConvTranspose2d(64, 32, 4, 2, 1), nn.ReLU(), nn.ConvTranspose2d(32, 32, 4, 2, 1),
-            nn.ReLU(), nn.Conv2d(32, out_shape[2], 3, padding=1),
-        )  # fmt: skip
+            nn.ConvTranspose2d(64, 32, 4, 2, 1),
+            nn.ReLU(),
+            nn.ConvTranspose2d(32, 32, 4, 2, 1),
+            nn.ReLU(),
+            nn.Conv2d(32, out_shape[2], 3, padding=1),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         d, e, _f = self.out_shape
@@ -241,9 +270,14 @@ class SequenceClassifier(nn.Module):
     CELLS: dict[str, Callable[..., nn.Module]] = {"rnn": nn.RNN, "lstm": nn.LSTM, "gru": nn.GRU}
 
     def __init__(
-        self, cell: str, n_features: int, n_classes: int, *, hidden: int = 64,
+        self,
+        cell: str,
+        n_features: int,
+        n_classes: int,
+        *,
+        hidden: int = 64,
         bidirectional: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__()
         self.rnn = self.CELLS[cell](
             n_features, hidden, batch_first=True, bidirectional=bidirectional

@@ -143,13 +143,28 @@ def run_seer(
                 ranks = [devices[(cursor + r) % len(devices)] for r in range(b.gpus_per_trial)]
                 if devices != ["cpu"]:
                     cursor += b.gpus_per_trial
-                work.append((t, b.gpus_per_trial, b.bracket, TrialStage(
-                    job.tenant, job.candidate, job.snapshot, f"{job.job_id}-{t}",
-                    state.configs[t], ranks, until, job.global_batch, job.micro_batch,
-                    job.seed, store_url=store.blobs.url(),
-                    s3_endpoint_url=getattr(store.blobs, "endpoint_url", None),
-                    threads_per_rank=threads,
-                )))  # fmt: skip
+                work.append(
+                    (
+                        t,
+                        b.gpus_per_trial,
+                        b.bracket,
+                        TrialStage(
+                            job.tenant,
+                            job.candidate,
+                            job.snapshot,
+                            f"{job.job_id}-{t}",
+                            state.configs[t],
+                            ranks,
+                            until,
+                            job.global_batch,
+                            job.micro_batch,
+                            job.seed,
+                            store_url=store.blobs.url(),
+                            s3_endpoint_url=getattr(store.blobs, "endpoint_url", None),
+                            threads_per_rank=threads,
+                        ),
+                    )
+                )
         with ThreadPoolExecutor(max(1, len(work))) as pool:
             results = list(pool.map(lambda w: run_trial_stage(w[3]), work))
         events = [
@@ -187,10 +202,16 @@ def run_seer(
                 outcome = "kept"
             outcomes.append(StageEvent(**{**e.__dict__, "outcome": outcome}))
         state.events += [
-            {"trial": e.trial, "stage": e.stage, "gpus": e.gpus, "outcome": e.outcome,
-             "accuracy": e.result.accuracy, "steps": e.result.steps}
+            {
+                "trial": e.trial,
+                "stage": e.stage,
+                "gpus": e.gpus,
+                "outcome": e.outcome,
+                "accuracy": e.result.accuracy,
+                "steps": e.result.steps,
+            }
             for e in outcomes
-        ]  # fmt: skip
+        ]
         if last:
             state.alive = [t for ts in groups for t in ts]
         state.next_stage = stage.index

@@ -66,9 +66,16 @@ def train_sklearn(
     if on_epoch is not None:
         on_epoch(report)
     return TrainResult(
-        job_id=job.resolved_id(snapshot), tenant=job.tenant, candidate=job.candidate,
-        snapshot=snapshot, accuracy=acc, cost_s=cost, epochs=1,
+        job_id=job.resolved_id(snapshot),
+        tenant=job.tenant,
+        candidate=job.candidate,
+        snapshot=snapshot,
+        accuracy=acc,
+        cost_s=cost,
+        epochs=1,
         hyperparameters=dict(job.hyperparameters),
-        model=TrainedModel(job.candidate, schema, ds.classes, est), curve=[report],
-        n_train=len(tr), n_val=len(va),
-    )  # fmt: skip
+        model=TrainedModel(job.candidate, schema, ds.classes, est),
+        curve=[report],
+        n_train=len(tr),
+        n_val=len(va),
+    )

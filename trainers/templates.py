@@ -62,47 +62,98 @@ class Template:
 
 TEMPLATES: tuple[Template, ...] = (
     Template(
-        "image classification", "{[Tensor[A,B,C]], []}", "{[Tensor[D]], []}",
-        ("alexnet", "bn_alexnet", "resnet18", "resnet50", "googlenet", "squeezenet", "vgg16",
-         "nin", "lenet"),
-        lambda s: _tensors(s.input, 3) and not s.input.recursive
-        and _tensors(s.output, 1) and not s.output.recursive,
+        "image classification",
+        "{[Tensor[A,B,C]], []}",
+        "{[Tensor[D]], []}",
+        (
+            "alexnet",
+            "bn_alexnet",
+            "resnet18",
+            "resnet50",
+            "googlenet",
+            "squeezenet",
+            "vgg16",
+            "nin",
+            "lenet",
+        ),
+        lambda s: (
+            _tensors(s.input, 3)
+            and not s.input.recursive
+            and _tensors(s.output, 1)
+            and not s.output.recursive
+        ),
         image=True,
     ),
     Template(
-        "image recovery", "{[Tensor[A,B,C]], []}", "{[Tensor[D,E,F]], []}", ("conv_autoencoder",),
-        lambda s: _tensors(s.input, 3) and not s.input.recursive
-        and _tensors(s.output, 3) and not s.output.recursive,
+        "image recovery",
+        "{[Tensor[A,B,C]], []}",
+        "{[Tensor[D,E,F]], []}",
+        ("conv_autoencoder",),
+        lambda s: (
+            _tensors(s.input, 3)
+            and not s.input.recursive
+            and _tensors(s.output, 3)
+            and not s.output.recursive
+        ),
         image=True,
     ),
     Template(
-        "time series classification", "{[Tensor[A], *], [a]}", "{[Tensor[D]], []}",
+        "time series classification",
+        "{[Tensor[A], *], [a]}",
+        "{[Tensor[D]], []}",
         ("rnn", "lstm", "bilstm", "gru"),
-        lambda s: _tensors(s.input, 1, tail=True) and len(s.input.recursive) == 1
-        and _tensors(s.output, 1) and not s.output.recursive,
+        lambda s: (
+            _tensors(s.input, 1, tail=True)
+            and len(s.input.recursive) == 1
+            and _tensors(s.output, 1)
+            and not s.output.recursive
+        ),
     ),
     Template(
-        "time series translation", "{[Tensor[A], *], [a]}", "{[Tensor[B], *], [b]}", (),
-        lambda s: _tensors(s.input, 1, tail=True) and len(s.input.recursive) == 1
-        and _tensors(s.output, 1, tail=True) and len(s.output.recursive) == 1,
+        "time series translation",
+        "{[Tensor[A], *], [a]}",
+        "{[Tensor[B], *], [b]}",
+        (),
+        lambda s: (
+            _tensors(s.input, 1, tail=True)
+            and len(s.input.recursive) == 1
+            and _tensors(s.output, 1, tail=True)
+            and len(s.output.recursive) == 1
+        ),
     ),
     Template(
-        "tree classification", "{[Tensor[A], *], [a, c]}", "{[Tensor[B]], []}", (),
-        lambda s: _tensors(s.input, 1, tail=True) and len(s.input.recursive) == 2
-        and _tensors(s.output, 1) and not s.output.recursive,
+        "tree classification",
+        "{[Tensor[A], *], [a, c]}",
+        "{[Tensor[B]], []}",
+        (),
+        lambda s: (
+            _tensors(s.input, 1, tail=True)
+            and len(s.input.recursive) == 2
+            and _tensors(s.output, 1)
+            and not s.output.recursive
+        ),
     ),
     Template(
-        "tabular classification", "{[Tensor[A]], []}", "{[Tensor[D]], []}",
+        "tabular classification",
+        "{[Tensor[A]], []}",
+        "{[Tensor[D]], []}",
         ("logistic_regression", "random_forest", "gradient_boosting", "svm", "knn", "mlp"),
-        lambda s: _tensors(s.input, 1) and not s.input.recursive
-        and _tensors(s.output, 1) and not s.output.recursive,
+        lambda s: (
+            _tensors(s.input, 1)
+            and not s.input.recursive
+            and _tensors(s.output, 1)
+            and not s.output.recursive
+        ),
     ),
     Template(
-        "general classification", "{[*], [*]}", "{[Tensor[B]], []}", (),
+        "general classification",
+        "{[*], [*]}",
+        "{[Tensor[B]], []}",
+        (),
         lambda s: _tensors(s.output, 1) and not s.output.recursive,
     ),
     Template("general auto-encoder", "{[*], [*]}", "{[*], [*]}", (), lambda s: True),
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)

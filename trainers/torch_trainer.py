@@ -189,12 +189,25 @@ def train_torch(
         return net.to(device)
 
     state: dict[str, Any] = {
-        "format": CHECKPOINT_FORMAT, "job_id": job_id, "snapshot": snapshot,
-        "lr_index": 0, "epoch": 0, "model": None, "opt": None,
-        "best_acc": -1.0, "best_lr": lrs[0], "best_model": None,
-        "curve": [], "cost_s": 0.0, "epochs_total": 0, "done": False,
-        "batch": 0, "partial_loss": 0.0, "partial_batches": 0, "steps_total": 0,
-    }  # fmt: skip
+        "format": CHECKPOINT_FORMAT,
+        "job_id": job_id,
+        "snapshot": snapshot,
+        "lr_index": 0,
+        "epoch": 0,
+        "model": None,
+        "opt": None,
+        "best_acc": -1.0,
+        "best_lr": lrs[0],
+        "best_model": None,
+        "curve": [],
+        "cost_s": 0.0,
+        "epochs_total": 0,
+        "done": False,
+        "batch": 0,
+        "partial_loss": 0.0,
+        "partial_batches": 0,
+        "steps_total": 0,
+    }
     resumed_from = 0
     blob = store.get_checkpoint(job.tenant, job_id)
     if blob is not None:
@@ -221,9 +234,10 @@ def train_torch(
         stepper = Stepper(net, opt, device, classify)
         # This rate's share of the remaining budget.
         rate_deadline = (
-            None if job.time_budget_s is None
+            None
+            if job.time_budget_s is None
             else spent() + (job.time_budget_s - spent()) / (len(lrs) - i)
-        )  # fmt: skip
+        )
         while state["epoch"] < job.max_epochs:
             epoch = int(state["epoch"]) + 1
             gen = torch.Generator().manual_seed(job.seed * 1_000_003 + i * 1009 + epoch)
@@ -246,9 +260,14 @@ def train_torch(
                 n_batches += 1
                 state["steps_total"] = int(state.get("steps_total", 0)) + 1
                 if preemption.pending():  # revocation notice: checkpoint now, mid-epoch
-                    state.update(batch=bi + 1, partial_loss=float(total),
-                                 partial_batches=n_batches, model=net.state_dict(),
-                                 opt=opt.state_dict(), cost_s=spent())  # fmt: skip
+                    state.update(
+                        batch=bi + 1,
+                        partial_loss=float(total),
+                        partial_batches=n_batches,
+                        model=net.state_dict(),
+                        opt=opt.state_dict(),
+                        cost_s=spent(),
+                    )
                     t_ck = time.perf_counter()
                     store.put_checkpoint(job.tenant, job_id, _to_bytes(state))
                     err = preemption.Preempted(job_id, epoch, bi + 1, int(state["steps_total"]))
@@ -293,10 +312,19 @@ def train_torch(
     hp = dict(job.hyperparameters)
     hp["lr"] = float(state["best_lr"])
     return TrainResult(
-        job_id=job_id, tenant=job.tenant, candidate=job.candidate, snapshot=snapshot,
-        accuracy=max(0.0, float(state["best_acc"])), cost_s=float(state["cost_s"]),
-        epochs=int(state["epochs_total"]), hyperparameters=hp, model=model,
-        curve=[EpochReport(**c) for c in state["curve"]], device=str(device),
-        resumed_from_epoch=resumed_from, n_train=len(tr), n_val=len(va),
+        job_id=job_id,
+        tenant=job.tenant,
+        candidate=job.candidate,
+        snapshot=snapshot,
+        accuracy=max(0.0, float(state["best_acc"])),
+        cost_s=float(state["cost_s"]),
+        epochs=int(state["epochs_total"]),
+        hyperparameters=hp,
+        model=model,
+        curve=[EpochReport(**c) for c in state["curve"]],
+        device=str(device),
+        resumed_from_epoch=resumed_from,
+        n_train=len(tr),
+        n_val=len(va),
         steps=int(state.get("steps_total", 0)),
-    )  # fmt: skip
+    )

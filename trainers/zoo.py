@@ -45,7 +45,7 @@ ZOO: dict[str, ModelSpec] = {
             2011,
             3000,
             "Masci et al., ICANN 2011",
-        ),  # fmt: skip
+        ),
         ModelSpec("rnn", "RNN", "rnn", 1990, 15000, "Elman, Cognitive Science 1990"),
         ModelSpec("lstm", "LSTM", "rnn", 1997, 100000, "Hochreiter & Schmidhuber 1997"),
         ModelSpec("bilstm", "bi-LSTM", "rnn", 2005, 6000, "Graves & Schmidhuber 2005"),
@@ -67,9 +67,24 @@ ZOO: dict[str, ModelSpec] = {
 #: live service's cost model (`policy.costs.CostPrior`): each tenant's scale is learnt from its
 #: finished jobs, so only the ratios between models matter, and only until jobs report.
 RELATIVE_COST: dict[str, float] = {
-    "lenet": 0.5, "nin": 8.0, "squeezenet": 3.0, "resnet18": 15.0, "googlenet": 20.0,
-    "alexnet": 25.0, "bn_alexnet": 25.0, "resnet50": 40.0, "vgg16": 100.0,
-    "conv_autoencoder": 1.0, "rnn": 0.5, "lstm": 1.0, "bilstm": 2.0, "gru": 1.0,
-    "logistic_regression": 0.05, "random_forest": 0.3, "gradient_boosting": 0.5, "svm": 0.05,
-    "knn": 0.01, "mlp": 0.5,
-}  # fmt: skip
+    "lenet": 0.5,
+    "nin": 8.0,
+    "squeezenet": 3.0,
+    "resnet18": 15.0,
+    "googlenet": 20.0,
+    "alexnet": 25.0,
+    "bn_alexnet": 25.0,
+    "resnet50": 40.0,
+    "vgg16": 100.0,
+    "conv_autoencoder": 1.0,
+    "rnn": 0.5,
+    "lstm": 1.0,
+    "bilstm": 2.0,
+    "gru": 1.0,
+    "logistic_regression": 0.05,
+    "random_forest": 0.3,
+    "gradient_boosting": 0.5,
+    "svm": 0.05,
+    "knn": 0.01,
+    "mlp": 0.5,
+}

@@ -70,9 +70,19 @@ def record(out: Path, scaling_only: bool = False) -> None:
                 net.eval()
                 with torch.no_grad():
                     val = float(torch.nn.functional.cross_entropy(net(xva_t), yva_t))
-                rows.append({"group": f"lenet-digits-seed{seed}", "curve_id": cid, "step": epoch,
-                             "metric": val, "seconds": spent, "hp_batch_size": bs, "hp_lr": lr,
-                             "hp_decay_rate": dr, "hp_decay_epochs": de})  # fmt: skip
+                rows.append(
+                    {
+                        "group": f"lenet-digits-seed{seed}",
+                        "curve_id": cid,
+                        "step": epoch,
+                        "metric": val,
+                        "seconds": spent,
+                        "hp_batch_size": bs,
+                        "hp_lr": lr,
+                        "hp_decay_rate": dr,
+                        "hp_decay_epochs": de,
+                    }
+                )
                 train_rows.append({**rows[-1], "metric": total / batches})
             print(f"seed {seed} config {cid}: final val loss {val:.4f} in {spent:.1f} s")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -102,9 +112,11 @@ def record(out: Path, scaling_only: bool = False) -> None:
             best = min(best, time.perf_counter() - start)
         timing[str(threads)] = best
     (out.parent / "steplr-digits.scaling.json").write_text(
-        json.dumps({"seconds_per_epoch": timing, "what": "LeNet, digits, batch 64, min of 5"},
-                   indent=2) + "\n"
-    )  # fmt: skip
+        json.dumps(
+            {"seconds_per_epoch": timing, "what": "LeNet, digits, batch 64, min of 5"}, indent=2
+        )
+        + "\n"
+    )
     print(timing)
 
 

@@ -160,8 +160,19 @@ def spottune(
     speed = [[c0 / max(1, m.cpus) for m in markets] for _ in trials]  # line 12
     progress = [0.0] * len(trials)
     stop = [max(1.0, math.floor(theta * t.max_trial_steps)) for t in trials]
-    end = _run_phase(trials, range(len(trials)), progress, lambda i: stop[i], markets, start,
-                     revocation, rng, speed, out, restore_min)  # fmt: skip
+    end = _run_phase(
+        trials,
+        range(len(trials)),
+        progress,
+        lambda i: stop[i],
+        markets,
+        start,
+        revocation,
+        rng,
+        speed,
+        out,
+        restore_min,
+    )
     predictions = [
         predict_final(t.curve[: int(progress[i])], t.max_trial_steps) for i, t in enumerate(trials)
     ]
@@ -170,8 +181,19 @@ def spottune(
         if theta < 1
         else select_top([float(t.curve[-1]) for t in trials], mcnt)
     )
-    end = _run_phase(trials, chosen, progress, lambda i: float(trials[i].max_trial_steps),
-                     markets, end, revocation, rng, speed, out, restore_min)  # fmt: skip
+    end = _run_phase(
+        trials,
+        chosen,
+        progress,
+        lambda i: float(trials[i].max_trial_steps),
+        markets,
+        end,
+        revocation,
+        rng,
+        speed,
+        out,
+        restore_min,
+    )
     out.jct_h = (end - start) / 60.0
     out.selected = chosen
     out.best_true = int(np.argmin([t.curve[-1] for t in trials])) in chosen
@@ -200,6 +222,12 @@ def single_instance(
         else float(market.prices[start:end].sum()) / 60.0
     )
     best = int(np.argmin([t.curve[-1] for t in trials]))
-    return TuneOutcome(label, cost, minutes / 60.0, [best], True,
-                       steps=float(sum(t.max_trial_steps for t in trials)),
-                       instance_hours=minutes / 60.0)  # fmt: skip
+    return TuneOutcome(
+        label,
+        cost,
+        minutes / 60.0,
+        [best],
+        True,
+        steps=float(sum(t.max_trial_steps for t in trials)),
+        instance_hours=minutes / 60.0,
+    )

@@ -22,9 +22,14 @@ __all__ = [
 ]
 
 _WHERE = {
-    "Ec2Backend": "_ec2", "instance_action": "_ec2", "LocalBackend": "_local",
-    "LocalInstance": "_local", "Attempt": "runner", "JobReport": "runner", "run_jobs": "runner",
-}  # fmt: skip
+    "Ec2Backend": "_ec2",
+    "instance_action": "_ec2",
+    "LocalBackend": "_local",
+    "LocalInstance": "_local",
+    "Attempt": "runner",
+    "JobReport": "runner",
+    "run_jobs": "runner",
+}
 
 
 def __getattr__(name: str) -> Any:

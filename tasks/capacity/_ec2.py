@@ -45,9 +45,11 @@ class Ec2Backend:
     def spot_price(self, instance_type: str, zone: str) -> float:
         """The latest spot price (USD/hour) of ``instance_type`` in ``zone``."""
         page = self.client.describe_spot_price_history(
-            InstanceTypes=[instance_type], AvailabilityZone=zone,
-            ProductDescriptions=["Linux/UNIX"], MaxResults=10,
-        )  # fmt: skip
+            InstanceTypes=[instance_type],
+            AvailabilityZone=zone,
+            ProductDescriptions=["Linux/UNIX"],
+            MaxResults=10,
+        )
         history = page.get("SpotPriceHistory", [])
         if not history:
             raise LookupError(f"no spot price for {instance_type} in {zone}")
@@ -66,9 +68,11 @@ class Ec2Backend:
         if self.user_data:
             spec["UserData"] = self.user_data
         resp = self.client.request_spot_instances(
-            SpotPrice=f"{max_price:.5f}", InstanceCount=1, Type="one-time",
+            SpotPrice=f"{max_price:.5f}",
+            InstanceCount=1,
+            Type="one-time",
             LaunchSpecification=spec,
-        )  # fmt: skip
+        )
         req_id = resp["SpotInstanceRequests"][0]["SpotInstanceRequestId"]
         deadline = time.monotonic() + timeout_s
         while True:

@@ -69,10 +69,11 @@ class LocalBackend:
         with open(log, "ab") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "tasks.capacity.worker", spec_path],
-                stdout=out, stderr=subprocess.STDOUT, env=self.env,
-            )  # fmt: skip
-        return LocalInstance(market, max_price, proc, self.minute(), time.monotonic(),
-                             log_path=log)  # fmt: skip
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+            )
+        return LocalInstance(market, max_price, proc, self.minute(), time.monotonic(), log_path=log)
 
     def check(self, inst: LocalInstance) -> None:
         """Deliver a notice or a revocation when the trace says so."""

@@ -121,10 +121,16 @@ def run_jobs(
                 with open(specs[i] + ".result") as f:
                     report = json.load(f)
             m = markets[inst.market]
-            reports[i].attempts.append(Attempt(
-                m.name, code, inst.noticed_at is not None, inst.revoked,
-                time.monotonic() - inst.launched_at, report,
-            ))  # fmt: skip
+            reports[i].attempts.append(
+                Attempt(
+                    m.name,
+                    code,
+                    inst.noticed_at is not None,
+                    inst.revoked,
+                    time.monotonic() - inst.launched_at,
+                    report,
+                )
+            )
             del running[i]
             if code == 0:
                 reports[i].finished = True

@@ -48,20 +48,30 @@ def main(argv: list[str]) -> int:
     setup_s = time.perf_counter() - started
     report: dict[str, object] = {"start_steps": before, "setup_s": setup_s}
     if preemption.pending():  # the notice came while starting: nothing to save
-        report.update(status="preempted", steps=before, checkpoint_s=0.0,
-                      wall_s=time.perf_counter() - started)  # fmt: skip
+        report.update(
+            status="preempted", steps=before, checkpoint_s=0.0, wall_s=time.perf_counter() - started
+        )
         with open(spec_path + ".result", "w") as f:
             json.dump(report, f)
         return preemption.PREEMPTED_EXIT
     try:
         result = train(job, store)
     except preemption.Preempted as e:
-        report.update(status="preempted", steps=e.steps, checkpoint_s=e.checkpoint_s,
-                      wall_s=time.perf_counter() - started)  # fmt: skip
+        report.update(
+            status="preempted",
+            steps=e.steps,
+            checkpoint_s=e.checkpoint_s,
+            wall_s=time.perf_counter() - started,
+        )
         code = preemption.PREEMPTED_EXIT
     else:
-        report.update(status="finished", steps=result.steps, accuracy=result.accuracy,
-                      epochs=result.epochs, wall_s=time.perf_counter() - started)  # fmt: skip
+        report.update(
+            status="finished",
+            steps=result.steps,
+            accuracy=result.accuracy,
+            epochs=result.epochs,
+            wall_s=time.perf_counter() - started,
+        )
         code = 0
     with open(spec_path + ".result", "w") as f:
         json.dump(report, f)

@@ -63,8 +63,10 @@ def measure_feed(
 ) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, "-c", _CHILD, str(root), str(n), ",".join(map(str, shape))],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     result.update(n=n, shape=list(shape))
     return result

@@ -44,18 +44,28 @@ def revoke_bench(
     port = free_port()
     log = home / "moto.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([executable("moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                                stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            [executable("moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_http(url, 30, "moto S3 server", proc.pid, log)
-        creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                 "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
+        creds = {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
         os.environ.update({k: os.environ.get(k, v) for k, v in creds.items()})
         bucket = f"revoke-{uuid.uuid4().hex[:8]}"
         boto3.client("s3", endpoint_url=url).create_bucket(Bucket=bucket)
-        env = {"TENANTML_HOME": str(home), "TENANTML_STORE": f"s3://{bucket}/store",
-               "TENANTML_S3_ENDPOINT_URL": url, **creds}  # fmt: skip
+        env = {
+            "TENANTML_HOME": str(home),
+            "TENANTML_STORE": f"s3://{bucket}/store",
+            "TENANTML_S3_ENDPOINT_URL": url,
+            **creds,
+        }
         os.environ.update(env)
         store = Settings.load(home).apply().store()
         d = datasets.load("digits")
@@ -67,11 +77,20 @@ def revoke_bench(
         noticed = 0
         start = 60
         for rnd in range(max_rounds):
-            specs = [{"tenant": "digits", "candidate": "lenet", "job_id": f"r{rnd}-j{i}",
-                      "max_epochs": epochs, "hyperparameters": {"lr": 0.01, "batch_size": 16},
-                      "seed": i} for i in range(jobs)]  # fmt: skip
-            backend = LocalBackend([market], start=start, seconds_per_minute=seconds_per_minute,
-                                   env=env)  # fmt: skip
+            specs = [
+                {
+                    "tenant": "digits",
+                    "candidate": "lenet",
+                    "job_id": f"r{rnd}-j{i}",
+                    "max_epochs": epochs,
+                    "hyperparameters": {"lr": 0.01, "batch_size": 16},
+                    "seed": i,
+                }
+                for i in range(jobs)
+            ]
+            backend = LocalBackend(
+                [market], start=start, seconds_per_minute=seconds_per_minute, env=env
+            )
             got = run_jobs(specs, backend, max_price_delta=delta, timeout_s=1800)
             reports += got
             start = backend.minute() + 1
@@ -82,8 +101,11 @@ def revoke_bench(
         stop_pid(proc.pid)
     attempts = [a for r in reports for a in r.attempts]
     reported = [a.report for a in attempts if "steps" in a.report]
-    ckpt = [float(r["checkpoint_s"]) for r in reported if r.get("status") == "preempted"
-            and int(r["steps"]) > int(r["start_steps"])]  # fmt: skip
+    ckpt = [
+        float(r["checkpoint_s"])
+        for r in reported
+        if r.get("status") == "preempted" and int(r["steps"]) > int(r["start_steps"])
+    ]
     restarts = [float(r["setup_s"]) for r in reported if int(r["start_steps"]) > 0]
     train_s = sum(max(0.0, float(r["wall_s"]) - float(r["setup_s"])) for r in reported)
     return {

@@ -79,8 +79,9 @@ def samples(
         hist.append(table[k - HISTORY : k])
         now.append(np.append(table[k], b))
         y.append(revoked_within(m, int(t), b))
-    return Samples(np.asarray(hist, np.float32), np.asarray(now, np.float32),
-                   np.asarray(y, np.float32))  # fmt: skip
+    return Samples(
+        np.asarray(hist, np.float32), np.asarray(now, np.float32), np.asarray(y, np.float32)
+    )
 
 
 @dataclass
@@ -107,9 +108,13 @@ def _nets(hidden: int = 32) -> tuple[object, object]:
             super().__init__()
             self.lstm = nn.LSTM(6, hidden, num_layers=3, batch_first=True)
             self.present = nn.Sequential(
-                nn.Linear(7, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                nn.Linear(hidden, hidden), nn.ReLU(),
-            )  # fmt: skip
+                nn.Linear(7, hidden),
+                nn.ReLU(),
+                nn.Linear(hidden, hidden),
+                nn.ReLU(),
+                nn.Linear(hidden, hidden),
+                nn.ReLU(),
+            )
             self.head = nn.Linear(2 * hidden, 1)
 
         def forward(self, hist: torch.Tensor, now: torch.Tensor) -> torch.Tensor:
@@ -207,8 +212,10 @@ def _scores(y: NDArray[np.float32], p: NDArray[np.float64]) -> dict[str, float]:
     from sklearn.metrics import accuracy_score, f1_score
 
     pred = p >= 0.5
-    return {"accuracy": float(accuracy_score(y > 0.5, pred)),
-            "f1": float(f1_score(y > 0.5, pred, zero_division=0.0))}  # fmt: skip
+    return {
+        "accuracy": float(accuracy_score(y > 0.5, pred)),
+        "f1": float(f1_score(y > 0.5, pred, zero_division=0.0)),
+    }
 
 
 def evaluate_market(
@@ -256,13 +263,17 @@ def run_revpred(
     for m in markets:
         p = train_market(m, a, b, stride=stride, epochs=epochs, seed=seed)
         trained[m.name] = p
-        s = samples(m, b, c, stride=stride, max_price="random",
-                    rng=np.random.default_rng(seed + 1))  # fmt: skip
+        s = samples(m, b, c, stride=stride, max_price="random", rng=np.random.default_rng(seed + 1))
         probs = probabilities(p, s)
         pooled.append((s.y, probs))
-        rows.append({"market": m.name, "test_samples": int(len(s.y)),
-                     "test_positive_share": float(s.y.mean()),
-                     **{k: _scores(s.y, v) for k, v in probs.items()}})  # fmt: skip
+        rows.append(
+            {
+                "market": m.name,
+                "test_samples": int(len(s.y)),
+                "test_positive_share": float(s.y.mean()),
+                **{k: _scores(s.y, v) for k, v in probs.items()},
+            }
+        )
     report: dict[str, object] = {
         "train_minutes": [a, b],
         "test_minutes": [b, c],
@@ -282,9 +293,11 @@ def revocation_function(trained: dict[str, MarketPredictors], which: str = "revp
     def p(m: Market, t: int, max_price: float) -> float:
         tt = max(HISTORY, t)
         table = _feature_table(m, tt - HISTORY, tt + 1)
-        s = Samples(table[None, :HISTORY].astype(np.float32),
-                    np.append(table[HISTORY], max_price)[None].astype(np.float32),
-                    np.zeros(1, np.float32))  # fmt: skip
+        s = Samples(
+            table[None, :HISTORY].astype(np.float32),
+            np.append(table[HISTORY], max_price)[None].astype(np.float32),
+            np.zeros(1, np.float32),
+        )
         return float(probabilities(trained[m.name], s)[which][0])
 
     return p

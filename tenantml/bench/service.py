@@ -19,10 +19,14 @@ __all__ = ["measure_tick_cpu"]
 
 
 def measure_tick_cpu(
-    n_tenants: int = 200, models: int = 20, obs_per_tenant: int = 10, slots: int = 8,
+    n_tenants: int = 200,
+    models: int = 20,
+    obs_per_tenant: int = 10,
+    slots: int = 8,
     passes: int = 5,
-    policy: str = "rate", seed: int = 0,
-) -> dict[str, Any]:  # fmt: skip
+    policy: str = "rate",
+    seed: int = 0,
+) -> dict[str, Any]:
     from mlflow_plugin.tracking import JobRecord
     from store.schema import Schema, Tensor
     from tasks._service import (
@@ -47,9 +51,22 @@ def measure_tick_cpu(
     records = []
     for i, t in enumerate(tenants):
         for j, cand in enumerate(rng.permutation(t.candidates)[:obs_per_tenant]):
-            records.append(JobRecord(f"r{i}-{j}", t.name, str(cand), f"{cand}-s1", "FINISHED",
-                                     float(rng.uniform(0.5, 1.0)), float(rng.uniform(1, 100)),
-                                     j, 1, 0.0, 1.0, None))  # fmt: skip
+            records.append(
+                JobRecord(
+                    f"r{i}-{j}",
+                    t.name,
+                    str(cand),
+                    f"{cand}-s1",
+                    "FINISHED",
+                    float(rng.uniform(0.5, 1.0)),
+                    float(rng.uniform(1, 100)),
+                    j,
+                    1,
+                    0.0,
+                    1.0,
+                    None,
+                )
+            )
     n_models = len({c for t in tenants for c in t.candidates})
     times: dict[str, list[float]] = {"build": [], "decide": [], "metrics": []}
     planner = Planner(policy, slots, seed)
@@ -70,11 +87,16 @@ def measure_tick_cpu(
     med = {k: statistics.median(v) for k, v in times.items()}
     first = {k: v[0] for k, v in times.items()}
     return {
-        "tenants": n_tenants, "models": n_models, "obs_per_tenant": obs_per_tenant,
-        "slots": slots, "policy": policy, "passes": passes,
-        "cpu_s_median": med, "cpu_s_first_pass": first,
+        "tenants": n_tenants,
+        "models": n_models,
+        "obs_per_tenant": obs_per_tenant,
+        "slots": slots,
+        "policy": policy,
+        "passes": passes,
+        "cpu_s_median": med,
+        "cpu_s_first_pass": first,
         "tick_cpu_s_median": sum(med.values()),
-    }  # fmt: skip
+    }
 
 
 _SETUP = """
@@ -121,9 +143,25 @@ def measure_dispatch(
         # tick refills one.
         ticks = max(1, jobs - 2 * slots + 1)
         start = time.monotonic()
-        subprocess.run([sys.executable, "-m", "tenantml.cli", "run", "--ticks", str(ticks),
-                        "--slots", str(slots), "--policy", "roundrobin", "--sleep-job-seconds",
-                        str(job_seconds)], env=env, check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tenantml.cli",
+                "run",
+                "--ticks",
+                str(ticks),
+                "--slots",
+                str(slots),
+                "--policy",
+                "roundrobin",
+                "--sleep-job-seconds",
+                str(job_seconds),
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
         wall = time.monotonic() - start
         client = MlflowClient(cfg["tracking_uri"])
         exp = client.get_experiment_by_name(experiment_name("dispatch"))
@@ -136,19 +174,27 @@ def measure_dispatch(
         # Hand-off gap: from one job's end to the next job's first step on the same slot.
         gaps: list[float] = []
         for slot in {r.data.tags.get("tenantml.slot") for r in done}:
-            on = sorted((r.data.metrics for r in done if r.data.tags.get("tenantml.slot") == slot),
-                        key=lambda x: x["started_at"])  # fmt: skip
+            on = sorted(
+                (r.data.metrics for r in done if r.data.tags.get("tenantml.slot") == slot),
+                key=lambda x: x["started_at"],
+            )
             gaps += [b["started_at"] - a["ended_at"] for a, b in zip(on, on[1:], strict=False)]
         first = min(x["started_at"] - x.get("dispatch_latency_s", 0.0) for x in m)
         makespan = max(x["ended_at"] for x in m) - first
         busy = sum(x["cost_s"] for x in m)
         return {
-            "jobs": len(m), "job_seconds": job_seconds, "slots": slots, "postgres": postgres,
-            "latency_s_median": statistics.median(latency), "latency_s_max": max(latency),
+            "jobs": len(m),
+            "job_seconds": job_seconds,
+            "slots": slots,
+            "postgres": postgres,
+            "latency_s_median": statistics.median(latency),
+            "latency_s_max": max(latency),
             "handoff_gap_s_median": statistics.median(gaps) if gaps else None,
             "handoff_gap_s_max": max(gaps) if gaps else None,
-            "makespan_s": makespan, "ideal_makespan_s": job_seconds * len(m) / slots,
-            "idle_fraction": 1.0 - busy / (slots * makespan), "scheduler_wall_s": wall,
-        }  # fmt: skip
+            "makespan_s": makespan,
+            "ideal_makespan_s": job_seconds * len(m) / slots,
+            "idle_fraction": 1.0 - busy / (slots * makespan),
+            "scheduler_wall_s": wall,
+        }
     finally:
         down(home)

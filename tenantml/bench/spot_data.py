@@ -60,6 +60,16 @@ def load_markets(
         inside = idx[(idx >= 0) & (idx < minutes)]
         changed[inside] = True
         cpus, gpus = INSTANCE_TYPES[str(itype)]
-        out.append(Market(str(zone), str(itype), grid, changed, t0.timestamp(), cpus, gpus,
-                          float(on_demand[str(itype)])))  # fmt: skip
+        out.append(
+            Market(
+                str(zone),
+                str(itype),
+                grid,
+                changed,
+                t0.timestamp(),
+                cpus,
+                gpus,
+                float(on_demand[str(itype)]),
+            )
+        )
     return out

@@ -84,8 +84,16 @@ def run_simulation(
     runs: dict[str, list[TuneOutcome]] = {}
     for i, t0 in enumerate(starts):
         for theta in (0.7, 1.0):
-            out = spottune(trials, markets, t0, revocation, theta=theta, mcnt=mcnt,  # type: ignore[arg-type]
-                           restore_min=restore_min, seed=i)  # fmt: skip
+            out = spottune(
+                trials,
+                markets,
+                t0,
+                revocation,
+                theta=theta,
+                mcnt=mcnt,  # type: ignore[arg-type]
+                restore_min=restore_min,
+                seed=i,
+            )
             runs.setdefault(out.method, []).append(out)
         for key in ("cheapest", "fastest"):
             j = _pick(markets, t0, key)
@@ -111,7 +119,7 @@ def run_simulation(
                 np.mean(
                     [o.checkpoints * restore_min / 60.0 / max(o.instance_hours, 1e-9) for o in outs]
                 )
-            ),  # fmt: skip
+            ),
         }
     ref = summary["spottune-0.7"]["pcr_raw"]
     for s in summary.values():
@@ -136,9 +144,12 @@ def write_plots(result: dict[str, object], out: Path) -> None:
     assert isinstance(methods, dict)
     names = list(methods)
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.5))
-    for ax, key, label in zip(axes, ("cost_usd", "jct_h", "pcr"),
-                              ("cost (USD)", "JCT (hours)", "PCR (SpotTune 0.7 = 1)"),
-                              strict=True):  # fmt: skip
+    for ax, key, label in zip(
+        axes,
+        ("cost_usd", "jct_h", "pcr"),
+        ("cost (USD)", "JCT (hours)", "PCR (SpotTune 0.7 = 1)"),
+        strict=True,
+    ):
         ax.bar(
             names,
             [methods[n][key] for n in names],

@@ -96,6 +96,11 @@ def measure_trainer(
         plain_rates.append(timed(plain_step))
         our_rates.append(timed(lambda: ours.step(x_hwc, y)))
     return TrainerBench(
-        str(dev), image_size, batch_size, steps, rounds,
-        statistics.median(plain_rates), statistics.median(our_rates),
-    )  # fmt: skip
+        str(dev),
+        image_size,
+        batch_size,
+        steps,
+        rounds,
+        statistics.median(plain_rates),
+        statistics.median(our_rates),
+    )

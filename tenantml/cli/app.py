@@ -302,11 +302,12 @@ def bench_trainer(
     if rounds < 1:
         raise _fail(f"--rounds {rounds} is not valid: use 1 or more")
     r = measure_trainer(
-        device=device, rounds=rounds,
+        device=device,
+        rounds=rounds,
         image_size=image_size or (224 if gpu else 64),
         batch_size=batch_size or (128 if gpu else 32),
         steps=steps or (30 if gpu else 5),
-    )  # fmt: skip
+    )
     console.print(
         f"ResNet-18 on {r.device}, {r.image_size}x{r.image_size}x3, batch {r.batch_size}, "
         f"{r.steps} steps x {r.rounds} rounds:\n"

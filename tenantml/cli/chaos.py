@@ -54,8 +54,16 @@ def chaos(
         console.print(f"error: {root} has servers up already; give a fresh --home")
         raise typer.Exit(2)
     try:
-        rep = run_chaos(root, kills=kills, outage_s=outage_s, tenants=tenants, batches=batches,
-                        seed=seed, postgres=postgres, say=console.print)  # fmt: skip
+        rep = run_chaos(
+            root,
+            kills=kills,
+            outage_s=outage_s,
+            tenants=tenants,
+            batches=batches,
+            seed=seed,
+            postgres=postgres,
+            say=console.print,
+        )
     except ValueError as e:
         console.print(f"error: {e}")
         raise typer.Exit(2) from None
@@ -67,26 +75,41 @@ def chaos(
         console.print(json.dumps(summary))
     else:
         table = Table(title=f"chaos (seed {seed}, {rep.jobs} jobs, {rep.wall_s:.0f} s)")
-        for col in ("fault", "injected", "recovered", "observations lost", "duplicates",
-                    "max epochs lost", "CLI fails in"):  # fmt: skip
+        for col in (
+            "fault",
+            "injected",
+            "recovered",
+            "observations lost",
+            "duplicates",
+            "max epochs lost",
+            "CLI fails in",
+        ):
             table.add_column(col)
         for row in rep.table():
-            table.add_row(row["fault"], str(row["injected"]), str(row["recovered"]),
-                          str(row["observations_lost"]), str(row["duplicates"]),
-                          "-" if row["max_epochs_lost"] is None else f"{row['max_epochs_lost']:g}",
-                          "-" if row["cli_fail_s_max"] is None
-                          else f"{row['cli_fail_s_max']:.1f} s")  # fmt: skip
+            table.add_row(
+                row["fault"],
+                str(row["injected"]),
+                str(row["recovered"]),
+                str(row["observations_lost"]),
+                str(row["duplicates"]),
+                "-" if row["max_epochs_lost"] is None else f"{row['max_epochs_lost']:g}",
+                "-" if row["cli_fail_s_max"] is None else f"{row['cli_fail_s_max']:.1f} s",
+            )
         console.print(table)
         c = rep.concurrency
         if c:
-            console.print(f"concurrency: {c['tenants']} tenants fed {c['examples_fed']} examples "
-                          f"({c['examples_per_s']:.0f}/s, {c['feeds_per_s']:.1f} feeds/s), "
-                          f"{c['infer_calls']} infer calls; missing {c['examples_missing']}, "
-                          f"inconsistent manifests {len(c['inconsistent_manifests'])}, "
-                          f"errors {len(c['errors'])}")  # fmt: skip
+            console.print(
+                f"concurrency: {c['tenants']} tenants fed {c['examples_fed']} examples "
+                f"({c['examples_per_s']:.0f}/s, {c['feeds_per_s']:.1f} feeds/s), "
+                f"{c['infer_calls']} infer calls; missing {c['examples_missing']}, "
+                f"inconsistent manifests {len(c['inconsistent_manifests'])}, "
+                f"errors {len(c['errors'])}"
+            )
         if rep.zombies:
-            console.print("runs crashed by the heartbeat rule (worker and process both gone), "
-                          f"then re-dispatched: {rep.zombies}")  # fmt: skip
+            console.print(
+                "runs crashed by the heartbeat rule (worker and process both gone), "
+                f"then re-dispatched: {rep.zombies}"
+            )
         for what in ("lost", "duplicates", "best_wrong", "version_problems"):
             for line in getattr(rep, what):
                 console.print(f"{what}: {line}")

@@ -273,10 +273,18 @@ def run_cmd(
     with _errors():
         cap = _p_max(p_max)
         out = _client(home).seer(
-            tenant, model, deadline, budget, eta=eta, v=v, p_min=p_min,
-            p_max=None if math.isinf(cap) else int(cap), t_min=t_min,
-            global_batch=global_batch, seed=seed,
-        )  # fmt: skip
+            tenant,
+            model,
+            deadline,
+            budget,
+            eta=eta,
+            v=v,
+            p_min=p_min,
+            p_max=None if math.isinf(cap) else int(cap),
+            t_min=t_min,
+            global_batch=global_batch,
+            seed=seed,
+        )
         console.print(
             f"SEER job {out['job_id']}: best accuracy {out['accuracy']:.3f}, "
             f"{out['gpu_s'] / 60:.1f} GPU-min spent; "
@@ -284,7 +292,7 @@ def run_cmd(
                 f"now best (version {out['best_version']})"
                 if out["best_version"]
                 else "the tenant's best stays"
-            ),  # fmt: skip
+            ),
             markup=False,
         )
 

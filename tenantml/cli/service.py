@@ -215,9 +215,11 @@ def status(name: Annotated[str, typer.Argument()], home: Home = None) -> None:
                 "*" if r.best else "",
             )
         console.print(t)
-        console.print(f"{lb.n_enabled}/{lb.n_examples} examples enabled, snapshot {lb.snapshot}; "
-                      f"{len(lb.rows)}/{lb.n_candidates} candidates tried; best version "
-                      f"{lb.best_version or 'none yet'}")  # fmt: skip
+        console.print(
+            f"{lb.n_enabled}/{lb.n_examples} examples enabled, snapshot {lb.snapshot}; "
+            f"{len(lb.rows)}/{lb.n_candidates} candidates tried; best version "
+            f"{lb.best_version or 'none yet'}"
+        )
 
 
 def tenants(home: Home = None) -> None:
@@ -256,11 +258,19 @@ def run(
             raise ValueError(f"--ticks {ticks} is not valid: use 0 (drain) or more")
         if seer_budget_x is not None and not seer_budget_x >= 1:
             raise ValueError(f"--seer-budget-x {seer_budget_x} is not valid: use 1 or more")
-        out = _client(home).run(ticks, policy=policy, slots=slots, max_epochs=max_epochs,
-                                job_budget_s=job_budget, sleep_s=sleep_job_seconds,
-                                seer_budget_x=seer_budget_x)  # fmt: skip
-        console.print(f"{out['ticks']} ticks, {out['jobs']} jobs in {out['wall_s']:.0f} s; "
-                      f"GPU busy {out['busy_fraction']:.0%}")  # fmt: skip
+        out = _client(home).run(
+            ticks,
+            policy=policy,
+            slots=slots,
+            max_epochs=max_epochs,
+            job_budget_s=job_budget,
+            sleep_s=sleep_job_seconds,
+            seer_budget_x=seer_budget_x,
+        )
+        console.print(
+            f"{out['ticks']} ticks, {out['jobs']} jobs in {out['wall_s']:.0f} s; "
+            f"GPU busy {out['busy_fraction']:.0%}"
+        )
 
 
 def _live_table(c: Any) -> Table:
@@ -274,10 +284,14 @@ def _live_table(c: Any) -> Table:
     for ten in state.tenants:
         done = [r for r in state.records if r.tenant == ten.name and r.status == "FINISHED"]
         best = max(done, key=lambda r: r.accuracy or 0.0, default=None)
-        t.add_row(ten.name, str(ten.n_examples), f"{len(done)}/{len(ten.candidates)}",
-                  best.candidate if best else "-",
-                  f"{best.accuracy:.3f}" if best and best.accuracy is not None else "-",
-                  f"{metrics.get(f'loss_estimate.{ten.name}', 0.0):.3f}")  # fmt: skip
+        t.add_row(
+            ten.name,
+            str(ten.n_examples),
+            f"{len(done)}/{len(ten.candidates)}",
+            best.candidate if best else "-",
+            f"{best.accuracy:.3f}" if best and best.accuracy is not None else "-",
+            f"{metrics.get(f'loss_estimate.{ten.name}', 0.0):.3f}",
+        )
     t.caption = f"total regret estimate {metrics.get('regret_estimate', 0.0):.3f}"
     return t
 
@@ -326,8 +340,10 @@ def demo(
                 live.update(_live_table(c))
         if failure:
             raise failure[0]
-        console.print(f"{result['ticks']} ticks, {result['jobs']} jobs in {result['wall_s']:.0f} s;"
-                      f" GPU busy {result['busy_fraction']:.0%}")  # fmt: skip
+        console.print(
+            f"{result['ticks']} ticks, {result['jobs']} jobs in {result['wall_s']:.0f} s;"
+            f" GPU busy {result['busy_fraction']:.0%}"
+        )
         for ds in names:  # infer with the first tenant that has a best model
             tenant = ds.replace("_", "-")
             if c.status(tenant).best_version is None:
@@ -357,10 +373,12 @@ def up(
     with _errors():
         root = home or Path(os.environ.get("TENANTML_HOME") or Path.home() / ".tenantml")
         cfg = start(root, slots=slots, postgres=postgres, s3_endpoint=s3_endpoint, auth=auth)
-        console.print(f"up for {root.resolve()}:\n  MLflow UI  {cfg['tracking_uri']}\n"
-                      f"  Prefect UI {cfg['prefect_api_url'][:-4]}\n  S3         "
-                      f"{cfg['s3_endpoint_url']}\n  {slots} worker(s) on work pool 'gpu'; "
-                      "deployments scheduler/scheduler and train/train")  # fmt: skip
+        console.print(
+            f"up for {root.resolve()}:\n  MLflow UI  {cfg['tracking_uri']}\n"
+            f"  Prefect UI {cfg['prefect_api_url'][:-4]}\n  S3         "
+            f"{cfg['s3_endpoint_url']}\n  {slots} worker(s) on work pool 'gpu'; "
+            "deployments scheduler/scheduler and train/train"
+        )
 
 
 def grant(name: Annotated[str, typer.Argument()], home: Home = None) -> None:
@@ -382,10 +400,19 @@ def down(home: Home = None) -> None:
 
 
 COMMANDS: dict[str, Callable[..., None]] = {
-    "submit": submit, "feed": feed, "refine": refine, "examples": examples, "infer": infer,
-    "status": status, "tenants": tenants, "run": run, "demo": demo, "up": up, "down": down,
+    "submit": submit,
+    "feed": feed,
+    "refine": refine,
+    "examples": examples,
+    "infer": infer,
+    "status": status,
+    "tenants": tenants,
+    "run": run,
+    "demo": demo,
+    "up": up,
+    "down": down,
     "grant": grant,
-}  # fmt: skip
+}
 
 
 def register(app: typer.Typer) -> None:

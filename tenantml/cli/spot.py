@@ -65,8 +65,9 @@ def earlycurve_cmd(
         sets = load_curves(curves)
         if groups is not None:
             sets = dict(list(sets.items())[: max(1, groups)])
-        result = evaluate(sets, thetas, maximize=maximize, draws=draws, jobs=jobs, xi=xi,
-                          epsilon=epsilon)  # fmt: skip
+        result = evaluate(
+            sets, thetas, maximize=maximize, draws=draws, jobs=jobs, xi=xi, epsilon=epsilon
+        )
     except (CurveFormatError, ValueError) as e:
         raise _fail(str(e)) from None
     result["curve_set"] = curves
@@ -76,14 +77,20 @@ def earlycurve_cmd(
     if as_json:
         console.print_json(json.dumps(result))
         return
-    table = Table("theta", "EarlyCurve MRE", "top-1", "top-3", "single-stage MRE", "top-1",
-                  "top-3")  # fmt: skip
+    table = Table("theta", "EarlyCurve MRE", "top-1", "top-3", "single-stage MRE", "top-1", "top-3")
     rows = result["theta"]
     assert isinstance(rows, dict)
     for t, r in rows.items():
         ec, ss = r["earlycurve"], r["single_stage"]
-        table.add_row(t, f"{ec['mre']:.4f}", f"{ec['top1']:.3f}", f"{ec['top3']:.3f}",
-                      f"{ss['mre']:.4f}", f"{ss['top1']:.3f}", f"{ss['top3']:.3f}")  # fmt: skip
+        table.add_row(
+            t,
+            f"{ec['mre']:.4f}",
+            f"{ec['top1']:.3f}",
+            f"{ec['top3']:.3f}",
+            f"{ss['mre']:.4f}",
+            f"{ss['top1']:.3f}",
+            f"{ss['top3']:.3f}",
+        )
     console.print(table)
     console.print(
         f"{result['curves']} curves, {result['problems']} tuning problems ({curves})",
@@ -130,24 +137,39 @@ def revpred_cmd(
         raise _fail(f"unknown instance type(s) {bad}; valid: {', '.join(INSTANCE_TYPES)}")
     lo, hi = _window(start, train_days + test_days + 0.1)
     markets = load_markets(lo, hi, kinds)
-    report, _ = run_revpred(markets, train_days=train_days, test_days=test_days,
-                            stride=stride, epochs=epochs)  # fmt: skip
+    report, _ = run_revpred(
+        markets, train_days=train_days, test_days=test_days, stride=stride, epochs=epochs
+    )
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "revpred.json").write_text(json.dumps(report, indent=2) + "\n")
     if as_json:
         console.print_json(json.dumps(report))
         return
-    table = Table("market", "positives", "RevPred acc", "F1", "Tributary acc", "F1",
-                  "logistic acc", "F1")  # fmt: skip
+    table = Table(
+        "market", "positives", "RevPred acc", "F1", "Tributary acc", "F1", "logistic acc", "F1"
+    )
     for r in report["markets"]:  # type: ignore[attr-defined]
-        table.add_row(r["market"], f"{r['test_positive_share']:.3f}",
-                      *(f"{r[k][s]:.3f}" for k in ("revpred", "tributary", "logistic")
-                        for s in ("accuracy", "f1")))  # fmt: skip
+        table.add_row(
+            r["market"],
+            f"{r['test_positive_share']:.3f}",
+            *(
+                f"{r[k][s]:.3f}"
+                for k in ("revpred", "tributary", "logistic")
+                for s in ("accuracy", "f1")
+            ),
+        )
     pooled = report["pooled"]
     assert isinstance(pooled, dict)
-    table.add_row("all (pooled)", "", *(f"{pooled[k][s]:.3f}" for k in
-                  ("revpred", "tributary", "logistic") for s in ("accuracy", "f1")))  # fmt: skip
+    table.add_row(
+        "all (pooled)",
+        "",
+        *(
+            f"{pooled[k][s]:.3f}"
+            for k in ("revpred", "tributary", "logistic")
+            for s in ("accuracy", "f1")
+        ),
+    )
     console.print(table)
 
 
@@ -205,21 +227,42 @@ def simulate_cmd(
         revocation = revocation_function(trained, predictor)
     rng = np.random.default_rng(0)
     starts = sorted(int(x) for x in rng.integers(train_end, train_end + 3 * 1440, runs))
-    result = run_simulation(trials, markets, starts, revocation, mcnt=mcnt,
-                            restore_min=restore_min)  # fmt: skip
-    result.update({"workload": curves, "parallel_fraction": f, "step_scale": step_scale,
-                   "predictor": predictor, "revpred": report.get("pooled")})  # fmt: skip
+    result = run_simulation(trials, markets, starts, revocation, mcnt=mcnt, restore_min=restore_min)
+    result.update(
+        {
+            "workload": curves,
+            "parallel_fraction": f,
+            "step_scale": step_scale,
+            "predictor": predictor,
+            "revpred": report.get("pooled"),
+        }
+    )
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(result, indent=2, default=float) + "\n")
     write_plots(result, out)
-    table = Table("method", "cost (USD)", "JCT (h)", "PCR", "saving vs cheapest spot",
-                  "best selected", "free steps", "revocations")  # fmt: skip
+    table = Table(
+        "method",
+        "cost (USD)",
+        "JCT (h)",
+        "PCR",
+        "saving vs cheapest spot",
+        "best selected",
+        "free steps",
+        "revocations",
+    )
     methods = result["methods"]
     assert isinstance(methods, dict)
     for name, s in methods.items():
-        table.add_row(name, f"{s['cost_usd']:.3f}", f"{s['jct_h']:.2f}", f"{s['pcr']:.2f}",
-                      f"{s['saving_vs_cheapest_spot']:.1%}", f"{s['best_selected']:.2f}",
-                      f"{s['free_step_share']:.1%}", f"{s['revocations']:.1f}")  # fmt: skip
+        table.add_row(
+            name,
+            f"{s['cost_usd']:.3f}",
+            f"{s['jct_h']:.2f}",
+            f"{s['pcr']:.2f}",
+            f"{s['saving_vs_cheapest_spot']:.1%}",
+            f"{s['best_selected']:.2f}",
+            f"{s['free_step_share']:.1%}",
+            f"{s['revocations']:.1f}",
+        )
     console.print(table)
     console.print(
         f"{len(trials)} trials, {runs} runs, f = {f:.2f}; wrote {out}/summary.json", markup=False
@@ -238,8 +281,13 @@ def revoke_bench_cmd(
     """Revoke workers on a replayed price trace; every job must finish, losing nothing."""
     from tenantml.bench.revoke import revoke_bench
 
-    result = revoke_bench(revocations=revocations, jobs=jobs, epochs=epochs,
-                          seconds_per_minute=seconds_per_minute, delta=delta)  # fmt: skip
+    result = revoke_bench(
+        revocations=revocations,
+        jobs=jobs,
+        epochs=epochs,
+        seconds_per_minute=seconds_per_minute,
+        delta=delta,
+    )
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "revoke.json").write_text(json.dumps(result, indent=2) + "\n")

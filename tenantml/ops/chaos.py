@@ -49,13 +49,27 @@ __all__ = ["ChaosReport", "run_chaos"]
 # that log an epoch every ~0.2-1.5 s (LeNet, SqueezeNet, NIN and their f_k variants: 45 jobs)
 # coming for the 20 kills of `--full`: with one, the picker soon moved on to bigger CNNs. Two
 # tabular tenants add scikit-learn jobs (no epochs: a kill restarts them).
-TENANTS = {"digits": "digits", "digits-b": "digits", "digits-c": "digits", "wine": "wine",
-           "breast-cancer": "breast_cancer"}  # fmt: skip
+TENANTS = {
+    "digits": "digits",
+    "digits-b": "digits",
+    "digits-c": "digits",
+    "wine": "wine",
+    "breast-cancer": "breast_cancer",
+}
 # 60 s per job: once the 45 small and mid-sized CNN jobs are done (a full run gets there), the
 # picker moves to ResNet-18 and GoogLeNet, whose first epoch on digits takes 10-20 s on a loaded
 # 2-core machine: at 20 s they logged no epoch, and 6 of 20 kill-train waits found nothing.
-SCHEDULER_ARGS = ("run", "--slots", "2", "--policy", "roundrobin", "--max-epochs", "4",
-                  "--job-budget", "60")  # fmt: skip
+SCHEDULER_ARGS = (
+    "run",
+    "--slots",
+    "2",
+    "--policy",
+    "roundrobin",
+    "--max-epochs",
+    "4",
+    "--job-budget",
+    "60",
+)
 
 
 @dataclass
@@ -96,22 +110,32 @@ class ChaosReport:
             fs = [f for f in self.faults if f.kind == kind and f.injected]
             lost = [f.lost_epochs for f in fs if f.lost_epochs is not None]
             cli = [f.cli_fail_s for f in fs if f.cli_fail_s is not None]
-            rows.append({
-                "fault": kind, "injected": len(fs),
-                "recovered": len(fs) if self.ok else 0,
-                "observations_lost": len(self.lost), "duplicates": len(self.duplicates),
-                "max_epochs_lost": max(lost) if lost else None,
-                "cli_fail_s_max": max(cli) if cli else None,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "fault": kind,
+                    "injected": len(fs),
+                    "recovered": len(fs) if self.ok else 0,
+                    "observations_lost": len(self.lost),
+                    "duplicates": len(self.duplicates),
+                    "max_epochs_lost": max(lost) if lost else None,
+                    "cli_fail_s_max": max(cli) if cli else None,
+                }
+            )
         return rows
 
     @property
     def ok(self) -> bool:
         lost = [f.lost_epochs for f in self.faults if f.lost_epochs is not None]
-        return not (self.lost or self.duplicates or self.best_wrong or self.version_problems
-                    or any(v > 1 for v in lost) or not all(self.outage_lines.values())
-                    or self.concurrency.get("examples_missing", 0)
-                    or self.concurrency.get("errors"))  # fmt: skip
+        return not (
+            self.lost
+            or self.duplicates
+            or self.best_wrong
+            or self.version_problems
+            or any(v > 1 for v in lost)
+            or not all(self.outage_lines.values())
+            or self.concurrency.get("examples_missing", 0)
+            or self.concurrency.get("errors")
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok, "table": self.table()}
@@ -123,21 +147,33 @@ class _Service:
     def __init__(self, home: Path, say: Callable[[str], None]) -> None:
         self.home = home
         self.say = say
-        self.env = {**os.environ, "TENANTML_HOME": str(home), "TENANTML_OUTAGE_PATIENCE_S": "600",
-                    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1"}  # fmt: skip
+        self.env = {
+            **os.environ,
+            "TENANTML_HOME": str(home),
+            "TENANTML_OUTAGE_PATIENCE_S": "600",
+            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+        }
         self.scheduler: subprocess.Popen[bytes] | None = None
         self.log = home / "chaos-scheduler.log"
 
     def cli(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "tenantml.cli", *args], env=self.env,
-                              capture_output=True, text=True, timeout=timeout)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "tenantml.cli", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def start_scheduler(self) -> None:
         with open(self.log, "ab") as out:
             self.scheduler = subprocess.Popen(
-                [sys.executable, "-m", "tenantml.cli", *SCHEDULER_ARGS], env=self.env,
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+                [sys.executable, "-m", "tenantml.cli", *SCHEDULER_ARGS],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def kill_scheduler(self) -> None:
         if self.scheduler is not None and self.scheduler.poll() is None:
@@ -160,10 +196,14 @@ class _Service:
         flows = {f["id"]: f["name"] for f in post("/flows/filter", {})}
         crashed: dict[str, int] = {}
         offset = 0
-        while page := post("/flow_runs/filter", {
-            "flow_runs": {"state": {"type": {"any_": ["CRASHED"]}}}, "offset": offset,
-            "limit": 200,
-        }):  # fmt: skip
+        while page := post(
+            "/flow_runs/filter",
+            {
+                "flow_runs": {"state": {"type": {"any_": ["CRASHED"]}}},
+                "offset": offset,
+                "limit": 200,
+            },
+        ):
             for run in page:
                 if "no heartbeat" in (run["state"].get("message") or ""):
                     name = flows.get(run["flow_id"], "?")
@@ -236,14 +276,18 @@ def _kills(svc: _Service, rep: ChaosReport, kills: int, rng: random.Random, t0: 
                 fault = Fault(kind, at, "no job with an epoch done within 300 s", injected=False)
             fault.at_s = at
         rep.faults.append(fault)
-        svc.say(f"[{i + 1}/{len(order)}] {fault.kind} at {at:.0f} s: {fault.detail} "
-                f"{fault.job or ''}")  # fmt: skip
+        svc.say(
+            f"[{i + 1}/{len(order)}] {fault.kind} at {at:.0f} s: {fault.detail} {fault.job or ''}"
+        )
 
 
 def _outages(svc: _Service, rep: ChaosReport, outage_s: float, t0: float) -> None:
     pids = json.loads((svc.home / "servers" / "pids.json").read_text())
-    for name, what in (("mlflow", "the MLflow server"), ("prefect", "the Prefect server"),
-                       ("s3", "the S3 endpoint")):  # fmt: skip
+    for name, what in (
+        ("mlflow", "the MLflow server"),
+        ("prefect", "the Prefect server"),
+        ("s3", "the S3 endpoint"),
+    ):
         at = time.monotonic() - t0
         if name == "s3":
             os.killpg(pids["s3"], signal.SIGSTOP)  # moto is in memory: freeze, don't kill
@@ -328,15 +372,22 @@ def _concurrency(svc: _Service, rep: ChaosReport, tenants: int, batches: int) ->
         missing += fed[n] - m.n_examples
         contiguous = versions == list(range(versions[0], m.version + 1))
         if len(set(ids)) != len(ids) or m.n_examples != fed[n] or not contiguous:
-            inconsistent.append(f"{n}: {len(ids)} ids, {m.n_examples} examples, {fed[n]} fed, "
-                                f"versions {versions}")  # fmt: skip
+            inconsistent.append(
+                f"{n}: {len(ids)} ids, {m.n_examples} examples, {fed[n]} fed, versions {versions}"
+            )
     rep.concurrency = {
-        "tenants": tenants, "examples_fed": sum(fed.values()), "examples_missing": missing,
-        "inconsistent_manifests": inconsistent, "infer_calls": sum(infers.values()),
-        "errors": errors, "wall_s": wall, "infer_tenants": served,
+        "tenants": tenants,
+        "examples_fed": sum(fed.values()),
+        "examples_missing": missing,
+        "inconsistent_manifests": inconsistent,
+        "infer_calls": sum(infers.values()),
+        "errors": errors,
+        "wall_s": wall,
+        "infer_tenants": served,
         "infer_p50_s": float(np.median(latencies)) if latencies else None,
-        "feeds_per_s": tenants * batches / wall, "examples_per_s": sum(fed.values()) / wall,
-    }  # fmt: skip
+        "feeds_per_s": tenants * batches / wall,
+        "examples_per_s": sum(fed.values()) / wall,
+    }
     svc.say(f"concurrency: {json.dumps(rep.concurrency)[:400]}")
 
 
@@ -363,8 +414,11 @@ def _check(svc: _Service, rep: ChaosReport) -> None:
         runs = [v.run_id for v in versions]
         if len(runs) != len(set(runs)):
             rep.version_problems.append(f"{tenant}: two versions of one run")
-        rep.version_problems += [f"{tenant}: version {v.version} has no job run"
-                                 for v in versions if v.run_id not in by_run]  # fmt: skip
+        rep.version_problems += [
+            f"{tenant}: version {v.version} has no job run"
+            for v in versions
+            if v.run_id not in by_run
+        ]
     for f in rep.faults:
         if f.kind != "kill-train" or f.job is None:
             continue

@@ -47,8 +47,11 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: flows/ lives here
 BUCKET = "tenantml"
-MOTO_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                    "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
+MOTO_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 def free_port() -> int:
@@ -91,9 +94,13 @@ class _Launcher:
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
         log = open(self.dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
         proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
-            start_new_session=True, cwd=self.home,
-        )  # fmt: skip
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+            cwd=self.home,
+        )
         self.pids()[name] = proc.pid
         self._save_pids()
         commands = self.commands()
@@ -178,55 +185,130 @@ def up(
         port = free_port()
         tracking = f"http://127.0.0.1:{port}"
         mlflow_cmd = [
-            executable("mlflow"), "server", "--backend-store-uri", mlflow_db,
-            "--artifacts-destination", f"s3://{BUCKET}/mlflow", "--host", "127.0.0.1",
-            "--port", str(port), "--workers", "1",
-        ]  # fmt: skip
+            executable("mlflow"),
+            "server",
+            "--backend-store-uri",
+            mlflow_db,
+            "--artifacts-destination",
+            f"s3://{BUCKET}/mlflow",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ]
         mlflow_env = {"MLFLOW_S3_ENDPOINT_URL": s3_endpoint}
         if auth:  # store._scoped: nobody sees anything without a grant
             mlflow_cmd += ["--app-name", "basic-auth"]
             auth_env, admin_password = _auth_config(run)
             mlflow_env.update(auth_env)
-            env.update({"MLFLOW_TRACKING_USERNAME": "admin",
-                        "MLFLOW_TRACKING_PASSWORD": admin_password})  # fmt: skip
+            env.update(
+                {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": admin_password}
+            )
             os.environ.update({k: v for k, v in env.items() if k.startswith("MLFLOW_TRACKING")})
         pid = run.start("mlflow", mlflow_cmd, {**env, **mlflow_env})
         wait_http(f"{tracking}/health", timeout, "the MLflow server", pid, logs / "mlflow.log")
         # 4. Prefect
         port = free_port()
         api = f"http://127.0.0.1:{port}/api"
-        pf_env = {"PREFECT_HOME": str(run.dir / "prefect"), "PREFECT_API_URL": api,
-                  "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}  # fmt: skip
+        pf_env = {
+            "PREFECT_HOME": str(run.dir / "prefect"),
+            "PREFECT_API_URL": api,
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "DO_NOT_TRACK": "1",
+        }
         if prefect_db:
             pf_env["PREFECT_API_DATABASE_CONNECTION_URL"] = prefect_db
-        pid = run.start("prefect", [executable("prefect"), "server", "start", "--host", "127.0.0.1",
-                                    "--port", str(port)], pf_env)  # fmt: skip
+        pid = run.start(
+            "prefect",
+            [executable("prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+            pf_env,
+        )
         wait_http(f"{api}/health", timeout, "the Prefect server", pid, logs / "prefect.log")
-        config = {"tracking_uri": tracking, "store": f"s3://{BUCKET}/store",
-                  "s3_endpoint_url": s3_endpoint, "prefect_api_url": api, "gpu_slots": slots,
-                  "env": env, "postgres": postgres, "auth": auth}  # fmt: skip
+        config = {
+            "tracking_uri": tracking,
+            "store": f"s3://{BUCKET}/store",
+            "s3_endpoint_url": s3_endpoint,
+            "prefect_api_url": api,
+            "gpu_slots": slots,
+            "env": env,
+            "postgres": postgres,
+            "auth": auth,
+        }
         (home / "servers.json").write_text(json.dumps(config, indent=2))
-        worker_env = {**pf_env, **env, "TENANTML_HOME": str(home),
-                      "PREFECT_WORKER_QUERY_SECONDS": "1",
-                      "PREFECT_WORKER_PREFETCH_SECONDS": "1"}  # fmt: skip
+        worker_env = {
+            **pf_env,
+            **env,
+            "TENANTML_HOME": str(home),
+            "PREFECT_WORKER_QUERY_SECONDS": "1",
+            "PREFECT_WORKER_PREFETCH_SECONDS": "1",
+        }
         for pool in ("gpu", "control"):
-            create = [executable("prefect"), "--no-prompt", "work-pool", "create", pool,
-                      "--type", "process", "--overwrite"]  # fmt: skip
-            subprocess.run(create, env={**os.environ, **pf_env}, check=True,
-                           capture_output=True, timeout=timeout)  # fmt: skip
+            create = [
+                executable("prefect"),
+                "--no-prompt",
+                "work-pool",
+                "create",
+                pool,
+                "--type",
+                "process",
+                "--overwrite",
+            ]
+            subprocess.run(
+                create,
+                env={**os.environ, **pf_env},
+                check=True,
+                capture_output=True,
+                timeout=timeout,
+            )
         # The deployments operators read about are the ones deployed: infra/prefect.yaml.
-        deploy = [executable("prefect"), "--no-prompt", "deploy", "--all", "--prefect-file",
-                  str(ROOT / "infra" / "prefect.yaml")]  # fmt: skip
-        subprocess.run(deploy, env={**os.environ, **worker_env, "TENANTML_ROOT": str(ROOT)},
-                       check=True, capture_output=True, timeout=timeout, cwd=ROOT)  # fmt: skip
+        deploy = [
+            executable("prefect"),
+            "--no-prompt",
+            "deploy",
+            "--all",
+            "--prefect-file",
+            str(ROOT / "infra" / "prefect.yaml"),
+        ]
+        subprocess.run(
+            deploy,
+            env={**os.environ, **worker_env, "TENANTML_ROOT": str(ROOT)},
+            check=True,
+            capture_output=True,
+            timeout=timeout,
+            cwd=ROOT,
+        )
         _ensure_automations(api, {**os.environ, **pf_env}, timeout)
         # The scheduler deployment (started from the Prefect UI) runs on the pool `control`.
-        run.start("worker-control", [executable("prefect"), "worker", "start", "--pool", "control",
-                                     "--limit", "1", "--name", "control"], worker_env)  # fmt: skip
+        run.start(
+            "worker-control",
+            [
+                executable("prefect"),
+                "worker",
+                "start",
+                "--pool",
+                "control",
+                "--limit",
+                "1",
+                "--name",
+                "control",
+            ],
+            worker_env,
+        )
         for i in range(slots):
             # --limit 2: the slot's running job plus one prefetched, waiting on the slot's lock
-            cmd = [executable("prefect"), "worker", "start", "--pool", "gpu", "--limit", "2",
-                   "--name", f"slot-{i}"]  # fmt: skip
+            cmd = [
+                executable("prefect"),
+                "worker",
+                "start",
+                "--pool",
+                "gpu",
+                "--limit",
+                "2",
+                "--name",
+                f"slot-{i}",
+            ]
             run.start(f"worker-{i}", cmd, worker_env)
         return config
     except BaseException:
@@ -239,8 +321,9 @@ AUTOMATIONS = ROOT / "infra" / "prefect-automations.yaml"
 
 def post_json(url: str, body: Any, timeout: float = 60.0) -> Any:
     """POST `body` as JSON to `url` (e.g. the Prefect API's ``/flow_runs/filter``); the answer."""
-    request = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=timeout) as resp:
         return json.loads(resp.read())
 
@@ -248,12 +331,21 @@ def post_json(url: str, body: Any, timeout: float = 60.0) -> Any:
 def _ensure_automations(api: str, env: dict[str, str], timeout: float) -> None:
     """Create the automation of `AUTOMATIONS` (zombie runs are CRASHED) unless the server has it
     already (a second `up` on the same home keeps Prefect's database)."""
-    name = next(line.split(":", 1)[1].strip().strip('"') for line in
-                AUTOMATIONS.read_text().splitlines() if line.startswith("name:"))  # fmt: skip
+    name = next(
+        line.split(":", 1)[1].strip().strip('"')
+        for line in AUTOMATIONS.read_text().splitlines()
+        if line.startswith("name:")
+    )
     if name in {a["name"] for a in post_json(f"{api}/automations/filter", {})}:
         return
-    create = [executable("prefect"), "--no-prompt", "automation", "create", "--from-file",
-              str(AUTOMATIONS)]  # fmt: skip
+    create = [
+        executable("prefect"),
+        "--no-prompt",
+        "automation",
+        "create",
+        "--from-file",
+        str(AUTOMATIONS),
+    ]
     subprocess.run(create, env=env, check=True, capture_output=True, timeout=timeout)
 
 
@@ -272,8 +364,10 @@ def _auth_config(run: _Launcher) -> tuple[dict[str, str], str]:
         "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
     )
     ini.chmod(0o600)
-    server_env = {"MLFLOW_AUTH_CONFIG_PATH": str(ini),
-                  "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16)}  # fmt: skip
+    server_env = {
+        "MLFLOW_AUTH_CONFIG_PATH": str(ini),
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
+    }
     return server_env, password
 
 
@@ -308,17 +402,45 @@ def _start_postgres(run: _Launcher, timeout: float) -> tuple[str, str]:
         initdb = [_pg_bin("initdb"), "-D", str(data), "-U", "tenantml", "--auth=trust"]
         subprocess.run([*as_postgres, *initdb], check=True, capture_output=True, timeout=timeout)
     port = free_port()
-    subprocess.run([*as_postgres, _pg_bin("pg_ctl"), "-D", str(data), "-l",
-                    str(data.parent / "postgres.log"), "-w", "-o",
-                    f"-c listen_addresses=127.0.0.1 -p {port} -k {sock}", "start"],
-                   check=True, capture_output=True, timeout=timeout)  # fmt: skip
+    subprocess.run(
+        [
+            *as_postgres,
+            _pg_bin("pg_ctl"),
+            "-D",
+            str(data),
+            "-l",
+            str(data.parent / "postgres.log"),
+            "-w",
+            "-o",
+            f"-c listen_addresses=127.0.0.1 -p {port} -k {sock}",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=timeout,
+    )
     pid = int((data / "postmaster.pid").read_text().split()[0])
     run.pids()["postgres"] = pid
     run._save_pids()
     for db in ("mlflow", "prefect"):
-        subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "tenantml", "-d",
-                        "postgres", "-c", f"CREATE DATABASE {db}"], check=True,
-                       capture_output=True, timeout=timeout)  # fmt: skip
+        subprocess.run(
+            [
+                "psql",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-U",
+                "tenantml",
+                "-d",
+                "postgres",
+                "-c",
+                f"CREATE DATABASE {db}",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=timeout,
+        )
     base = f"tenantml@127.0.0.1:{port}"
     return f"postgresql+psycopg2://{base}/mlflow", f"postgresql+asyncpg://{base}/prefect"
 
@@ -360,8 +482,11 @@ def restart(home: Path, name: str, timeout: float = 120.0) -> int:
         stop_pid(run.pids()[name])  # a crashed server's PID is gone already: a no-op then
     cmd = commands[name]["cmd"]
     pid = run.start(name, cmd, commands[name]["env"])
-    health = {"mlflow": ("--port", "/health"), "prefect": ("--port", "/api/health"),
-              "s3": ("-p", "")}  # fmt: skip
+    health = {
+        "mlflow": ("--port", "/health"),
+        "prefect": ("--port", "/api/health"),
+        "s3": ("-p", ""),
+    }
     if name in health:
         flag, path = health[name]
         url = f"http://127.0.0.1:{cmd[cmd.index(flag) + 1]}{path}"
@@ -372,8 +497,11 @@ def restart(home: Path, name: str, timeout: float = 120.0) -> int:
 def _stop_postgres(run: _Launcher) -> None:
     as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
     pg = _pg_dir(run)
-    subprocess.run([*as_postgres, _pg_bin("pg_ctl"), "-D", str(pg / "data"), "-m", "fast",
-                    "-w", "stop"], capture_output=True, timeout=60)  # fmt: skip
+    subprocess.run(
+        [*as_postgres, _pg_bin("pg_ctl"), "-D", str(pg / "data"), "-m", "fast", "-w", "stop"],
+        capture_output=True,
+        timeout=60,
+    )
     if os.geteuid() == 0 and pg.parent == Path(tempfile.gettempdir()):
         shutil.rmtree(pg, ignore_errors=True)
         (run.dir / "pg-dir").unlink(missing_ok=True)
