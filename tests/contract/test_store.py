@@ -1,4 +1,6 @@
-"""One contract suite over every store backend: a local directory and S3 (real server, loopback)."""
+"""One contract suite over every example store: a local directory, S3 (a real server on
+loopback), and a tenant's scoped view (`TenantScopedStore`, the SDK's store under a tenant's
+identity) over a local directory, whose one tenant is ``t``."""
 
 from __future__ import annotations
 
@@ -13,10 +15,13 @@ import pytest
 
 from store import (
     BadExampleError,
+    BlobStore,
     ExampleStore,
     LocalBlobStore,
     S3BlobStore,
+    TenantAccessError,
     TenantExistsError,
+    TenantScopedStore,
     UnknownTenantError,
 )
 from store.schema import DataType, Schema, Tensor
@@ -27,10 +32,13 @@ SERIES = Schema(input=DataType([Tensor(2)], ["next"]), output=Tensor(2))
 RECOVERY = Schema(input=Tensor(4, 4, 1), output=Tensor(4, 4, 1))
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", "s3", "scoped"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ExampleStore]:
     if request.param == "local":
         yield ExampleStore(LocalBlobStore(tmp_path / "store"))
+        return
+    if request.param == "scoped":  # duck-typed: every per-tenant call of ExampleStore
+        yield TenantScopedStore(ExampleStore(LocalBlobStore(tmp_path / "store")), "t")  # type: ignore[misc]
         return
     server: S3Server = request.getfixturevalue("s3")
     client = boto3.client("s3", endpoint_url=server.endpoint_url)
@@ -44,11 +52,26 @@ def _images(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return rng.random((n, 4, 4, 1), dtype=np.float32), rng.integers(0, 3, n)
 
 
+def _blobs(store: ExampleStore) -> BlobStore:
+    """The stored objects behind a store (for checking what is stored; a tenant's scoped view
+    refuses its own ``blobs``, so look behind it)."""
+    inner = store._store if isinstance(store, TenantScopedStore) else store
+    return inner.blobs
+
+
 def _state(store: ExampleStore, name: str) -> tuple[list[int], list[str]]:
-    return store.versions(name), store.blobs.list(f"tenants/{name}/")
+    return store.versions(name), _blobs(store).list(f"tenants/{name}/")
 
 
 def test_create_and_list_tenants(store: ExampleStore) -> None:
+    if isinstance(store, TenantScopedStore):
+        store.create_tenant("t", IMAGES)
+        assert store.tenants() == ["t"] and store.schema("t") == IMAGES
+        with pytest.raises(TenantAccessError, match="may not access tenant 'a'"):
+            store.create_tenant("a", IMAGES)
+        with pytest.raises(TenantAccessError, match="raw blob store"):
+            store.blobs  # noqa: B018
+        return
     assert store.tenants() == []
     store.create_tenant("a", IMAGES)
     store.create_tenant("b", SERIES)
@@ -65,7 +88,7 @@ def test_create_and_list_tenants(store: ExampleStore) -> None:
 def test_tenant_names_cannot_escape(store: ExampleStore, name: str) -> None:
     with pytest.raises(ValueError, match="tenant name"):
         store.create_tenant(name, IMAGES)
-    assert store.blobs.list("") == []
+    assert _blobs(store).list("") == []
 
 
 def test_feed_snapshots_and_load(store: ExampleStore) -> None:
@@ -101,20 +124,20 @@ def test_refine_switches_examples_and_keeps_old_snapshots(store: ExampleStore) -
 
 
 def test_sequences_round_trip(store: ExampleStore) -> None:
-    store.create_tenant("s", SERIES)
+    store.create_tenant("t", SERIES)
     seqs = [np.ones((3, 2)), np.full((1, 2), 2.0), np.zeros((5, 2))]
-    store.feed("s", seqs, [0, 1, 1])
-    d = store.load("s")
+    store.feed("t", seqs, [0, 1, 1])
+    d = store.load("t")
     assert d.x.shape == (3, 5, 2) and list(d.lengths) == [3, 1, 5]
     np.testing.assert_array_equal(d.x[1, :1], seqs[1])
     assert (d.x[1, 1:] == 0).all()
 
 
 def test_tensor_outputs_round_trip(store: ExampleStore) -> None:
-    store.create_tenant("r", RECOVERY)
+    store.create_tenant("t", RECOVERY)
     x, _ = _images(3)
-    store.feed("r", x, x * 2)
-    np.testing.assert_allclose(store.load("r").y, x * 2)
+    store.feed("t", x, x * 2)
+    np.testing.assert_allclose(store.load("t").y, x * 2)
 
 
 def _bad_feeds() -> list[tuple[str, object, object, str]]:
@@ -149,10 +172,10 @@ def test_bad_batches_are_rejected_whole(
 
 
 def test_bad_sequence_rejected(store: ExampleStore) -> None:
-    store.create_tenant("s", SERIES)
+    store.create_tenant("t", SERIES)
     with pytest.raises(BadExampleError, match="example 1.*T >= 1"):
-        store.feed("s", [np.ones((2, 2)), np.ones((0, 2))], [0, 1])
-    assert store.versions("s") == [0] and store.blobs.list("tenants/s/batches/") == []
+        store.feed("t", [np.ones((2, 2)), np.ones((0, 2))], [0, 1])
+    assert store.versions("t") == [0] and _blobs(store).list("tenants/t/batches/") == []
 
 
 def test_crash_between_batch_write_and_manifest_keeps_previous_state(
@@ -162,16 +185,17 @@ def test_crash_between_batch_write_and_manifest_keeps_previous_state(
     x, y = _images(4)
     store.feed("t", x, y)
     before = store.manifest("t")
-    real_put_new = store.blobs.put_new
+    blobs = _blobs(store)
+    real_put_new = blobs.put_new
 
     def crash(key: str, data: bytes) -> bool:
         if "/manifests/" in key:
             raise SystemExit("killed before the manifest was written")
         return real_put_new(key, data)
 
-    monkeypatch.setattr(store.blobs, "put_new", crash)
+    monkeypatch.setattr(blobs, "put_new", crash)
     # A process killed here runs no cleanup: write the batch, then die at the manifest.
-    monkeypatch.setattr(store.blobs, "delete", lambda key: None)
+    monkeypatch.setattr(blobs, "delete", lambda key: None)
     with pytest.raises(SystemExit):
         store.feed("t", *_images(3, seed=5))
     monkeypatch.undo()
