@@ -6,28 +6,7 @@
   HyperSched, BOHB, E-Hyperband, E-Grid, random) that `tenantml seer simulate` compares.
 """
 
-from policy.seer._plan import (
-    BracketParameters,
-    Plan,
-    PlanError,
-    Stage,
-    StageBracket,
-    assign_stage,
-    compute_bracket_budgets,
-    compute_bracket_parameters,
-    eliminate,
-    plan,
-)
+from policy.seer import _plan
+from policy.seer._plan import *  # noqa: F403  (the public names are _plan's __all__)
 
-__all__ = [
-    "BracketParameters",
-    "Plan",
-    "PlanError",
-    "Stage",
-    "StageBracket",
-    "assign_stage",
-    "compute_bracket_budgets",
-    "compute_bracket_parameters",
-    "eliminate",
-    "plan",
-]
+__all__ = list(_plan.__all__)

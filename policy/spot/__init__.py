@@ -6,32 +6,7 @@
 * `policy.spot.earlycurve`: EarlyCurve, the final-accuracy predictor of Eq. 4-7.
 """
 
-from policy.spot._market import (
-    FEATURES,
-    HISTORY,
-    Market,
-    best_instance,
-    calibrate,
-    expected_cost_per_hour,
-    expected_step_cost,
-    features,
-    instance_cost,
-    revoked_within,
-    revpred_max_price,
-    tributary_max_price,
-)
+from policy.spot import _market
+from policy.spot._market import *  # noqa: F403  (the public names are _market's __all__)
 
-__all__ = [
-    "FEATURES",
-    "HISTORY",
-    "Market",
-    "best_instance",
-    "calibrate",
-    "expected_cost_per_hour",
-    "expected_step_cost",
-    "features",
-    "instance_cost",
-    "revpred_max_price",
-    "revoked_within",
-    "tributary_max_price",
-]
+__all__ = list(_market.__all__)
