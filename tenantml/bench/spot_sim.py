@@ -88,9 +88,9 @@ def run_simulation(
                 trials,
                 markets,
                 t0,
-                revocation,
+                revocation,  # type: ignore[arg-type]
                 theta=theta,
-                mcnt=mcnt,  # type: ignore[arg-type]
+                mcnt=mcnt,
                 restore_min=restore_min,
                 seed=i,
             )
