@@ -1,5 +1,6 @@
 """Thin Prefect tasks over `tasks._service` (ARCHITECTURE principle 10): typed, small, retries on
-the decorator, no logic of their own."""
+the decorator, no logic of their own; and the steps of the `scheduler` flow's loop that compose
+them (`tasks._loop`), with the execution back-end interface they drive (`tasks._dispatch`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from prefect.cache_policies import NO_CACHE
 from mlflow_plugin.registry import BestModel
 from mlflow_plugin.tracking import JobRecord
 from store import ExampleStore
+from tasks._dispatch import DeploymentDispatcher, Dispatcher, Done, LocalDispatcher
 from tasks._service import (
     JobSpec,
     Planner,
@@ -24,19 +26,40 @@ from tasks._service import (
 )
 
 __all__ = [
+    "DeploymentDispatcher",
+    "Dispatcher",
+    "Done",
     "JobSpec",
+    "LocalDispatcher",
     "Planner",
+    "Progress",
+    "SchedulerOptions",
+    "Service",
     "ServiceState",
     "TenantInfo",
     "build_problem",
+    "connect",
     "decide",
+    "decide_tick",
+    "dispatch_tick",
     "load_state",
+    "log_summary",
+    "log_tick",
+    "pause",
     "record",
+    "record_finished_jobs",
+    "redo_promotions",
     "refresh",
+    "refresh_if_stale",
     "register_tenant",
+    "resume_orphans",
     "run_job",
+    "scheduler_run",
+    "should_stop",
     "tick_metrics",
     "train_task",
+    "wait_out_outage",
+    "wants_tick",
 ]
 
 
@@ -83,3 +106,26 @@ def train_task(
 def record(client: MlflowClient, job: JobRecord) -> BestModel | None:
     """Promote the job's model to `best` if it beats the tenant's current best."""
     return record_finished(client, job)
+
+
+# The scheduler's loop composes the tasks above (`record`, `refresh`, `decide`), so it is imported
+# after them: `tasks._loop` imports them from this package.
+from tasks._loop import (  # noqa: E402
+    Progress,
+    SchedulerOptions,
+    Service,
+    connect,
+    decide_tick,
+    dispatch_tick,
+    log_summary,
+    log_tick,
+    pause,
+    record_finished_jobs,
+    redo_promotions,
+    refresh_if_stale,
+    resume_orphans,
+    scheduler_run,
+    should_stop,
+    wait_out_outage,
+    wants_tick,
+)

@@ -1,5 +1,10 @@
 """Getting `train` flow runs onto GPU slots and noticing when they end.
 
+`Dispatcher` is the one back-end interface the scheduler drives (`tasks._loop`): ``submit`` starts
+a job, ``adopt`` takes over one an earlier scheduler started, ``poll`` reports the jobs that
+ended, ``in_flight`` lists the ones running or waiting, ``close`` stops the back-end. Two
+implementations:
+
 * `LocalDispatcher` (embedded mode): the `train` flow (handed in by `flows.scheduler`, the layer
   that composes flows) runs in this process, one thread per slot.
 * `DeploymentDispatcher` (servers): ``run_deployment("train/train")`` on the work pool ``gpu``
@@ -16,19 +21,53 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from tasks._service import JobSpec
 
-__all__ = ["DeploymentDispatcher", "Done", "LocalDispatcher"]
+__all__ = ["DeploymentDispatcher", "Dispatcher", "Done", "LocalDispatcher"]
 
 
 @dataclass(frozen=True)
 class Done:
+    """A job that ended: `ok` (its run completed), `seconds` since its last start, and the
+    back-end's `detail` on how it ended (an exception, or the flow run's final state)."""
+
     spec: JobSpec
     ok: bool
     seconds: float
     detail: str = ""
+
+
+class Dispatcher(Protocol):
+    """The execution back-end interface: what the scheduler's loop needs of a dispatcher.
+
+    A job is keyed by ``<tenant>/<job_id>``; sending the same job again resumes it from its
+    checkpoint, so a back-end may start a job more than once (retries, restarts).
+    """
+
+    @property
+    def in_flight(self) -> list[JobSpec]:
+        """The jobs started (or adopted) and not yet reported by `poll`."""
+        ...
+
+    def submit(self, spec: JobSpec) -> None:
+        """Start the `train` run of `spec` (stamped with ``dispatched_at``); never waits for it."""
+        ...
+
+    def adopt(self, spec: JobSpec, flow_run_id: str) -> bool:
+        """Track the flow run `flow_run_id` an earlier scheduler started for `spec`, instead of
+        starting a new one; False when this back-end cannot (the caller then submits `spec`)."""
+        ...
+
+    def poll(self) -> list[Done]:
+        """The jobs that ended since the last poll; a failed one is first started again, up to
+        the back-end's attempts, and reported only when those are spent."""
+        ...
+
+    def close(self) -> None:
+        """Stop: release the back-end's resources (threads: wait for the running jobs)."""
+        ...
 
 
 @dataclass
@@ -55,6 +94,10 @@ class _Base:
     def submit(self, spec: JobSpec) -> None:
         spec = replace(spec, dispatched_at=time.time())
         self.jobs[self._key(spec)] = _Job(spec, self._start(spec), time.monotonic())
+
+    def adopt(self, spec: JobSpec, flow_run_id: str) -> bool:
+        """Nothing to adopt unless a back-end says otherwise: False (the caller submits)."""
+        return False
 
     def _start(self, spec: JobSpec) -> Any:
         raise NotImplementedError
@@ -85,7 +128,8 @@ class _Base:
 
 class LocalDispatcher(_Base):
     """In-process: the `train` flow's own retries cover exceptions; a crash takes this process
-    down with it, and the next scheduler resumes the job (so one attempt here)."""
+    down with it, and the next scheduler resumes the job (so one attempt here). Nothing can be
+    adopted: an earlier scheduler's threads died with it (`adopt` is False)."""
 
     def __init__(
         self, slots: int, run: Callable[[dict[str, Any]], Any], max_attempts: int = 1
@@ -108,6 +152,9 @@ class LocalDispatcher(_Base):
 
 
 class DeploymentDispatcher(_Base):
+    """Flow runs of the ``train`` deployment on the work pool ``gpu``, read back from the Prefect
+    API; a worker may outlive the scheduler, so a run left going can be adopted."""
+
     def __init__(
         self,
         slots: int,
@@ -136,9 +183,11 @@ class DeploymentDispatcher(_Base):
         )
         return fr.id  # type: ignore[union-attr]  # sync call: a FlowRun, not a coroutine
 
-    def adopt(self, spec: JobSpec, flow_run_id: str) -> None:
-        """Track a run a previous scheduler started (if it is still going) instead of a new one."""
+    def adopt(self, spec: JobSpec, flow_run_id: str) -> bool:
+        """Track a run a previous scheduler started (if it is still going) instead of a new one;
+        `poll` reports it when it ends, and sends it again if it failed."""
         self.jobs[self._key(spec)] = _Job(spec, flow_run_id, time.monotonic())
+        return True
 
     def _state(self, handle: Any) -> tuple[bool, bool, str]:
         from prefect.client.orchestration import get_client

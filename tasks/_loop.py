@@ -1,0 +1,416 @@
+"""The steps of the `scheduler` flow's loop (`flows.scheduler`), each a small typed function.
+
+Notation: ``G`` = `Service.slots` (GPU slots), ``P`` = prefetched jobs (one waiting, warm, per
+slot where slot locks work), capacity ``G + P`` = the most jobs in flight (`Planner.capacity`).
+Passes follow each other ``poll_s`` seconds apart; a *tick* is a pass in which the policy sent
+jobs; ``t`` = `Progress.tick`, the number of the last tick (carried on from MLflow at restarts).
+
+Start-up:
+
+* `connect`: load the settings, resolve the options' defaults, open MLflow and the example store
+  (both wait out server outages), build the `Planner` (the policy) and the `Dispatcher`;
+* `resume_orphans`: rebuild the state from MLflow, redo the promotions a crash skipped
+  (`redo_promotions`, through the `record` task: idempotent), and take over the jobs a previous
+  scheduler left RUNNING: adopted where their flow run is still going (servers), sent again with
+  the same job id otherwise (they resume from their checkpoints);
+* `scheduler_run`: the scheduler's own MLflow run (experiment ``tenantml/scheduler``).
+
+Each pass:
+
+1. `record_finished_jobs`: jobs the dispatcher reports as ended go through the `record` task
+   (``best`` moves if the job beat it), after one `refresh` so their MLflow records are seen;
+2. `wants_tick`: more ticks are wanted and fewer than ``G + P`` jobs are in flight;
+3. `refresh_if_stale`: the `refresh` task again once the state is ``refresh_s`` seconds old
+   (new tenants, new examples), not on every pass;
+4. `decide_tick`: the `decide` task (the policy) picks jobs for the free slots, tick ``t + 1``;
+5. `dispatch_tick`: if it picked any, that is tick ``t + 1``: each job goes to the dispatcher;
+6. `log_tick`: the tick's metrics (`tick_metrics` and ``gpu_busy_fraction``) to MLflow, step t;
+7. `should_stop`: the requested ticks are done and their jobs finished, or nothing is left to
+   try and nothing runs;
+
+then `pause` (``poll_s``). A pass that fails with a server outage is `wait_out_outage`: one log
+line naming the server, bounded backoff, and the pass is done again from MLflow (nothing was
+lost: a job polled as ended stays in `Progress.finished` until recorded). At the end,
+`log_summary` logs the totals and returns the flow's summary.
+
+``busy`` = (sum of the recorded jobs' own training seconds) / (``G`` x wall seconds), at most 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import mlflow
+from mlflow.tracking import MlflowClient
+
+from mlflow_plugin.tracking import SCHEDULER_EXPERIMENT, JobRecord
+from store import ExampleStore
+from tasks import decide, record, refresh
+from tasks._dispatch import DeploymentDispatcher, Dispatcher, Done, LocalDispatcher
+from tasks._seer import seer_options_from_params
+from tasks._service import JobSpec, Planner, ServiceState, tick_metrics
+from tasks.outage import (
+    Backoff,
+    default_patience_s,
+    is_outage,
+    patient,
+    ride_out,
+    serve_patiently,
+    wait_or_give_up,
+)
+from tasks.settings import Settings
+
+__all__ = [
+    "Progress",
+    "SchedulerOptions",
+    "Service",
+    "connect",
+    "decide_tick",
+    "dispatch_tick",
+    "log_summary",
+    "log_tick",
+    "pause",
+    "record_finished_jobs",
+    "redo_promotions",
+    "refresh_if_stale",
+    "resume_orphans",
+    "scheduler_run",
+    "should_stop",
+    "wait_out_outage",
+    "wants_tick",
+]
+
+
+@dataclass(frozen=True)
+class SchedulerOptions:
+    """The `scheduler` flow's parameters, as given; None is the installation's default.
+
+    * `ticks`: stop after this many ticks once their jobs have finished (0: only finish the jobs
+      in flight); None: run until stopped;
+    * `policy`: the scheduling policy (`policy.POLICY_NAMES`); None: `Settings.policy`;
+    * `slots`: ``G``, the GPU slots; None: `Settings.gpu_slots`;
+    * `max_epochs`: epochs per learning rate of each job;
+    * `job_budget_s`: seconds per job at most (None: the policy's own time limit only);
+    * `sleep_s`: jobs are sleep-based stand-ins holding their slot this long (benchmarks);
+    * `poll_s`: seconds between passes; `refresh_s`: seconds between refreshes of the state
+      while nothing finishes;
+    * `seed`: the policy's random generator;
+    * `stop_when_idle`: with ``ticks=None``, stop once no tenant has a model left to try;
+    * `dispatch`: ``"local"`` (threads in this process), ``"auto"`` (local in embedded mode),
+      anything else: the Prefect work pool ``gpu``;
+    * `prefetch`: ``P``, jobs sent beyond the running ones, each waiting warm on its slot's
+      lock; None: one per slot where slot locks work (embedded, or `tenantml up` on one
+      machine), 0 elsewhere;
+    * `seer_budget_x`: torch models get a SEER job whose GPU budget is this many times the
+      policy's expected job time (None: the fixed learning-rate grid);
+    * `outage_patience_s`: seconds a server outage is waited out before the flow fails; None:
+      ``TENANTML_OUTAGE_PATIENCE_S`` (default 600).
+
+    No defaults here: the flow's signature holds them.
+    """
+
+    ticks: int | None
+    policy: str | None
+    slots: int | None
+    max_epochs: int
+    job_budget_s: float | None
+    sleep_s: float | None
+    poll_s: float
+    refresh_s: float
+    seed: int
+    stop_when_idle: bool
+    dispatch: str
+    prefetch: int | None
+    seer_budget_x: float | None
+    outage_patience_s: float | None
+
+
+@dataclass(frozen=True)
+class Service:
+    """What one scheduler runs with, fixed from `connect` to its end: the options, their
+    defaults resolved (`policy`, ``G`` = `slots`, `patience_s`, `lock_dir`: the slot locks, or
+    None without prefetching), and the clients, planner and dispatcher it drives."""
+
+    options: SchedulerOptions
+    settings: Settings
+    policy: str
+    slots: int
+    patience_s: float
+    lock_dir: str | None
+    client: MlflowClient
+    store: ExampleStore
+    planner: Planner
+    dispatcher: Dispatcher
+
+
+@dataclass
+class Progress:
+    """What this scheduler has seen and done; mutated by the steps of each pass.
+
+    `state`: the last `refresh` (at `refreshed`, ``time.monotonic``); `tick`: the last tick's
+    number ``t``; `ticks_done`, `jobs_done`: this scheduler's own counts; `train_s`: the recorded
+    jobs' own training seconds; `finished`: jobs polled as ended and not yet recorded; `outage`:
+    the backoff of the current outage, if any; `started`: when the scheduler's run began.
+    """
+
+    state: ServiceState
+    refreshed: float
+    tick: int
+    outage: Backoff
+    ticks_done: int = 0
+    jobs_done: int = 0
+    train_s: float = 0.0
+    finished: list[Done] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+
+    def wants_more_ticks(self, ticks: int | None) -> bool:
+        """Fewer than `ticks` ticks done (always, for ``ticks=None``)."""
+        return ticks is None or self.ticks_done < ticks
+
+    def wall_s(self) -> float:
+        """Seconds since `started`."""
+        return time.monotonic() - self.started
+
+    def busy_fraction(self, slots: int, wall_s: float) -> float:
+        """``busy`` (module docstring) of `slots` GPU slots over `wall_s` seconds."""
+        return min(1.0, self.train_s / max(slots * wall_s, 1e-9))
+
+
+def connect(options: SchedulerOptions, run_train: Callable[[dict[str, Any]], Any]) -> Service:
+    """Settings loaded and applied, defaults resolved, MLflow and the store opened (waiting out
+    outages), the planner and the dispatcher built. `run_train` runs one job from its
+    `JobSpec.params` in this process: the `train` flow, handed in by `flows` (tasks never import
+    flows); used only by the local dispatcher."""
+    settings = Settings.load().apply()
+    serve_patiently()  # a slow answer (a big upload) is waited for, not failed
+    policy = options.policy or settings.policy
+    slots = options.slots or settings.gpu_slots
+    # The scheduler waits out server outages (`tasks.outage`) instead of failing.
+    patience_s = options.outage_patience_s
+    if patience_s is None:
+        patience_s = default_patience_s()
+    client = patient(MlflowClient(settings.tracking_uri), settings, patience_s)
+    store = ExampleStore(patient(settings.store().blobs, settings, patience_s))
+    dispatch = options.dispatch
+    local = dispatch == "local" or (dispatch == "auto" and settings.mode == "embedded")
+    # Prefetch (one waiting job per slot) where slot locks work: one machine (up, or embedded).
+    prefetch = options.prefetch
+    if prefetch is None:
+        prefetch = slots if (local or settings.pin_gpus) else 0
+    lock_dir = str(settings.home / "slots") if prefetch else None
+    planner = Planner(policy, slots, options.seed, prefetch=prefetch, lock_dir=lock_dir)
+    dispatcher: Dispatcher
+    if local:
+        dispatcher = LocalDispatcher(planner.capacity, run_train)
+    else:
+        env = {"TENANTML_HOME": str(settings.home)}
+        dispatcher = DeploymentDispatcher(slots, env, pin_gpus=settings.pin_gpus)
+    return Service(
+        options, settings, policy, slots, patience_s, lock_dir, client, store, planner, dispatcher
+    )
+
+
+def redo_promotions(svc: Service, state: ServiceState) -> None:
+    """Each tenant's most accurate FINISHED job through the `record` task: a crash between a
+    job's end and its promotion may have left ``best`` behind; otherwise promoting is a no-op."""
+    for tenant in state.tenants:
+        ok = [r for r in state.records if r.tenant == tenant.name and r.status == "FINISHED"]
+        if ok:
+            record(svc.client, max(ok, key=lambda r: r.accuracy or 0.0))
+
+
+def _orphan_spec(svc: Service, job: JobRecord, slot: int, last_tick: int) -> JobSpec:
+    """The spec of a job left RUNNING, rebuilt from its MLflow record (same job id, so it resumes
+    from its checkpoint; a SEER job stays one), placed on `slot`."""
+    seer = seer_options_from_params(svc.client.get_run(job.run_id).data.params)
+    lock = svc.lock_dir and f"{svc.lock_dir}/slot-{slot}.lock"
+    return JobSpec(
+        job.tenant,
+        job.candidate,
+        job.snapshot or 0,
+        job.job_id,
+        job.tick or last_tick,
+        svc.policy,
+        None,
+        svc.options.max_epochs,
+        slot=slot,
+        sleep_s=svc.options.sleep_s,
+        slot_lock=lock,
+        seer=seer,
+    )
+
+
+def resume_orphans(svc: Service) -> Progress:
+    """Start-up after any stop or crash: the state from MLflow (`refresh`), `redo_promotions`,
+    ``t`` = the highest tick recorded, and every job left RUNNING by an earlier scheduler adopted
+    (its flow run is still going) or dispatched again, slots taken in turn."""
+    state, refreshed = refresh(svc.client, svc.store), time.monotonic()
+    redo_promotions(svc, state)
+    last_tick = max((r.tick or 0 for r in state.records), default=0)
+    for job in state.running():
+        spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
+        if not (job.flow_run_id and svc.dispatcher.adopt(spec, job.flow_run_id)):
+            svc.dispatcher.submit(spec)
+        print(f"resuming {job.tenant}/{job.job_id} left running by an earlier scheduler")
+    return Progress(state, refreshed, last_tick, Backoff(svc.patience_s))
+
+
+@contextmanager
+def scheduler_run(svc: Service, progress: Progress) -> Iterator[mlflow.ActiveRun]:
+    """The scheduler's MLflow run in the experiment ``tenantml/scheduler`` (created if missing),
+    with its parameters logged; `progress`'s clock starts with it. The run ends FAILED if the
+    block raises."""
+    exp = svc.client.get_experiment_by_name(SCHEDULER_EXPERIMENT)
+    location = svc.settings.artifact_location and f"{svc.settings.artifact_location}/scheduler"
+    if exp is None:
+        exp_id = svc.client.create_experiment(SCHEDULER_EXPERIMENT, location)
+    else:
+        exp_id = exp.experiment_id
+    progress.started = time.monotonic()
+    with mlflow.start_run(experiment_id=exp_id, run_name=f"scheduler-{svc.policy}") as run:
+        params = {
+            "policy": svc.policy,
+            "slots": svc.slots,
+            "ticks": svc.options.ticks,
+            "max_epochs": svc.options.max_epochs,
+            "mode": svc.settings.mode,
+        }
+        mlflow.log_params(params)
+        yield run
+
+
+def _refresh(svc: Service, progress: Progress) -> None:
+    progress.state, progress.refreshed = refresh(svc.client, svc.store), time.monotonic()
+
+
+def _record_of(state: ServiceState, spec: JobSpec) -> JobRecord | None:
+    return next(
+        (r for r in state.records if r.tenant == spec.tenant and r.job_id == spec.job_id), None
+    )
+
+
+def record_finished_jobs(svc: Service, progress: Progress) -> None:
+    """Step 1: poll the dispatcher; if jobs ended, `refresh`, then for each one a log line and
+    the `record` task (moves ``best`` if it improved). A job leaves `Progress.finished` only once
+    recorded, so a pass cut short by an outage records it on the next one."""
+    progress.finished.extend(svc.dispatcher.poll())
+    if progress.finished:
+        _refresh(svc, progress)
+    while progress.finished:
+        done = progress.finished[0]
+        rec = _record_of(progress.state, done.spec)
+        status = "ok" if done.ok else f"failed ({done.detail})"
+        print(
+            f"job {done.spec.tenant}/{done.spec.job_id} {status} in "
+            f"{done.seconds:.1f} s, accuracy {rec.accuracy if rec else None}"
+        )
+        if rec is not None:
+            record(svc.client, rec)
+            progress.train_s += rec.cost_s or 0.0
+        progress.finished.pop(0)
+        progress.jobs_done += 1
+
+
+def wants_tick(svc: Service, progress: Progress) -> bool:
+    """Step 2: more ticks are wanted and a slot (or a prefetch place) is free."""
+    free = len(svc.dispatcher.in_flight) < svc.planner.capacity
+    return progress.wants_more_ticks(svc.options.ticks) and free
+
+
+def refresh_if_stale(svc: Service, progress: Progress) -> None:
+    """Step 3: look again for new tenants or examples (one MLflow search) when the state is
+    ``refresh_s`` seconds old or older."""
+    if time.monotonic() - progress.refreshed >= svc.options.refresh_s:
+        _refresh(svc, progress)
+
+
+def decide_tick(svc: Service, progress: Progress) -> list[JobSpec]:
+    """Step 4: the `decide` task's jobs for tick ``t + 1`` (none: no tick), given what is in
+    flight; with ``sleep_s`` each becomes a sleep-based stand-in job (dispatch benchmarks)."""
+    opts = svc.options
+    jobs = decide(
+        svc.planner,
+        progress.state,
+        in_flight=svc.dispatcher.in_flight,
+        tick=progress.tick + 1,
+        max_epochs=opts.max_epochs,
+        job_budget_s=opts.job_budget_s,
+        seer_budget_x=opts.seer_budget_x,
+    )
+    if opts.sleep_s is not None:
+        jobs = [replace(j, sleep_s=opts.sleep_s) for j in jobs]
+    return jobs
+
+
+def dispatch_tick(svc: Service, progress: Progress, jobs: list[JobSpec]) -> None:
+    """Step 5: tick ``t + 1`` happens: count it and send each of its `jobs` (non-empty)."""
+    if not jobs:
+        raise ValueError("dispatch_tick needs the tick's jobs; got none (no tick without jobs)")
+    progress.tick += 1
+    progress.ticks_done += 1
+    for spec in jobs:
+        svc.dispatcher.submit(spec)
+
+
+def log_tick(svc: Service, progress: Progress, jobs: list[JobSpec]) -> None:
+    """Step 6: the tick's metrics (each tenant's loss estimate, the regret estimate, best
+    accuracies, ``gpu_busy_fraction``) to the scheduler's run at step ``t``, waiting out an
+    outage; and one log line naming the tick's jobs."""
+    metrics = tick_metrics(progress.state)
+    metrics["gpu_busy_fraction"] = progress.busy_fraction(svc.slots, progress.wall_s())
+    log = functools.partial(mlflow.log_metrics, metrics, step=progress.tick)
+    ride_out(log, what="scheduler", settings=svc.settings, patience_s=svc.patience_s)
+    print(f"tick {progress.tick}: " + ", ".join(f"{s.tenant}:{s.candidate}" for s in jobs))
+
+
+def should_stop(svc: Service, progress: Progress, jobs: list[JobSpec]) -> bool:
+    """Step 7, after a pass that sent `jobs`: nothing is in flight, and either the requested
+    ticks are done (``ticks=0`` only drains), or more were wanted but the policy sent nothing
+    (nothing left to try) and the loop is bounded (``ticks`` given, or ``stop_when_idle``)."""
+    if svc.dispatcher.in_flight:
+        return False
+    ticks = svc.options.ticks
+    wants_more = progress.wants_more_ticks(ticks)
+    if ticks is not None and not wants_more:
+        return True
+    bounded = svc.options.stop_when_idle or ticks is not None
+    return not jobs and bounded and wants_more
+
+
+def wait_out_outage(svc: Service, progress: Progress, exc: Exception) -> None:
+    """After a pass raised `exc`: re-raise it unless it is a server outage (`is_outage`);
+    otherwise say which server does not answer and sleep the backoff's next delay, raising
+    `ServerUnreachableError` once ``outage_patience_s`` is spent. The caller redoes the pass."""
+    if not is_outage(exc):
+        raise exc
+    wait_or_give_up(progress.outage, exc, "scheduler", svc.settings, print)
+
+
+def pause(svc: Service, progress: Progress) -> None:
+    """After a pass that went through: the outage backoff starts afresh; wait ``poll_s``."""
+    progress.outage.reset()
+    time.sleep(svc.options.poll_s)
+
+
+def log_summary(svc: Service, progress: Progress, run: mlflow.ActiveRun) -> dict[str, Any]:
+    """The totals (``gpu_busy_fraction_total``, ``jobs_done``) to the scheduler's run, and the
+    flow's summary: ``ticks`` and ``jobs`` this scheduler ran, ``last_tick`` (``t``),
+    ``wall_s``, ``busy_fraction`` and the MLflow ``run_id``."""
+    wall = progress.wall_s()
+    busy = progress.busy_fraction(svc.slots, wall)  # the trainers' own time
+    totals = {"gpu_busy_fraction_total": busy, "jobs_done": progress.jobs_done}
+    log = functools.partial(mlflow.log_metrics, totals)
+    ride_out(log, what="scheduler", settings=svc.settings, patience_s=svc.patience_s)
+    return {
+        "ticks": progress.ticks_done,
+        "jobs": progress.jobs_done,
+        "last_tick": progress.tick,
+        "wall_s": wall,
+        "busy_fraction": busy,
+        "run_id": run.info.run_id,
+    }
