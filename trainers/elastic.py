@@ -10,14 +10,15 @@ loss is weighted by its share of ``G``, so the all-reduced gradient is exactly t
 mean loss over the ``G`` examples (tested against ``p = 1``).
 
 At the stage end the ranks agree to stop (an all-reduce of a stop flag each step), rank 0 scores
-the validation split and writes the trial's checkpoint (weights, optimizer, step) to the store;
-the next stage resumes it with its new ``p``. Examples are visited in a seeded permutation per
-epoch indexed by the global step, so the data order does not depend on ``p`` or on restarts.
+the validation split and writes the trial's checkpoint (a `trainers._checkpoint.TrialCheckpoint`:
+weights, optimizer, step) to the store; the next stage resumes it with its new ``p``. Examples are
+visited in a seeded permutation per epoch indexed by the global step, so the data order does not
+depend on ``p`` or on restarts. The rank side lives in `trainers._trial_rank` (it loads torch;
+this module does not, so the launcher's process stays light).
 """
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import socket
@@ -30,6 +31,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+
+from trainers._checkpoint import TrialCheckpoint
 
 __all__ = [
     "SEARCH_SPACE",
@@ -46,8 +49,6 @@ SEARCH_SPACE: dict[str, tuple[float, ...]] = {
     "weight_decay": (0.0001, 0.0005, 0.001, 0.005),
     "momentum": (0.9, 0.95, 0.99, 0.997),
 }
-
-CHECKPOINT_FORMAT = 1
 
 
 def sample_configs(n: int, rng: np.random.Generator) -> list[dict[str, float]]:
@@ -173,184 +174,56 @@ def run_trial_stage(stage: TrialStage) -> StageResult:
 
 
 def _rank_main(rank: int, stage: TrialStage, port: int, out: str, launched: float) -> None:
-    import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
+    """Rank ``rank`` of the stage (``python -m trainers.elastic SPEC RANK``): train until the
+    ranks agree to stop; rank 0 then writes the trial's checkpoint and its `StageResult` (JSON)
+    to ``out``. See `trainers._trial_rank` for the pieces and the notation."""
+    from trainers import _trial_rank as tr  # torch and torch.distributed: rank processes only
 
-    from store import is_class_output, open_store
-    from trainers._data import split
-    from trainers.torch_trainer import build_net, infer_batches
-
-    torch.set_num_threads(stage.threads_per_rank)
-    world = stage.gpus
-    device = torch.device(stage.devices[rank])
-    distinct = len(set(stage.devices)) == world
-    backend = "nccl" if device.type == "cuda" and distinct else "gloo"
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(
-        backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-    )
-    try:
-        store = open_store(stage.store_url, s3_endpoint_url=stage.s3_endpoint_url)
-        schema = store.schema(stage.tenant)
-        ds = store.load(stage.tenant, stage.snapshot)
-        classify = is_class_output(schema)
-        tr, va = split(ds, stage.val_fraction, stage.seed, classify)
-        x_tr, y_tr = torch.from_numpy(ds.x[tr]), torch.from_numpy(ds.y[tr])
-        len_tr = None if ds.lengths is None else torch.from_numpy(ds.lengths[tr])
-
-        torch.manual_seed(stage.seed)
-        net = build_net(stage.candidate, schema)
-        net.pre.fit(x_tr, len_tr)
-        if not classify:
-            net.out_mean.fill_(float(y_tr.float().mean()))
-            net.out_std.fill_(float(y_tr.float().std().clamp_min(1e-6)))
-        net = net.to(device)
-        hp = stage.hyperparameters
-        opt = torch.optim.SGD(
-            net.parameters(),
-            lr=float(hp.get("lr", 0.01)),
-            momentum=float(hp.get("momentum", 0.9)),
-            weight_decay=float(hp.get("weight_decay", 5e-4)),
-        )
-        step, train_s = 0, 0.0
-        blob = store.get_checkpoint(stage.tenant, stage.checkpoint)
-        if blob is not None:
-            saved = torch.load(io.BytesIO(blob), weights_only=True, map_location="cpu")
-            if saved.get("format") != CHECKPOINT_FORMAT:
-                raise ValueError(f"checkpoint {stage.checkpoint!r} has an unknown format")
-            net.load_state_dict(saved["model"])
-            opt.load_state_dict(saved["opt"])
-            step, train_s = int(saved["step"]), float(saved["train_s"])
-        resumed = step
-        ddp = DistributedDataParallel(
-            net, device_ids=[device.index] if device.type == "cuda" else None
-        )
-        amp = device.type == "cuda"
-        n = len(tr)
-        if n < world:
-            raise ValueError(f"{n} training examples cannot be split over {world} processes")
-        g = min(stage.global_batch, n)
-        steps_per_epoch = max(1, n // g)
-        # this rank's contiguous share of each global batch
-        bounds = np.linspace(0, g, world + 1).astype(int)
-        lo, hi = int(bounds[rank]), int(bounds[rank + 1])
-        weight = (hi - lo) * world / g  # DDP averages over ranks: weight by share of G
-
-        def loss_of(xb: torch.Tensor, yb: torch.Tensor, lb: torch.Tensor | None) -> torch.Tensor:
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                o = ddp(xb, lb)
-            o = o.float()
-            if classify:
-                return torch.nn.functional.cross_entropy(o, yb, reduction="sum")
-            target = (yb.float() - net.out_mean) / net.out_std
-            return torch.nn.functional.mse_loss(o, target, reduction="sum")
-
-        stop = torch.zeros(1, device=device if backend == "nccl" else "cpu")
+    with tr.process_group(rank, stage, port) as group:
+        store, schema, data = tr.load_trial_data(stage)
+        net, opt = tr.build_net_and_optimizer(stage, schema, data, group.device)
+        resumed_step, earlier_train_s = tr.resume_trial(store, stage, net, opt)
+        trial = tr.Trial.wrap(net, opt, data, group, stage.global_batch)
         started = time.time()
-        start_s = started - launched
-        stage_steps, last_loss = 0, float("nan")
-        net.train()
-        while True:
-            epoch, within = divmod(step, steps_per_epoch)
-            gen = torch.Generator().manual_seed(stage.seed * 1_000_003 + epoch)
-            order = torch.randperm(n, generator=gen)
-            idx = order[within * g : within * g + g][lo:hi]
-            opt.zero_grad(set_to_none=True)
-            chunks = [idx[s : s + stage.micro_batch] for s in range(0, len(idx), stage.micro_batch)]
-            total = 0.0
-            for j, b in enumerate(chunks):
-                xb = x_tr[b].to(device, non_blocking=True)
-                yb = y_tr[b].to(device, non_blocking=True)
-                lb = None if len_tr is None else len_tr[b]
-                last = j == len(chunks) - 1
-                ctx = ddp.no_sync() if not last else _nullcontext()
-                with ctx:
-                    loss = loss_of(xb, yb, lb) * weight / max(1, hi - lo)
-                    loss.backward()  # type: ignore[no-untyped-call]
-                total += float(loss.detach()) / weight if weight else 0.0
-            opt.step()
-            step += 1
-            stage_steps += 1
-            last_loss = total
-            done = stage_steps >= stage.min_steps and (
-                time.time() >= stage.until
-                or (stage.max_steps is not None and stage_steps >= stage.max_steps)
-            )
-            stop.fill_(1.0 if done else 0.0)
-            dist.all_reduce(stop, op=dist.ReduceOp.MAX)
-            if stop.item() > 0:
-                break
-        train_s += time.time() - started
-        if rank == 0:
-            pred = infer_batches(
-                net, ds.x[va], None if ds.lengths is None else ds.lengths[va], device
-            )
-            y_va = ds.y[va]
-            if classify:
-                acc = float((pred.argmax(1) == y_va).mean()) if np.isfinite(last_loss) else 0.0
-            else:
-                sst = float(((y_va - y_va.mean()) ** 2).sum())
-                acc = max(0.0, 1.0 - float(((pred - y_va) ** 2).sum()) / max(sst, 1e-12))
-            t0 = time.time()
-            buf = io.BytesIO()
-            torch.save(
-                {
-                    "format": CHECKPOINT_FORMAT,
-                    "model": net.state_dict(),
-                    "opt": opt.state_dict(),
-                    "step": step,
-                    "train_s": train_s,
-                },
-                buf,
-            )
-            store.put_checkpoint(stage.tenant, stage.checkpoint, buf.getvalue())
+        stage_steps, last_loss = tr.run_steps(trial, stage, group, resumed_step)
+        train_s = earlier_train_s + time.time() - started
+        step = resumed_step + stage_steps
+        if group.rank == 0:
+            accuracy = tr.evaluate(trial, last_loss)
+            checkpoint_s = tr.write_checkpoint(store, stage, trial, step, train_s)
             result = StageResult(
-                accuracy=acc if np.isfinite(acc) else 0.0,
+                accuracy=accuracy,
                 steps=step,
                 stage_steps=stage_steps,
-                resumed_step=resumed,
-                epochs=step / steps_per_epoch,
-                world_size=world,
+                resumed_step=resumed_step,
+                epochs=step / trial.share.steps_per_epoch,
+                world_size=group.world,
                 train_s=train_s,
-                start_s=start_s,
-                checkpoint_s=time.time() - t0,
-                wall_s=0.0,
+                start_s=started - launched,
+                checkpoint_s=checkpoint_s,
+                wall_s=0.0,  # the launcher's to fill in
                 train_loss=last_loss if np.isfinite(last_loss) else -1.0,
-                extra={"backend": backend, "devices": list(stage.devices)},
+                extra={"backend": group.backend, "devices": list(stage.devices)},
             )
             with open(out, "w") as f:
                 json.dump(asdict(result), f)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-
-
-class _nullcontext:  # noqa: N801 - contextlib.nullcontext without the typing fuss in loops
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+        group.barrier()  # no rank leaves the group before rank 0 has written
 
 
 def load_trial_model(
     tenant: str, candidate: str, snapshot: int, checkpoint: str, store: Any
 ) -> Any:  # -> trainers.TrainedModel
     """The trained model in a trial's checkpoint (weights only), ready for ``predict``."""
-    import torch
-
     from trainers._model import TrainedModel
     from trainers.torch_trainer import build_net
 
     blob = store.get_checkpoint(tenant, checkpoint)
     if blob is None:
         raise FileNotFoundError(f"no checkpoint {checkpoint!r} for tenant {tenant!r}")
-    saved = torch.load(io.BytesIO(blob), weights_only=True, map_location="cpu")
+    saved = TrialCheckpoint.from_bytes(blob, source=f"checkpoint {checkpoint!r}")
     schema = store.schema(tenant)
     net = build_net(candidate, schema)
-    net.load_state_dict(saved["model"])
+    net.load_state_dict(saved.model)
     ds_classes = store.load(tenant, snapshot).classes
     return TrainedModel(candidate, schema, ds_classes, net.eval())
 

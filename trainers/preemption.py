@@ -26,13 +26,15 @@ _notice = threading.Event()
 class Preempted(Exception):
     """Training stopped on a revocation notice after writing its checkpoint."""
 
-    def __init__(self, job_id: str, epoch: int, batch: int, steps: int) -> None:
+    def __init__(
+        self, job_id: str, epoch: int, batch: int, steps: int, checkpoint_s: float = 0.0
+    ) -> None:
         super().__init__(
             f"job {job_id} preempted at epoch {epoch}, batch {batch} ({steps} steps done); "
             "its checkpoint is written"
         )
         self.job_id, self.epoch, self.batch, self.steps = job_id, epoch, batch, steps
-        self.checkpoint_s = 0.0  # time to write the checkpoint after the notice
+        self.checkpoint_s = checkpoint_s  # time to write the checkpoint after the notice
 
 
 def install() -> None:

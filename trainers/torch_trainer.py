@@ -3,21 +3,26 @@
 One job (`TrainJob`) runs a learning-rate grid (shared/papers/000, Sec. 5.1: {0.1, 0.01, 0.001,
 0.0001}) unless it names ``lr``; each rate trains up to `max_epochs` epochs; the model with the best
 validation score over all rates and epochs is returned. After every epoch the whole state (rate
-index, epoch, weights, optimizer, best model, curve, device-seconds) goes to the store as the job's
-checkpoint, so a job started again with the same id resumes where the last finished epoch left
-off: a kill loses at most one epoch. Epoch order is seeded by (seed, rate, epoch), so a resumed
-job sees the batches an uninterrupted one would have.
+index, epoch, weights, optimizer, best model, curve, device-seconds: a
+`trainers._checkpoint.JobCheckpoint`) goes to the store as the job's checkpoint, so a job started
+again with the same id resumes where the last finished epoch left off: a kill loses at most one
+epoch. On a revocation notice (`trainers.preemption`) the checkpoint is written at once with the
+position inside the epoch, and the job raises `preemption.Preempted`. Epoch order is seeded by
+(seed, rate, epoch), so a resumed job sees the batches an uninterrupted one would have.
+
+`train_torch` reads as its steps: `_prepare` (data, device), `_resume` (checkpoint or a fresh
+start), then `_train_rate` for each rate of the grid, which runs `_train_epoch` (raising through
+`_checkpoint_on_notice` on a notice) and `_finish_epoch` (score, best model, what comes next).
 
 On CUDA: bf16 autocast and channels-last memory for image nets; `cudnn.benchmark`.
 """
 
 from __future__ import annotations
 
-import io
 import time
 from collections.abc import Callable
-from dataclasses import asdict
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -28,9 +33,10 @@ from torch.nn import functional as F  # noqa: N812
 from store import ExampleStore, is_class_output
 from store.schema import Schema
 from trainers import preemption
-from trainers._data import split
+from trainers._checkpoint import EPOCH_START, EpochPosition, JobCheckpoint
 from trainers._job import LR_GRID, EpochReport, TrainJob, TrainResult
 from trainers._model import TrainedModel
+from trainers._torch_data import TrainingData
 from trainers.nets import (
     IMAGE_NETS,
     SEQUENCE_NETS,
@@ -42,8 +48,6 @@ from trainers.nets import (
 from trainers.templates import Candidate
 
 __all__ = ["LR_GRID", "Stepper", "build_net", "infer_batches", "pick_device", "train_torch"]
-
-CHECKPOINT_FORMAT = 1
 
 
 def pick_device(name: str | None = None) -> torch.device:
@@ -130,14 +134,6 @@ def infer_batches(
     return np.concatenate(outs) if outs else np.zeros((0,), dtype=np.float32)
 
 
-def _score(pred: NDArray[Any], y: NDArray[Any], classify: bool) -> float:
-    """Accuracy for classes; for tensors R^2 = 1 - SSE/SST, clipped at 0."""
-    if classify:
-        return float((pred.argmax(1) == y).mean())
-    sst = float(((y - y.mean()) ** 2).sum())
-    return max(0.0, 1.0 - float(((pred - y) ** 2).sum()) / max(sst, 1e-12))
-
-
 def _optimizer(net: nn.Module, lr: float, job: TrainJob, family: str) -> torch.optim.Optimizer:
     hp = job.hyperparameters
     kind = str(hp.get("optimizer", "sgd" if family == "cnn" else "adam"))
@@ -149,24 +145,71 @@ def _optimizer(net: nn.Module, lr: float, job: TrainJob, family: str) -> torch.o
     raise ValueError(f"optimizer {kind!r} is not valid: use 'sgd' or 'adam'")
 
 
-def _to_bytes(obj: Any) -> bytes:
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getvalue()
+@dataclass(frozen=True, eq=False)
+class _PreparedJob:
+    """A validated job with its data at hand: what stays fixed over every rate and epoch.
+    ``lrs``: the rates to train, in order (the job's ``lr``, else `LR_GRID`)."""
+
+    job: TrainJob
+    job_id: str
+    snapshot: int
+    schema: Schema
+    classes: tuple[str, ...]
+    family: str
+    device: torch.device
+    lrs: tuple[float, ...]
+    batch_size: int
+    data: TrainingData
+
+
+class _CostClock:
+    """Device-seconds spent on the job: those of its earlier starts plus this one's so far."""
+
+    def __init__(self, earlier_s: float) -> None:
+        self._earlier_s, self._started = earlier_s, time.perf_counter()
+
+    def spent(self) -> float:
+        return self._earlier_s + time.perf_counter() - self._started
+
+
+@dataclass(frozen=True, eq=False)
+class _RateRun:
+    """One learning rate's run: its index in the grid, the rate, the net and optimizer being
+    trained, and the job-seconds (`_CostClock.spent`) at which its share of the budget ends."""
+
+    index: int
+    lr: float
+    net: TenantNet
+    opt: torch.optim.Optimizer
+    stepper: Stepper
+    deadline_s: float | None
 
 
 def train_torch(
     job: TrainJob, store: ExampleStore, on_epoch: Callable[[EpochReport], None] | None = None
 ) -> TrainResult:
-    """Run (or resume) `job`; see the module docstring."""
+    """Run (or resume) `job`; see the module docstring.
+
+    Raises:
+        preemption.Preempted: a revocation notice came; the mid-epoch checkpoint is written.
+    """
+    run = _prepare(job, store)
+    ck = _resume(run, store)
+    resumed_from = ck.epochs_total
+    clock = _CostClock(ck.cost_s)
+    while not ck.done and ck.lr_index < len(run.lrs):
+        ck = _train_rate(run, store, ck, clock, on_epoch)
+    return _result(run, ck, resumed_from)
+
+
+def _prepare(job: TrainJob, store: ExampleStore) -> _PreparedJob:
+    """Check `job`, resolve its snapshot and id, load and split its data, pick the device."""
     job.validate()
     cand = Candidate.parse(job.candidate)
     schema = store.schema(job.tenant)
     snapshot = job.snapshot if job.snapshot is not None else store.manifest(job.tenant).version
-    job_id = job.resolved_id(snapshot)
     ds = store.load(job.tenant, snapshot)
-    classify = is_class_output(schema)
-    tr, va = split(ds, job.val_fraction, job.seed, classify)
+    data = TrainingData.split(ds, job.val_fraction, job.seed, is_class_output(schema))
     device = pick_device(job.device)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
@@ -174,157 +217,196 @@ def train_torch(
     batch_size = int(job.hyperparameters.get("batch_size", 64))
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} is not valid: use 1 or more")
-
-    x_tr, y_tr = torch.from_numpy(ds.x[tr]), torch.from_numpy(ds.y[tr])
-    len_tr = None if ds.lengths is None else torch.from_numpy(ds.lengths[tr])
-    len_va = None if ds.lengths is None else ds.lengths[va]
-
-    def fresh_net(lr_index: int) -> TenantNet:
-        torch.manual_seed(job.seed * 1000 + lr_index)
-        net = build_net(job.candidate, schema)
-        net.pre.fit(x_tr, len_tr)
-        if not classify:
-            net.out_mean.fill_(float(y_tr.float().mean()))
-            net.out_std.fill_(float(y_tr.float().std().clamp_min(1e-6)))
-        return net.to(device)
-
-    state: dict[str, Any] = {
-        "format": CHECKPOINT_FORMAT,
-        "job_id": job_id,
-        "snapshot": snapshot,
-        "lr_index": 0,
-        "epoch": 0,
-        "model": None,
-        "opt": None,
-        "best_acc": -1.0,
-        "best_lr": lrs[0],
-        "best_model": None,
-        "curve": [],
-        "cost_s": 0.0,
-        "epochs_total": 0,
-        "done": False,
-        "batch": 0,
-        "partial_loss": 0.0,
-        "partial_batches": 0,
-        "steps_total": 0,
-    }
-    resumed_from = 0
-    blob = store.get_checkpoint(job.tenant, job_id)
-    if blob is not None:
-        saved = torch.load(io.BytesIO(blob), weights_only=True, map_location="cpu")
-        if saved.get("format") != CHECKPOINT_FORMAT or saved.get("snapshot") != snapshot:
-            raise ValueError(f"checkpoint of job {job_id!r} does not belong to this job")
-        state.update(saved)
-        resumed_from = int(state["epochs_total"])
-
-    started = time.perf_counter()
-    cost_before = float(state["cost_s"])
-
-    def spent() -> float:
-        return cost_before + time.perf_counter() - started
-
-    while not state["done"] and state["lr_index"] < len(lrs):
-        i = int(state["lr_index"])
-        lr = lrs[i]
-        net = fresh_net(i)
-        opt = _optimizer(net, lr, job, cand.spec.family)
-        if state["model"] is not None:  # resume inside this rate's run
-            net.load_state_dict(state["model"])
-            opt.load_state_dict(state["opt"])
-        stepper = Stepper(net, opt, device, classify)
-        # This rate's share of the remaining budget.
-        rate_deadline = (
-            None
-            if job.time_budget_s is None
-            else spent() + (job.time_budget_s - spent()) / (len(lrs) - i)
-        )
-        while state["epoch"] < job.max_epochs:
-            epoch = int(state["epoch"]) + 1
-            gen = torch.Generator().manual_seed(job.seed * 1_000_003 + i * 1009 + epoch)
-            order = torch.randperm(len(tr), generator=gen)
-            net.train()
-            # a job preempted inside this epoch resumes at its next batch (same order)
-            first = int(state.get("batch", 0))
-            total = torch.full((), float(state.get("partial_loss", 0.0)), device=device)
-            n_batches = int(state.get("partial_batches", 0))
-            for bi, s in enumerate(range(0, len(order), batch_size)):
-                if bi < first:
-                    continue
-                b = order[s : s + batch_size]
-                if len(b) < 2 and len(order) > 1:
-                    continue  # batch norm needs 2+ examples
-                xb = x_tr[b].to(device, non_blocking=True)
-                yb = y_tr[b].to(device, non_blocking=True)
-                lb = None if len_tr is None else len_tr[b]
-                total += stepper.step(xb, yb, lb)
-                n_batches += 1
-                state["steps_total"] = int(state.get("steps_total", 0)) + 1
-                if preemption.pending():  # revocation notice: checkpoint now, mid-epoch
-                    state.update(
-                        batch=bi + 1,
-                        partial_loss=float(total),
-                        partial_batches=n_batches,
-                        model=net.state_dict(),
-                        opt=opt.state_dict(),
-                        cost_s=spent(),
-                    )
-                    t_ck = time.perf_counter()
-                    store.put_checkpoint(job.tenant, job_id, _to_bytes(state))
-                    err = preemption.Preempted(job_id, epoch, bi + 1, int(state["steps_total"]))
-                    err.checkpoint_s = time.perf_counter() - t_ck
-                    raise err
-            state["batch"], state["partial_loss"], state["partial_batches"] = 0, 0.0, 0
-            train_loss = float(total) / max(n_batches, 1)
-            pred = infer_batches(net, ds.x[va], len_va, device)
-            acc = _score(pred, ds.y[va], classify) if np.isfinite(train_loss) else 0.0
-            report = EpochReport(lr, epoch, train_loss, acc, spent())
-            state["curve"].append(asdict(report))
-            state["epoch"] = epoch
-            state["epochs_total"] += 1
-            if acc > state["best_acc"]:
-                state["best_acc"], state["best_lr"] = acc, lr
-                state["best_model"] = {
-                    k: v.detach().cpu().clone() for k, v in net.state_dict().items()
-                }
-            state["model"] = net.state_dict()
-            state["opt"] = opt.state_dict()
-            out_of_time = job.time_budget_s is not None and spent() >= job.time_budget_s
-            diverged = not np.isfinite(train_loss)
-            if (
-                diverged
-                or epoch >= job.max_epochs
-                or (rate_deadline is not None and spent() >= rate_deadline)
-            ):
-                state["lr_index"], state["epoch"] = i + 1, 0
-                state["model"] = state["opt"] = None
-            state["done"] = out_of_time or state["lr_index"] >= len(lrs)
-            state["cost_s"] = spent()
-            store.put_checkpoint(job.tenant, job_id, _to_bytes(state))
-            if on_epoch is not None:
-                on_epoch(report)
-            if state["lr_index"] != i or state["done"]:
-                break
-
-    net = build_net(job.candidate, schema)
-    if state["best_model"] is not None:
-        net.load_state_dict(state["best_model"])
-    model = TrainedModel(job.candidate, schema, ds.classes, net.eval())
-    hp = dict(job.hyperparameters)
-    hp["lr"] = float(state["best_lr"])
-    return TrainResult(
-        job_id=job_id,
-        tenant=job.tenant,
-        candidate=job.candidate,
+    return _PreparedJob(
+        job=job,
+        job_id=job.resolved_id(snapshot),
         snapshot=snapshot,
-        accuracy=max(0.0, float(state["best_acc"])),
-        cost_s=float(state["cost_s"]),
-        epochs=int(state["epochs_total"]),
+        schema=schema,
+        classes=ds.classes,
+        family=cand.spec.family,
+        device=device,
+        lrs=lrs,
+        batch_size=batch_size,
+        data=data,
+    )
+
+
+def _resume(run: _PreparedJob, store: ExampleStore) -> JobCheckpoint:
+    """The job's checkpoint in the store, or the state of a job not yet started."""
+    blob = store.get_checkpoint(run.job.tenant, run.job_id)
+    if blob is None:
+        return JobCheckpoint(job_id=run.job_id, snapshot=run.snapshot, best_lr=run.lrs[0])
+    ck = JobCheckpoint.from_bytes(blob, source=f"checkpoint of job {run.job_id!r}")
+    if ck.snapshot != run.snapshot:
+        raise ValueError(
+            f"checkpoint of job {run.job_id!r} does not belong to this job: it trained on "
+            f"snapshot {ck.snapshot}, the job is on snapshot {run.snapshot}"
+        )
+    return ck
+
+
+def _fresh_net(run: _PreparedJob, lr_index: int) -> TenantNet:
+    """The candidate's net, seeded per rate, normalised to the training split, on the device."""
+    torch.manual_seed(run.job.seed * 1000 + lr_index)
+    net = build_net(run.job.candidate, run.schema)
+    run.data.fit_normalisation(net)
+    return net.to(run.device)
+
+
+def _start_rate(run: _PreparedJob, ck: JobCheckpoint, clock: _CostClock) -> _RateRun:
+    """The run of rate ``ck.lr_index``: a fresh net, or the checkpoint's when it stopped inside
+    this rate's run."""
+    i = ck.lr_index
+    lr = run.lrs[i]
+    net = _fresh_net(run, i)
+    opt = _optimizer(net, lr, run.job, run.family)
+    if ck.model is not None and ck.opt is not None:
+        net.load_state_dict(ck.model)
+        opt.load_state_dict(ck.opt)
+    budget, deadline = run.job.time_budget_s, None
+    if budget is not None:  # this rate's share of what is left: the rates not yet run split it
+        now = clock.spent()
+        deadline = now + (budget - now) / (len(run.lrs) - i)
+    return _RateRun(i, lr, net, opt, Stepper(net, opt, run.device, run.data.classify), deadline)
+
+
+def _train_rate(
+    run: _PreparedJob,
+    store: ExampleStore,
+    ck: JobCheckpoint,
+    clock: _CostClock,
+    on_epoch: Callable[[EpochReport], None] | None,
+) -> JobCheckpoint:
+    """One step of the learning-rate grid: train rate ``ck.lr_index`` from where `ck` left it,
+    epoch by epoch, writing the checkpoint after each, until the rate's run or the job is over.
+    Returns the last checkpoint written."""
+    rate = _start_rate(run, ck, clock)
+    while ck.epoch < run.job.max_epochs:
+        train_loss, ck = _train_epoch(run, store, rate, ck, clock)
+        ck, report = _finish_epoch(run, rate, ck, train_loss, clock)
+        store.put_checkpoint(run.job.tenant, run.job_id, ck.to_bytes())
+        if on_epoch is not None:
+            on_epoch(report)  # after the write: a caller that stops the job here loses nothing
+        if ck.lr_index != rate.index or ck.done:
+            break
+    return ck
+
+
+def _epoch_order(seed: int, lr_index: int, epoch: int, n: int) -> torch.Tensor:
+    """The permutation ``(n,)`` of the training rows for one epoch, seeded by (seed, rate,
+    epoch) alone, so a resumed job sees the batches an uninterrupted one would."""
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + lr_index * 1009 + epoch)
+    return torch.randperm(n, generator=gen)
+
+
+def _train_epoch(
+    run: _PreparedJob,
+    store: ExampleStore,
+    rate: _RateRun,
+    ck: JobCheckpoint,
+    clock: _CostClock,
+) -> tuple[float, JobCheckpoint]:
+    """Epoch ``ck.epoch + 1`` of `rate`, from ``ck.position`` (a preempted epoch resumes at its
+    next batch). Returns the epoch's mean training loss and `ck` with the steps counted.
+
+    Raises:
+        preemption.Preempted: a revocation notice came (checked after every step).
+    """
+    order = _epoch_order(run.job.seed, rate.index, ck.epoch + 1, run.data.n_train)
+    rate.net.train()
+    start = ck.position
+    # the loss sum stays on the device: reading it every step would wait for the GPU
+    total = torch.full((), start.loss_sum, device=run.device)
+    n_batches, steps = start.batches, ck.steps_total
+    for bi, s in enumerate(range(0, len(order), run.batch_size)):
+        if bi < start.next_batch:
+            continue  # run before the notice
+        rows = order[s : s + run.batch_size]
+        if len(rows) < 2 and len(order) > 1:
+            continue  # batch norm needs 2+ examples
+        total += rate.stepper.step(*run.data.train_batch(rows, run.device))
+        n_batches += 1
+        steps += 1
+        if preemption.pending():
+            position = EpochPosition(bi + 1, float(total), n_batches)
+            _checkpoint_on_notice(
+                run, store, rate, replace(ck, steps_total=steps, position=position), clock
+            )
+    return float(total) / max(n_batches, 1), replace(ck, steps_total=steps, position=EPOCH_START)
+
+
+def _checkpoint_on_notice(
+    run: _PreparedJob,
+    store: ExampleStore,
+    rate: _RateRun,
+    ck: JobCheckpoint,
+    clock: _CostClock,
+) -> NoReturn:
+    """Write the mid-epoch checkpoint (`ck` holds the position in the epoch) with the net and
+    optimizer as they are now, and stop the job (SpotTune, Sec. III-A)."""
+    ck = replace(ck, model=rate.net.state_dict(), opt=rate.opt.state_dict(), cost_s=clock.spent())
+    t0 = time.perf_counter()
+    store.put_checkpoint(run.job.tenant, run.job_id, ck.to_bytes())
+    raise preemption.Preempted(
+        run.job_id,
+        ck.epoch + 1,
+        ck.position.next_batch,
+        ck.steps_total,
+        checkpoint_s=time.perf_counter() - t0,
+    )
+
+
+def _finish_epoch(
+    run: _PreparedJob, rate: _RateRun, ck: JobCheckpoint, train_loss: float, clock: _CostClock
+) -> tuple[JobCheckpoint, EpochReport]:
+    """Score the epoch just trained on the validation split and fold it into `ck`: the curve,
+    the best model so far, and whether this rate's run is over (it diverged, reached
+    `max_epochs` or its deadline) or the whole job is (budget spent, or no rate left)."""
+    job = run.job
+    epoch = ck.epoch + 1
+    diverged = not np.isfinite(train_loss)
+    pred = infer_batches(rate.net, run.data.x_va, run.data.len_va, run.device)
+    acc = 0.0 if diverged else run.data.score(pred)
+    report = EpochReport(rate.lr, epoch, train_loss, acc, clock.spent())
+    if acc > ck.best_acc:
+        best = {k: v.detach().cpu().clone() for k, v in rate.net.state_dict().items()}
+        ck = replace(ck, best_acc=acc, best_lr=rate.lr, best_model=best)
+    out_of_time = job.time_budget_s is not None and clock.spent() >= job.time_budget_s
+    rate_over = (
+        diverged
+        or epoch >= job.max_epochs
+        or (rate.deadline_s is not None and clock.spent() >= rate.deadline_s)
+    )
+    ck = replace(ck, curve=(*ck.curve, report), epochs_total=ck.epochs_total + 1)
+    if rate_over:  # the next rate starts from a fresh net
+        ck = replace(ck, lr_index=rate.index + 1, epoch=0, model=None, opt=None)
+    else:
+        ck = replace(ck, epoch=epoch, model=rate.net.state_dict(), opt=rate.opt.state_dict())
+    done = out_of_time or ck.lr_index >= len(run.lrs)
+    return replace(ck, done=done, cost_s=clock.spent()), report
+
+
+def _result(run: _PreparedJob, ck: JobCheckpoint, resumed_from: int) -> TrainResult:
+    """The job's result from its final checkpoint: the best model over all rates and epochs."""
+    net = build_net(run.job.candidate, run.schema)
+    if ck.best_model is not None:
+        net.load_state_dict(ck.best_model)
+    hp = dict(run.job.hyperparameters)
+    hp["lr"] = ck.best_lr
+    return TrainResult(
+        job_id=run.job_id,
+        tenant=run.job.tenant,
+        candidate=run.job.candidate,
+        snapshot=run.snapshot,
+        accuracy=max(0.0, ck.best_acc),
+        cost_s=ck.cost_s,
+        epochs=ck.epochs_total,
         hyperparameters=hp,
-        model=model,
-        curve=[EpochReport(**c) for c in state["curve"]],
-        device=str(device),
+        model=TrainedModel(run.job.candidate, run.schema, run.classes, net.eval()),
+        curve=list(ck.curve),
+        device=str(run.device),
         resumed_from_epoch=resumed_from,
-        n_train=len(tr),
-        n_val=len(va),
-        steps=int(state.get("steps_total", 0)),
+        n_train=run.data.n_train,
+        n_val=run.data.n_val,
+        steps=ck.steps_total,
     )

@@ -1,0 +1,85 @@
+"""A snapshot's training and validation split as torch trains on it; shared by the torch trainer
+(`trainers.torch_trainer`) and the ranks of a SEER trial (`trainers._trial_rank`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+from store import Dataset
+from trainers._data import split
+from trainers.nets import TenantNet
+
+__all__ = ["TrainingData"]
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: comparing would compare arrays element-wise
+class TrainingData:
+    """The seeded train/validation split of one snapshot.
+
+    Shapes (``S``: the schema's input shape; sequences zero-padded to ``(T_max, *S)``):
+    ``x_tr`` ``(n_train, *S)``; ``y_tr`` ``(n_train,)`` class indices (``classify``) or
+    ``(n_train, *S_out)``; ``len_tr`` ``(n_train,)`` sequence lengths or ``None``. The
+    validation split ``x_va``, ``y_va``, ``len_va`` likewise, kept as numpy arrays since they
+    only go through `trainers.torch_trainer.infer_batches`.
+    """
+
+    classify: bool
+    x_tr: torch.Tensor
+    y_tr: torch.Tensor
+    len_tr: torch.Tensor | None
+    x_va: NDArray[Any]
+    y_va: NDArray[Any]
+    len_va: NDArray[np.int64] | None
+
+    @classmethod
+    def split(cls, ds: Dataset, val_fraction: float, seed: int, classify: bool) -> TrainingData:
+        """`trainers._data.split` of ``ds`` (stratified for classes), as tensors for training."""
+        tr, va = split(ds, val_fraction, seed, classify)
+        return cls(
+            classify=classify,
+            x_tr=torch.from_numpy(ds.x[tr]),
+            y_tr=torch.from_numpy(ds.y[tr]),
+            len_tr=None if ds.lengths is None else torch.from_numpy(ds.lengths[tr]),
+            x_va=ds.x[va],
+            y_va=ds.y[va],
+            len_va=None if ds.lengths is None else ds.lengths[va],
+        )
+
+    @property
+    def n_train(self) -> int:
+        return len(self.x_tr)
+
+    @property
+    def n_val(self) -> int:
+        return len(self.x_va)
+
+    def train_batch(
+        self, rows: torch.Tensor, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Training rows ``rows`` ``(b,)``: inputs ``(b, *S)`` and targets on ``device``, and
+        their lengths ``(b,)`` (on the CPU, where packing wants them) or ``None``."""
+        xb = self.x_tr[rows].to(device, non_blocking=True)
+        yb = self.y_tr[rows].to(device, non_blocking=True)
+        return xb, yb, None if self.len_tr is None else self.len_tr[rows]
+
+    def fit_normalisation(self, net: TenantNet) -> None:
+        """Fit ``net``'s input preprocessing to the training inputs and, for tensor outputs,
+        its target scaling to the training targets' mean and std (the loss is on z-scores)."""
+        net.pre.fit(self.x_tr, self.len_tr)
+        if not self.classify:
+            net.out_mean.fill_(float(self.y_tr.float().mean()))
+            net.out_std.fill_(float(self.y_tr.float().std().clamp_min(1e-6)))
+
+    def score(self, pred: NDArray[Any]) -> float:
+        """Validation score of ``pred`` (logits ``(n_val, K)``, or tensors in target units):
+        accuracy for classes; for tensors R^2 = 1 - SSE/SST, clipped at 0."""
+        y = self.y_va
+        if self.classify:
+            return float((pred.argmax(1) == y).mean())
+        sst = float(((y - y.mean()) ** 2).sum())
+        return max(0.0, 1.0 - float(((pred - y) ** 2).sum()) / max(sst, 1e-12))
