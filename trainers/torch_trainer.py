@@ -280,6 +280,11 @@ def _train_rate(
     """One step of the learning-rate grid: train rate ``ck.lr_index`` from where `ck` left it,
     epoch by epoch, writing the checkpoint after each, until the rate's run or the job is over.
     Returns the last checkpoint written."""
+    if ck.epoch >= run.job.max_epochs:  # resumed under a smaller max_epochs: this rate is over
+        following = ck.lr_index + 1
+        return replace(
+            ck, lr_index=following, epoch=0, model=None, opt=None, done=following >= len(run.lrs)
+        )
     rate = _start_rate(run, ck, clock)
     while ck.epoch < run.job.max_epochs:
         train_loss, ck = _train_epoch(run, store, rate, ck, clock)

@@ -69,6 +69,22 @@ def test_resume_continues_from_the_checkpoint_and_matches_an_uninterrupted_run(
     assert again.resumed_from_epoch == 6 and again.accuracy == resumed.accuracy
 
 
+@pytest.mark.timeout(120)
+def test_resuming_with_fewer_epochs_than_the_checkpoint_ends(digits: ExampleStore) -> None:
+    """A job stopped after epoch 2 and started again with max_epochs=1 finishes (it used to
+    loop for ever: no epoch ran, so its rate never advanced)."""
+
+    def die_after_epoch_2(report: EpochReport) -> None:
+        if report.epoch == 2:
+            raise _Killed
+
+    job = TrainJob("digits", "lenet", hyperparameters={"lr": 0.05}, max_epochs=4, job_id="fewer")
+    with pytest.raises(_Killed):
+        train(job, digits, on_epoch=die_after_epoch_2)
+    shorter = train(TrainJob(**{**job.__dict__, "max_epochs": 1}), digits)
+    assert shorter.resumed_from_epoch == 2 and [e.epoch for e in shorter.curve] == [1, 2]
+
+
 _KILL_SCRIPT = """
 import sys
 from store import ExampleStore, LocalBlobStore
