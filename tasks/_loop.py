@@ -50,8 +50,8 @@ from mlflow.tracking import MlflowClient
 
 from mlflow_plugin.tracking import SCHEDULER_EXPERIMENT, JobRecord
 from store import ExampleStore
-from tasks import decide, record, refresh
 from tasks._dispatch import DeploymentDispatcher, Dispatcher, Done, LocalDispatcher
+from tasks._prefect import decide, record, refresh
 from tasks._seer import seer_options_from_params
 from tasks._service import JobSpec, Planner, ServiceState, tick_metrics
 from tasks.outage import (

@@ -1,0 +1,67 @@
+"""The Prefect tasks of the service: thin, typed wrappers over `tasks._service` with retries on
+the decorator and no logic of their own (ARCHITECTURE principle 10)."""
+
+from __future__ import annotations
+
+from mlflow.tracking import MlflowClient
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from mlflow_plugin.registry import BestModel
+from mlflow_plugin.tracking import JobRecord
+from store import ExampleStore
+from tasks._service import (
+    JobSpec,
+    Planner,
+    ServiceState,
+    load_state,
+    record_finished,
+    run_job,
+)
+
+__all__ = ["decide", "record", "refresh", "train_task"]
+
+
+@task(name="refresh", retries=2, retry_delay_seconds=1, cache_policy=NO_CACHE)
+def refresh(client: MlflowClient, store: ExampleStore) -> ServiceState:
+    """Tenants from the store, jobs from MLflow: the scheduler's whole state."""
+    return load_state(client, store)
+
+
+@task(name="decide", cache_policy=NO_CACHE)
+def decide(
+    planner: Planner,
+    state: ServiceState,
+    *,
+    in_flight: list[JobSpec],
+    tick: int,
+    max_epochs: int,
+    job_budget_s: float | None,
+    seer_budget_x: float | None = None,
+) -> list[JobSpec]:
+    """The policy (policy/) picks (tenant, model) for every free slot."""
+    return planner.decide(
+        state,
+        in_flight=in_flight,
+        tick=tick,
+        max_epochs=max_epochs,
+        job_budget_s=job_budget_s,
+        seer_budget_x=seer_budget_x,
+    )
+
+
+@task(name="train", cache_policy=NO_CACHE)
+def train_task(
+    spec: JobSpec,
+    client: MlflowClient,
+    store: ExampleStore,
+    experiment_id: str,
+    flow_run_id: str | None,
+) -> JobRecord:
+    return run_job(spec, client, store, experiment_id, flow_run_id=flow_run_id)
+
+
+@task(name="record", retries=2, retry_delay_seconds=1, cache_policy=NO_CACHE)
+def record(client: MlflowClient, job: JobRecord) -> BestModel | None:
+    """Promote the job's model to `best` if it beats the tenant's current best."""
+    return record_finished(client, job)
