@@ -135,3 +135,10 @@ class Settings:
     def store(self) -> ExampleStore:
         """The example store this installation uses."""
         return open_store(self.store_url, s3_endpoint_url=self.s3_endpoint_url)
+
+    @staticmethod
+    def resolve_home(home: str | Path | None = None) -> Path:
+        """`home`, else ``TENANTML_HOME``, else ``~/.tenantml``, made absolute as `load` makes
+        it; reads nothing else (no servers.json, no GPU count), for commands that need only it."""
+        root = Path(home or os.environ.get("TENANTML_HOME") or Path.home() / ".tenantml")
+        return root.expanduser().resolve()

@@ -27,7 +27,7 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -44,18 +44,54 @@ from policy import (
     sublinear_speedup,
     validate_problem,
 )
+from policy._book import CostScale
 from policy._types import FloatArray
+from policy.acquisition import BetaRule
 from policy.costs import fit_cost_prior, prior_costs
+from policy.gp import KernelMethod
 from policy.policies import ABLATION_NAMES
 from tenantml.bench.datasets import BenchInputError, QualityTable
 
-__all__ = ["Protocol", "RepeatResult", "all_policy_names", "default_test_users", "run_protocol"]
+__all__ = [
+    "RULES",
+    "CostSource",
+    "Protocol",
+    "RepeatResult",
+    "all_policy_names",
+    "check_policies",
+    "default_test_users",
+    "run_protocol",
+]
 
 LOSS_LEVELS = (0.05, 0.02, 0.01)
+
+#: where the policies' costs come from: the table's, or :mod:`policy.costs`' predictions
+CostSource = Literal["given", "predicted"]
+
+
+def _one_of(*valid: str) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: v in valid), ", ".join(valid)
+
+
+#: Every constrained field of :class:`Protocol`: the ``tenantml bench`` option that sets it (the
+#: messages name it), the test, and what is valid. The choices are the policy layer's own types.
+RULES: dict[str, tuple[str, Callable[[Any], bool], str]] = {
+    "beta_rule": ("--beta", *_one_of(*get_args(BetaRule))),
+    "kernel": ("--kernel", *_one_of(*get_args(KernelMethod))),
+    "costs": ("--costs", *_one_of(*get_args(CostSource))),
+    "cost_scale": ("--cost-scale", *_one_of(*get_args(CostScale))),
+    "repeats": ("--repeats", lambda v: v >= 1, ">= 1"),
+    "gpus": ("--gpus", lambda v: v >= 1, ">= 1"),
+    "budget": ("--budget", lambda v: 0 < v <= 1, "a fraction in (0, 1]"),
+    "limit_factor": ("--time-limit-factor", lambda v: v > 0, "> 0"),
+}
 
 
 @dataclass(frozen=True)
 class Protocol:
+    """One replay protocol. Constructing one only stores; :meth:`validate` checks it against a
+    table (:func:`run_protocol` calls it first)."""
+
     policies: tuple[str, ...]
     test_users: int
     repeats: int = 50
@@ -65,13 +101,42 @@ class Protocol:
     lambda_exp: float = 0.8
     seed: int = 0
     grid_points: int = 1001
-    beta_rule: str = "simple"
+    beta_rule: str = "simple"  # BetaRule
     delta: float = 0.1
     hybrid_s: int = 10
-    cost_scale: str = "mean"
-    kernel: str = "app-a"
-    costs: str = "given"
+    cost_scale: str = "mean"  # CostScale
+    kernel: str = "app-a"  # KernelMethod
+    costs: str = "given"  # CostSource
     limit_factor: float = 16.0
+
+    def validate(self, table: QualityTable) -> Protocol:
+        """Raise :class:`BenchInputError` (a ``ValueError``) quoting the first bad value and
+        saying what would be valid (:data:`RULES`, then the rules that need ``table``); return
+        the protocol unchanged."""
+        for name, (option, ok, valid) in RULES.items():
+            value = getattr(self, name)
+            if not ok(value):
+                raise BenchInputError(f"{option} {value!r}; valid: {valid}")
+        if self.costs == "predicted" and self.cost_oblivious:
+            raise BenchInputError("--costs predicted needs the cost-aware protocol")
+        if not self.policies:
+            raise BenchInputError(
+                "--policies names none; valid: a comma list of "
+                + ", ".join(all_policy_names(table, self.gpus))
+            )
+        check_policies(self.policies, table, self.gpus)
+        n_eligible = int((~table.kernel_only).sum())
+        if self.test_users < 1 or self.test_users > n_eligible:
+            raise BenchInputError(
+                f"--test-users {self.test_users} but {table.name} has {n_eligible} tenants that "
+                f"can be test users; valid: 1..{n_eligible}"
+            )
+        if len(table.tenants) - self.test_users < 1 and table.kernel_only.sum() == 0:
+            raise BenchInputError(
+                f"--test-users {self.test_users} leaves no tenant to build the kernel from "
+                f"({len(table.tenants)} tenants); valid: 1..{len(table.tenants) - 1}"
+            )
+        return self
 
 
 @dataclass
@@ -233,22 +298,9 @@ def run_protocol(
     jobs: int | None = None,
     on_repeat: Callable[[RepeatResult], Any] | None = None,
 ) -> list[RepeatResult]:
-    """All repeats, in parallel over ``jobs`` processes (default: all cores)."""
-    n_eligible = int((~table.kernel_only).sum())
-    if proto.test_users < 1 or proto.test_users > n_eligible:
-        raise BenchInputError(
-            f"--test-users {proto.test_users} but {table.name} has {n_eligible} tenants that can "
-            f"be test users; valid: 1..{n_eligible}"
-        )
-    if len(table.tenants) - proto.test_users < 1 and table.kernel_only.sum() == 0:
-        raise BenchInputError(
-            f"--test-users {proto.test_users} leaves no tenant to build the kernel from "
-            f"({len(table.tenants)} tenants); valid: 1..{len(table.tenants) - 1}"
-        )
-    if not 0 < proto.budget <= 1:
-        raise BenchInputError(f"--budget {proto.budget}; valid: a fraction in (0, 1]")
-    if proto.repeats < 1 or proto.gpus < 1:
-        raise BenchInputError(f"--repeats {proto.repeats} / --gpus {proto.gpus}; both must be >= 1")
+    """All repeats, in parallel over ``jobs`` processes (default: all cores), after
+    :meth:`Protocol.validate`."""
+    proto.validate(table)
     cost = table_costs(table, proto.seed)
     args = [(table, cost, proto, r) for r in range(proto.repeats)]
     workers = min(jobs or os.cpu_count() or 1, proto.repeats)

@@ -13,7 +13,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -24,6 +24,10 @@ from tenantml.cli import chaos as _chaos
 from tenantml.cli import seer as _seer
 from tenantml.cli import service as _service
 from tenantml.cli import spot as _spot
+
+if TYPE_CHECKING:
+    from tenantml.bench.datasets import QualityTable
+    from tenantml.bench.runner import Protocol, RepeatResult
 
 __all__ = ["app", "main"]
 
@@ -141,69 +145,16 @@ def bench(
     ] = False,
 ) -> None:
     """Replay a quality/cost table through every policy (ease.ml App. A protocol)."""
-    from tenantml.bench.datasets import (
-        BUILTIN,
-        BenchInputError,
-        QualityTable,
-        load_dataset,
-        read_models_meta,
-        read_quality_csv,
-        read_tenant_sizes,
-    )
-    from tenantml.bench.report import log_to_mlflow, write_outputs
-    from tenantml.bench.runner import (
-        Protocol,
-        all_policy_names,
-        check_policies,
-        default_test_users,
-        run_protocol,
-    )
+    from tenantml.bench.datasets import BenchInputError
 
     try:
-        if (data_set is None) == (data is None):
-            raise BenchInputError(
-                f"give a built-in data set ({', '.join(BUILTIN)}) or --data FILE.csv, not "
-                + ("both" if data_set else "neither")
-            )
-        table = load_dataset(data_set, seed) if data_set else read_quality_csv(data)  # type: ignore[arg-type]
-        if models_meta is not None:
-            meta = read_models_meta(models_meta, table.models)
-            table = QualityTable(
-                table.name,
-                table.tenants,
-                table.models,
-                table.quality,
-                table.cost,
-                table.kernel_only,
-                meta,
-            )
-        if tenant_sizes is not None:
-            table = dataclasses.replace(table, sizes=read_tenant_sizes(tenant_sizes, table.tenants))
-        for opt, value, valid in (
-            ("--beta", beta, ("simple", "theorem")),
-            ("--kernel", kernel, ("app-a", "empirical")),
-            ("--costs", costs, ("given", "predicted")),
-            ("--cost-scale", cost_scale, ("mean", "tenant-mean", "max")),
-        ):
-            if value not in valid:
-                raise BenchInputError(f"{opt} {value!r}; valid: {', '.join(valid)}")
-        if not time_limit_factor > 0:
-            raise BenchInputError(f"--time-limit-factor {time_limit_factor}; valid: > 0")
-        if costs == "predicted" and cost_oblivious:
-            raise BenchInputError("--costs predicted needs the cost-aware protocol")
-        names = (
-            check_policies([p.strip() for p in policies.split(",") if p.strip()], table, gpus)
-            if policies
-            else all_policy_names(table, gpus)
-        )
-        if gpus > 1 and "hybrid-pooled" not in names and "hybrid" in names:
-            names = (*names, "hybrid-pooled")
-        n_eligible = int((~table.kernel_only).sum())
-        proto = Protocol(
-            policies=names,
-            test_users=test_users if test_users is not None else default_test_users(n_eligible),
+        table = _bench_table(data_set, data, models_meta, tenant_sizes, seed)
+        proto = _bench_protocol(
+            table,
+            policies,
+            test_users=test_users,
+            budget=budget,
             repeats=repeats,
-            budget=budget if budget is not None else (0.5 if cost_oblivious else 0.1),
             cost_oblivious=cost_oblivious,
             gpus=gpus,
             lambda_exp=lambda_exp,
@@ -216,23 +167,107 @@ def bench(
             costs=costs,
             limit_factor=time_limit_factor,
         )
-        t0 = time.perf_counter()
-        with Progress(
-            TextColumn(f"[bold]{table.name}[/]"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err_console,
-            transient=True,
-        ) as progress:
-            task = progress.add_task("repeats", total=proto.repeats)
-            results = run_protocol(
-                table, proto, jobs=jobs, on_repeat=lambda _: progress.advance(task)
-            )
-        elapsed = time.perf_counter() - t0
-    except BenchInputError as e:
+        results, elapsed = _run_with_progress(table, proto, jobs)
+    except BenchInputError as e:  # a ValueError that quotes the bad value and the valid ones
         raise _fail(str(e)) from None
-    summary = write_outputs(out, table.name, proto, results)
+    _report_bench(out, table.name, proto, results, elapsed, mlflow=mlflow)
+
+
+def _bench_table(
+    data_set: str | None,
+    data: Path | None,
+    models_meta: Path | None,
+    tenant_sizes: Path | None,
+    seed: int,
+) -> QualityTable:
+    """The built-in data set or the CSV given (exactly one), with --models-meta and
+    --tenant-sizes attached."""
+    from tenantml.bench.datasets import (
+        BUILTIN,
+        BenchInputError,
+        load_dataset,
+        read_models_meta,
+        read_quality_csv,
+        read_tenant_sizes,
+    )
+
+    if data_set is not None and data is None:
+        table = load_dataset(data_set, seed)
+    elif data is not None and data_set is None:
+        table = read_quality_csv(data)
+    else:
+        raise BenchInputError(
+            f"give a built-in data set ({', '.join(BUILTIN)}) or --data FILE.csv, not "
+            + ("both" if data_set else "neither")
+        )
+    if models_meta is not None:
+        table = dataclasses.replace(table, meta=read_models_meta(models_meta, table.models))
+    if tenant_sizes is not None:
+        table = dataclasses.replace(table, sizes=read_tenant_sizes(tenant_sizes, table.tenants))
+    return table
+
+
+def _bench_protocol(
+    table: QualityTable,
+    policies: str | None,
+    *,
+    test_users: int | None,
+    budget: float | None,
+    **fields: Any,
+) -> Protocol:
+    """The options as a validated `Protocol`; the defaults that depend on the table or mode
+    are filled in here: every policy that applies (with ``hybrid-pooled`` beside ``hybrid`` on
+    several GPUs), `default_test_users`, and a budget of 0.1 (0.5 cost-oblivious)."""
+    from tenantml.bench.runner import Protocol, all_policy_names, default_test_users
+
+    gpus = fields["gpus"]
+    names = (
+        tuple(p.strip() for p in policies.split(",") if p.strip())
+        if policies
+        else all_policy_names(table, gpus)
+    )
+    if gpus > 1 and "hybrid" in names and "hybrid-pooled" not in names:
+        names = (*names, "hybrid-pooled")
+    if test_users is None:
+        test_users = default_test_users(int((~table.kernel_only).sum()))
+    if budget is None:
+        budget = 0.5 if fields["cost_oblivious"] else 0.1
+    return Protocol(policies=names, test_users=test_users, budget=budget, **fields).validate(table)
+
+
+def _run_with_progress(
+    table: QualityTable, proto: Protocol, jobs: int | None
+) -> tuple[list[RepeatResult], float]:
+    """Every repeat, with a progress bar on stderr; the results and the wall-clock seconds."""
+    from tenantml.bench.runner import run_protocol
+
+    t0 = time.perf_counter()
+    with Progress(
+        TextColumn(f"[bold]{table.name}[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("repeats", total=proto.repeats)
+        results = run_protocol(table, proto, jobs=jobs, on_repeat=lambda _: progress.advance(task))
+    return results, time.perf_counter() - t0
+
+
+def _report_bench(
+    out: Path,
+    dataset: str,
+    proto: Protocol,
+    results: list[RepeatResult],
+    elapsed: float,
+    *,
+    mlflow: bool,
+) -> None:
+    """Write curves.csv, summary.json and the plots to OUT, print the table, log to MLflow."""
+    from tenantml.bench.report import log_to_mlflow, write_outputs
+
+    summary = write_outputs(out, dataset, proto, results)
     summary["elapsed_s"] = elapsed
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     _print_summary(summary, elapsed)

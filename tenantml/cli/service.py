@@ -71,6 +71,20 @@ def _client(home: Path | None) -> Any:
     return Client(home)
 
 
+def _plain(value: Any) -> Any:
+    """A prediction or label as a plain int/float/str/list (no ``np.int64(...)`` reprs)."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _home() -> Path:
+    """``TENANTML_HOME`` (default ~/.tenantml), as `tasks.settings.Settings` resolves it."""
+    from tasks.settings import Settings
+
+    return Settings.resolve_home()
+
+
 def _paths(files: list[Path] | None) -> list[str]:
     if files:
         return [str(f) for f in files]
@@ -191,9 +205,7 @@ def infer(
             keys = _paths(files)
             pred = c.infer_files(name, keys)
         for key, p in zip(keys, pred, strict=True):
-            value = p.tolist() if isinstance(p, np.ndarray) else p
-            if isinstance(value, np.generic):
-                value = value.item()
+            value = _plain(p)
             print(json.dumps({"input": key, "prediction": value}) if as_json else f"{key}\t{value}")
 
 
@@ -303,12 +315,10 @@ def demo(
     home: Annotated[Path | None, typer.Option("--home", help="default: TENANTML_HOME/demo")] = None,
 ) -> None:
     """The service on real offline data, embedded (no servers): submit, feed, schedule, infer."""
-    import os
-
     from tenantml import datasets
 
     with _errors():
-        root = home or Path(os.environ.get("TENANTML_HOME") or Path.home() / ".tenantml") / "demo"
+        root = home or _home() / "demo"
         from tenantml.client import Client
 
         c = Client(root)
@@ -334,10 +344,15 @@ def demo(
 
         worker = threading.Thread(target=work, daemon=True)
         worker.start()
-        with Live(_live_table(c), console=console, refresh_per_second=1) as live:
+        table = _live_table(c)
+        # transient, then printed once: a live display left in place ends without a newline
+        # when stdout is not a terminal, and the next line would run on from its caption
+        with Live(table, console=console, refresh_per_second=1, transient=True) as live:
             while worker.is_alive():
                 worker.join(timeout=3)
-                live.update(_live_table(c))
+                table = _live_table(c)
+                live.update(table)
+        console.print(table)
         if failure:
             raise failure[0]
         console.print(
@@ -349,8 +364,9 @@ def demo(
             if c.status(tenant).best_version is None:
                 continue
             d = datasets.load(ds)
-            pred = [str(p) for p in c.infer(tenant, d.inputs[:5])]
-            console.print(f"infer {tenant}, 5 examples: {pred} (true {list(d.labels[:5])})")
+            pred = ", ".join(str(_plain(p)) for p in c.infer(tenant, d.inputs[:5]))
+            true = ", ".join(str(_plain(y)) for y in d.labels[:5])
+            console.print(f"infer {tenant}, 5 examples: predicted {pred}; true {true}")
             break
         ui = f".venv/bin/mlflow ui --backend-store-uri {c.settings.tracking_uri}"
         console.print(f"Open the MLflow UI on this run:\n  {ui}")
@@ -366,12 +382,10 @@ def up(
     home: Home = None,
 ) -> None:
     """Start the servers on loopback (S3, MLflow, Prefect, the gpu pool and its workers)."""
-    import os
-
     from tenantml.ops.servers import up as start
 
     with _errors():
-        root = home or Path(os.environ.get("TENANTML_HOME") or Path.home() / ".tenantml")
+        root = home or _home()
         cfg = start(root, slots=slots, postgres=postgres, s3_endpoint=s3_endpoint, auth=auth)
         console.print(
             f"up for {root.resolve()}:\n  MLflow UI  {cfg['tracking_uri']}\n"
@@ -391,11 +405,9 @@ def grant(name: Annotated[str, typer.Argument()], home: Home = None) -> None:
 
 def down(home: Home = None) -> None:
     """Stop the servers `tenantml up` started, by PID."""
-    import os
-
     from tenantml.ops.servers import down as stop
 
-    root = home or Path(os.environ.get("TENANTML_HOME") or Path.home() / ".tenantml")
+    root = home or _home()
     console.print(f"stopped: {', '.join(stop(root)) or 'nothing was running'}")
 
 
