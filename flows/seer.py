@@ -14,6 +14,7 @@ from typing import Any
 
 from prefect import flow, runtime
 
+from tasks._seer import SeerOptions
 from tasks.settings import Settings
 
 __all__ = ["seer"]
@@ -25,20 +26,20 @@ def seer(
     model: str,
     deadline_min: float,
     budget_gpu_min: float,
-    eta: float = 4,
-    v: float = 2,
-    p_min: int = 1,
-    p_max: int | None = None,
-    t_min: float = 1.0,
-    global_batch: int = 128,
-    seed: int = 0,
+    eta: float = SeerOptions.eta,
+    v: float = SeerOptions.v,
+    p_min: int = SeerOptions.p_min,
+    p_max: int | None = SeerOptions.p_max,
+    t_min: float = SeerOptions.t_min,
+    global_batch: int = SeerOptions.global_batch,
+    seed: int = SeerOptions.seed,
 ) -> dict[str, Any]:
-    """Run SEER for `model` of `tenant` on its latest snapshot; returns the job's record."""
+    """Run SEER for `model` of `tenant` on its latest snapshot; returns the job's record. The
+    options and their defaults: `tasks._seer.SeerOptions`."""
     from mlflow.tracking import MlflowClient
 
     from mlflow_plugin.tracking import ensure_tenant_experiment
     from tasks import JobSpec, record, train_task
-    from tasks._seer import SeerOptions
 
     settings = Settings.load().apply()
     client = MlflowClient(settings.tracking_uri)

@@ -6,8 +6,6 @@ last checkpoint in the store, so a retry loses at most one epoch and is never co
 
 from __future__ import annotations
 
-import os
-import threading
 from typing import Any
 
 from prefect import flow, runtime
@@ -30,16 +28,6 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
     settings = Settings.load().apply()
     serve_patiently()  # a slow answer (a big upload) is waited for, not failed
     job = JobSpec(**spec)
-    if threading.current_thread() is threading.main_thread():
-        # A worker process runs one job: tag every MLflow run it starts (the run-context
-        # provider of mlflow_plugin). Not in threads (embedded): the environment is shared.
-        os.environ.update(
-            {
-                "TENANTML_TENANT": job.tenant,
-                "TENANTML_POLICY": job.policy,
-                "TENANTML_TICK": str(job.tick),
-            }
-        )
     # The job waits out a server outage (bounded backoff, a log line per attempt).
     client = patient(MlflowClient(settings.tracking_uri), settings)
     store = ExampleStore(patient(settings.store().blobs, settings))

@@ -1,6 +1,6 @@
-"""The MLflow side of tenantml: pyfunc tenant models, job runs as the service's memory, the
-registry alias ``best``, and a run-context provider (entry point
-``mlflow.run_context_provider``).
+"""The MLflow side of tenantml: pyfunc tenant models, job runs as the service's memory (one
+`JobRun` writes every kind of job's run), the registry alias ``best``, and a run-context provider
+(entry point ``mlflow.run_context_provider``).
 
 Names load lazily: MLflow imports `mlflow_plugin.context` while MLflow itself is still importing,
 so this package must not import MLflow's client eagerly.
@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mlflow_plugin.context import TenantRunContext, context_env
-    from mlflow_plugin.pyfunc import TenantPyfunc, log_trained_model, signature_for
+    from mlflow_plugin.jobrun import JobRun
+    from mlflow_plugin.pyfunc import TenantPyfunc, log_trained_model, pyfunc_input, signature_for
     from mlflow_plugin.registry import BEST, BestModel, best_model, promote_if_better
     from mlflow_plugin.tracking import (
         SCHEDULER_EXPERIMENT,
@@ -29,8 +30,10 @@ if TYPE_CHECKING:
 _HOME = {
     "TenantRunContext": "context",
     "context_env": "context",
+    "JobRun": "jobrun",
     "TenantPyfunc": "pyfunc",
     "log_trained_model": "pyfunc",
+    "pyfunc_input": "pyfunc",
     "signature_for": "pyfunc",
     "BEST": "registry",
     "BestModel": "registry",
@@ -49,6 +52,7 @@ __all__ = [
     "BEST",
     "BestModel",
     "JobRecord",
+    "JobRun",
     "SCHEDULER_EXPERIMENT",
     "TenantPyfunc",
     "TenantRunContext",
@@ -60,6 +64,7 @@ __all__ = [
     "job_records",
     "log_trained_model",
     "promote_if_better",
+    "pyfunc_input",
     "signature_for",
     "start_job_run",
     "tenant_experiments",

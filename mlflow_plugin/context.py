@@ -1,9 +1,10 @@
-"""A run-context provider: every MLflow run started inside the service is tagged with the tenant,
-policy and scheduler tick it belongs to. Registered under the ``mlflow.run_context_provider``
-entry point, so MLflow applies it to any run, ours or a user's, started in such a process.
+"""A run-context provider: an MLflow run started where ``TENANTML_TENANT``, ``TENANTML_POLICY``
+or ``TENANTML_TICK`` is set is tagged with the tenant, policy and scheduler tick it belongs to.
+Registered under the ``mlflow.run_context_provider`` entry point, so MLflow applies it to any run
+started in such a process, e.g. a user's own runs next to a tenant's (see `context_env`).
 
-The service sets the values in the environment of the process that trains or records:
-``TENANTML_TENANT``, ``TENANTML_POLICY``, ``TENANTML_TICK`` (see `context_env`).
+The service's job runs do not rely on it: `mlflow_plugin.jobrun.JobRun` sets their tags itself,
+the same in a worker process and in a thread of the embedded mode (whose environment is shared).
 """
 
 from __future__ import annotations

@@ -1,11 +1,16 @@
 """MLflow as the service's memory: one experiment per tenant, one run per training job.
 
-Experiment ``tenantml/<tenant>`` (tags: ``tenantml.kind=tenant``, the schema, the candidates).
-A job's run is named after its job id and tagged ``tenantml.kind=job``, ``tenantml.job_id``; it is
-created when the job starts (status RUNNING) and ended FINISHED with its metrics and model, or
-FAILED. The scheduler rebuilds its whole state from these runs at start: FINISHED runs are the
-observations (one per job id, so none is counted twice), RUNNING ones the jobs in flight.
-Scheduler-level per-tick metrics go to the experiment ``tenantml/scheduler``.
+Experiment ``tenantml/<tenant>`` (tags: ``tenantml.kind=tenant``, the schema, the candidates, and
+``mlflow.experimentKind=custom_model_development`` so MLflow 3's UI opens it as model training,
+not GenAI). A job's run is named after its job id and tagged ``tenantml.kind=job``,
+``tenantml.job_id``; it is created when the job starts (status RUNNING) and ended FINISHED with
+its metrics and model, or FAILED (`mlflow_plugin.jobrun.JobRun` writes it). The scheduler rebuilds
+its whole state from these runs at start: FINISHED runs are the observations (one per job id, so
+none is counted twice), RUNNING ones the jobs in flight. Scheduler-level per-tick metrics go to
+the experiment ``tenantml/scheduler``.
+
+The names of the tags written on runs and read back by `JobRecord.from_run` are the constants
+below.
 """
 
 from __future__ import annotations
@@ -14,8 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import mlflow
-from mlflow.entities import Run, RunStatus
+from mlflow.entities import Param, Run, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 
 __all__ = [
@@ -30,7 +34,14 @@ __all__ = [
 ]
 
 SCHEDULER_EXPERIMENT = "tenantml/scheduler"
-KIND, JOB_ID = "tenantml.kind", "tenantml.job_id"
+# Tags of tenant experiments and job runs.
+KIND, JOB_ID, TENANT = "tenantml.kind", "tenantml.job_id", "tenantml.tenant"
+TICK, POLICY, SLOT = "tenantml.tick", "tenantml.policy", "tenantml.slot"
+FLOW_RUN_ID, MODEL_URI = "tenantml.flow_run_id", "tenantml.model_uri"
+SEER_TRIAL = "tenantml.seer_trial"  # ``<job id>/<trial>`` of a SEER trial's nested run
+JOB_KIND, TRIAL_KIND = "job", "seer-trial"  # values of KIND on runs
+# MLflow 3's UI picks the training view (not the GenAI one) by this experiment tag.
+EXPERIMENT_KIND, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_development"
 
 
 def experiment_name(tenant: str) -> str:
@@ -44,16 +55,20 @@ def ensure_tenant_experiment(
     candidates: Iterable[str],
     artifact_location: str | None = None,
 ) -> str:
-    """The tenant's experiment id, created with its tags if missing. `artifact_location`: where
-    its artifacts go when the tracking store does not decide (SQLite would use ./mlruns)."""
+    """The tenant's experiment id, created with its tags if missing (an experiment made before
+    it was marked as model training is marked now). `artifact_location`: where its artifacts go
+    when the tracking store does not decide (SQLite would use ./mlruns)."""
     exp = client.get_experiment_by_name(experiment_name(tenant))
     if exp is not None:
+        if exp.tags.get(EXPERIMENT_KIND) is None:
+            client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND, MODEL_TRAINING)
         return str(exp.experiment_id)
     tags = {
         KIND: "tenant",
-        "tenantml.tenant": tenant,
+        TENANT: tenant,
         "store.schema": schema,
         "tenantml.candidates": ",".join(candidates),
+        EXPERIMENT_KIND: MODEL_TRAINING,
     }
     location = None if artifact_location is None else f"{artifact_location}/{tenant}"
     return str(client.create_experiment(experiment_name(tenant), location, tags=tags))
@@ -62,7 +77,7 @@ def ensure_tenant_experiment(
 def tenant_experiments(client: MlflowClient) -> dict[str, str]:
     """tenant name -> experiment id, for every submitted tenant."""
     exps = client.search_experiments(filter_string=f"tags.`{KIND}` = 'tenant'")
-    return {e.tags["tenantml.tenant"]: str(e.experiment_id) for e in exps}
+    return {e.tags[TENANT]: str(e.experiment_id) for e in exps}
 
 
 @dataclass(frozen=True)
@@ -85,11 +100,11 @@ class JobRecord:
     @staticmethod
     def from_run(run: Run) -> JobRecord:
         tags, metrics, params = run.data.tags, run.data.metrics, run.data.params
-        tick = tags.get("tenantml.tick")
+        tick = tags.get(TICK)
         snap = params.get("snapshot")
         return JobRecord(
             run.info.run_id,
-            tags.get("tenantml.tenant", ""),
+            tags.get(TENANT, ""),
             params.get("model", ""),
             tags.get(JOB_ID, ""),
             run.info.status,
@@ -99,7 +114,7 @@ class JobRecord:
             int(snap) if snap not in (None, "") else None,
             run.info.start_time / 1000.0,
             None if run.info.end_time is None else run.info.end_time / 1000.0,
-            tags.get("tenantml.flow_run_id"),
+            tags.get(FLOW_RUN_ID),
         )
 
 
@@ -113,7 +128,7 @@ def job_records(client: MlflowClient, experiment_ids: Iterable[str]) -> list[Job
     while True:
         page = client.search_runs(
             ids,
-            filter_string=f"tags.`{KIND}` = 'job'",
+            filter_string=f"tags.`{KIND}` = '{JOB_KIND}'",
             max_results=1000,
             order_by=["attributes.start_time ASC"],
             page_token=token,
@@ -133,7 +148,8 @@ def start_job_run(
     params: Mapping[str, Any],
     tags: Mapping[str, str],
 ) -> str:
-    """The job's run id: the existing run for `job_id` (a retry or resume), or a new one."""
+    """The job's run id: the existing run for `job_id` (a retry or resume: RUNNING again, `tags`
+    set to this attempt's values), or a new one with `tags` and `params`."""
     found = client.search_runs(
         [experiment_id], filter_string=f"tags.`{JOB_ID}` = '{job_id}'", max_results=1
     )
@@ -141,11 +157,13 @@ def start_job_run(
         run_id = str(found[0].info.run_id)
         if found[0].info.status != "RUNNING":
             client.update_run(run_id, status="RUNNING")
+        if tags:
+            client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         return run_id
-    all_tags = {KIND: "job", JOB_ID: job_id, "tenantml.tenant": tenant, **tags}
+    all_tags = {KIND: JOB_KIND, JOB_ID: job_id, TENANT: tenant, **tags}
     run = client.create_run(experiment_id, tags=all_tags, run_name=job_id)
-    for k, v in params.items():
-        client.log_param(run.info.run_id, k, v)
+    if params:
+        client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()])
     return str(run.info.run_id)
 
 
@@ -153,8 +171,3 @@ def end_job_run(client: MlflowClient, run_id: str, ok: bool) -> None:
     client.set_terminated(
         run_id, RunStatus.to_string(RunStatus.FINISHED if ok else RunStatus.FAILED)
     )
-
-
-def active_run(run_id: str) -> Any:
-    """`mlflow.start_run` on an existing run (model logging needs an active run)."""
-    return mlflow.start_run(run_id=run_id)

@@ -3,7 +3,7 @@ or S3 (`open_store(url)`; see `_examples` for the layout), the schema language (
 input limits (`store.limits`) and file loaders (`store.loaders`)."""
 
 from store._blobs import BlobStore, LocalBlobStore, S3BlobStore
-from store._codec import BadExampleError, is_class_output
+from store._codec import BadExampleError, Encoded, encode_inputs, is_class_output
 from store._examples import (
     ConcurrentUpdateError,
     Dataset,
@@ -23,6 +23,7 @@ __all__ = [
     "ConcurrentUpdateError",
     "Dataset",
     "ExampleRecord",
+    "Encoded",
     "ExampleStore",
     "LocalBlobStore",
     "Manifest",
@@ -31,6 +32,7 @@ __all__ = [
     "TenantExistsError",
     "TenantScopedStore",
     "UnknownTenantError",
+    "encode_inputs",
     "is_class_output",
     "open_store",
     "validate_tenant_name",

@@ -6,29 +6,46 @@ trial is a nested MLflow run (``tenantml.kind = seer-trial``, parent = the job r
 hyperparameters as params, per stage ``val_accuracy``/``gpus``/``steps`` (step = stage) and a
 ``seer.stage<k>`` tag saying whether it was promoted, kept, demoted, eliminated or final; the job
 run gets the plan as ``seer_plan.json`` and per-stage ``seer.gpus``/``seer.best_accuracy``.
+
+`SeerOptions` is the one shape of a job's SEER settings and the one place of their defaults
+(the `seer` flow's parameters default to them); it travels as `SeerOptions.as_dict` in a
+`JobSpec` (JSON) and as `SeerOptions.to_params` in the job's MLflow params (``seer.*``), read back
+by `SeerOptions.from_params` when a restarted scheduler re-sends an orphaned job.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mlflow
-from mlflow.tracking import MlflowClient
-
+from mlflow_plugin.jobrun import JobRun
 from store import ExampleStore
 from trainers._job import TrainResult
 
+if TYPE_CHECKING:
+    from trainers.seer_runner import SeerJob
+
 __all__ = ["SeerOptions", "derive_seer", "seer_options_from_params", "train_seer"]
 
-TRIAL_KIND = "seer-trial"
+PARAM_PREFIX = "seer."
+
+
+def _int(text: str) -> int:
+    return int(float(text))
+
+
+def _int_or_none(text: str) -> int | None:
+    return None if text in ("None", "") else _int(text)
 
 
 @dataclass(frozen=True)
 class SeerOptions:
-    """JSON-able SEER settings carried by a `JobSpec` (``p_max=None`` is infinity)."""
+    """JSON-able SEER settings carried by a `JobSpec` (``p_max=None`` is infinity): deadline
+    (minutes), budget (GPU-minutes), and the planner's knobs (`policy.seer.plan`), the fixed
+    global batch and the seed of the sampled configurations."""
 
     deadline_min: float
     budget_gpu_min: float
@@ -43,23 +60,64 @@ class SeerOptions:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, options: Mapping[str, Any]) -> SeerOptions:
+        return cls(**options)
 
-def seer_options_from_params(params: dict[str, str]) -> dict[str, Any] | None:
-    """The SEER options of a job run from its ``seer.*`` params (None for a plain job), so a
-    restarted scheduler re-sends an orphaned SEER job as one."""
-    raw = {k.removeprefix("seer."): v for k, v in params.items() if k.startswith("seer.")}
-    if not raw:
-        return None
-    types = {f: t for f, t in SeerOptions.__annotations__.items()}
-    out: dict[str, Any] = {}
-    for name, text in raw.items():
-        if name not in types:
-            continue
-        if text in ("None", ""):
-            out[name] = None
-        else:
-            out[name] = int(float(text)) if types[name].startswith("int") else float(text)
-    return SeerOptions(**out).as_dict()
+    def to_params(self) -> dict[str, Any]:
+        """MLflow params ``seer.<option>`` (MLflow stores them as text)."""
+        return {f"{PARAM_PREFIX}{k}": v for k, v in self.as_dict().items()}
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str]) -> SeerOptions | None:
+        """The options `to_params` logged (unknown ``seer.*`` names ignored), or None when
+        there are none (a plain job)."""
+        prefix = PARAM_PREFIX
+        raw = {k.removeprefix(prefix): v for k, v in params.items() if k.startswith(prefix)}
+        if not raw:
+            return None
+        return cls(**{name: parse(raw[name]) for name, parse in _PARSE.items() if name in raw})
+
+    def job(self, tenant: str, candidate: str, snapshot: int, job_id: str) -> SeerJob:
+        """The trainers' SEER job of (`tenant`, `candidate`) on `snapshot` with these options."""
+        from trainers.seer_runner import SeerJob
+
+        return SeerJob(
+            tenant,
+            candidate,
+            snapshot,
+            job_id,
+            self.deadline_min,
+            self.budget_gpu_min,
+            self.eta,
+            self.v,
+            self.p_min,
+            math.inf if self.p_max is None else float(self.p_max),
+            self.t_min,
+            self.global_batch,
+            self.seed,
+        )
+
+
+# How each option reads back from its MLflow param text (`SeerOptions.from_params`).
+_PARSE: dict[str, Callable[[str], Any]] = {
+    "deadline_min": float,
+    "budget_gpu_min": float,
+    "eta": float,
+    "v": float,
+    "p_min": _int,
+    "p_max": _int_or_none,
+    "t_min": float,
+    "global_batch": _int,
+    "seed": _int,
+}
+
+
+def seer_options_from_params(params: Mapping[str, str]) -> dict[str, Any] | None:
+    """The SEER options of a job run from its ``seer.*`` params as `JobSpec.seer` holds them
+    (None for a plain job), so a restarted scheduler re-sends an orphaned SEER job as one."""
+    options = SeerOptions.from_params(params)
+    return None if options is None else options.as_dict()
 
 
 def derive_seer(
@@ -72,81 +130,35 @@ def derive_seer(
     return SeerOptions(deadline, budget_x * deadline, t_min=t_min, p_max=p_max)
 
 
-def _trial_run(
-    client: MlflowClient,
-    experiment_id: str,
-    parent: str,
-    job_id: str,
-    trial: str,
-    params: dict[str, float],
-) -> str:
-    """The trial's nested run, found again on a retry (never duplicated)."""
-    found = client.search_runs(
-        [experiment_id],
-        filter_string=f"tags.`tenantml.seer_trial` = '{job_id}/{trial}'",
-        max_results=1,
-    )
-    if found:
-        return str(found[0].info.run_id)
-    run = client.create_run(
-        experiment_id,
-        run_name=f"{job_id}/{trial}",
-        tags={
-            "mlflow.parentRunId": parent,
-            "tenantml.kind": TRIAL_KIND,
-            "tenantml.seer_trial": f"{job_id}/{trial}",
-            "tenantml.job_id": job_id,
-        },
-    )
-    for k, v in params.items():
-        client.log_param(run.info.run_id, k, v)
-    return str(run.info.run_id)
+def train_seer(spec: Any, store: ExampleStore, run: JobRun) -> TrainResult:
+    """Run the SEER job of ``spec`` (a `tasks.JobSpec` with ``seer``), logging to its `run`."""
+    from trainers.seer_runner import StageEvent, run_seer
 
-
-def train_seer(
-    spec: Any, client: MlflowClient, store: ExampleStore, run_id: str, experiment_id: str
-) -> TrainResult:
-    """Run the SEER job of ``spec`` (a `tasks.JobSpec` with ``seer``), logging to MLflow."""
-    from trainers.seer_runner import SeerJob, StageEvent, run_seer
-
-    opts = SeerOptions(**spec.seer)
-    job = SeerJob(
-        spec.tenant,
-        spec.candidate,
-        spec.snapshot,
-        spec.job_id,
-        opts.deadline_min,
-        opts.budget_gpu_min,
-        opts.eta,
-        opts.v,
-        opts.p_min,
-        math.inf if opts.p_max is None else float(opts.p_max),
-        opts.t_min,
-        global_batch=opts.global_batch,
-        seed=opts.seed,
+    job = SeerOptions.from_dict(spec.seer).job(
+        spec.tenant, spec.candidate, spec.snapshot, spec.job_id
     )
-    mlflow.log_text(json.dumps(job.plan().to_dict(), indent=2), "seer_plan.json")
+    run.log_text(json.dumps(job.plan().to_dict(), indent=2), "seer_plan.json")
 
     def on_stage(events: list[StageEvent]) -> None:
         k = events[0].stage
         for e in events:
-            trial = _trial_run(
-                client, experiment_id, run_id, spec.job_id, e.trial, e.hyperparameters
-            )
+            trial = run.start_trial(e.trial, e.hyperparameters)
             r = e.result
-            for name, value in {
-                "val_accuracy": r.accuracy,
-                "gpus": e.gpus,
-                "steps": r.steps,
-                "train_loss": r.train_loss,
-                "start_s": r.start_s,
-                "checkpoint_s": r.checkpoint_s,
-            }.items():
-                client.log_metric(trial, name, float(value), step=k)
-            client.set_tag(trial, f"seer.stage{k}", e.outcome)
+            trial.log_epoch(
+                {
+                    "val_accuracy": r.accuracy,
+                    "gpus": e.gpus,
+                    "steps": r.steps,
+                    "train_loss": r.train_loss,
+                    "start_s": r.start_s,
+                    "checkpoint_s": r.checkpoint_s,
+                },
+                step=k,
+            )
+            trial.set_tags({f"seer.stage{k}": e.outcome})
             if e.outcome in ("eliminated", "final"):
-                client.set_terminated(trial, "FINISHED")
-        mlflow.log_metrics(
+                trial.end(ok=True)
+        run.log_epoch(
             {
                 "seer.gpus": sum(e.gpus for e in events),
                 "seer.best_accuracy": max(e.result.accuracy for e in events),

@@ -11,7 +11,6 @@ of starting over or counting twice.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -19,18 +18,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import mlflow
 import numpy as np
 from mlflow.tracking import MlflowClient
 
-from mlflow_plugin.pyfunc import log_trained_model
+from mlflow_plugin.jobrun import JobRun
 from mlflow_plugin.registry import BestModel, promote_if_better
 from mlflow_plugin.tracking import (
+    MODEL_URI,
     JobRecord,
-    end_job_run,
     ensure_tenant_experiment,
     job_records,
-    start_job_run,
     tenant_experiments,
 )
 from policy import (
@@ -47,7 +44,8 @@ from policy import (
 from policy.costs import CostPrior, prior_costs
 from store import ExampleStore
 from store.schema import Schema
-from trainers import ZOO, Candidate, EpochReport, TrainJob, candidates, train
+from tasks._seer import SeerOptions, derive_seer, train_seer
+from trainers import ZOO, Candidate, TrainJob, TrainResult, candidates, train
 from trainers._job import LR_GRID
 from trainers.zoo import RELATIVE_COST
 
@@ -93,7 +91,7 @@ class JobSpec:
     sleep_s: float | None = None  # a sleep-based stand-in trainer (dispatch benchmarks)
     dispatched_at: float | None = None  # wall clock (time.time) when the scheduler sent it
     slot_lock: str | None = None  # a lock file per slot: a prefetched job waits on it, warm
-    # A SEER job (tasks._seer.SeerOptions as a dict): tune the model's hyperparameters under a
+    # A SEER job (`tasks._seer.SeerOptions.as_dict`): tune the model's hyperparameters under a
     # deadline and a GPU budget instead of the fixed learning-rate grid.
     seer: dict[str, Any] | None = None
 
@@ -156,9 +154,10 @@ def register_tenant(
 
 
 def capacity_prices(spec: str | None, catalogue: Sequence[str]) -> tuple[float, ...] | None:
-    """USD per second of each arm from ``TENANTML_CAPACITY_PRICES`` (``"gpu=0.65,cpu=0.21"``:
-    expected USD per hour of the capacity torch models (gpu) and scikit-learn models (cpu) run
-    on, e.g. SpotTune's Eq. 1 ``(1 - p) * price-bar`` of the pool's market). None when unset."""
+    """USD per second of each arm from ``TENANTML_CAPACITY_PRICES`` (`Settings.capacity_prices`,
+    ``"gpu=0.65,cpu=0.21"``: expected USD per hour of the capacity torch models (gpu) and
+    scikit-learn models (cpu) run on, e.g. SpotTune's Eq. 1 ``(1 - p) * price-bar`` of the pool's
+    market). None when unset."""
     if not spec:
         return None
     prices: dict[str, float] = {}
@@ -182,7 +181,11 @@ def capacity_prices(spec: str | None, catalogue: Sequence[str]) -> tuple[float, 
     )
 
 
-def load_state(client: MlflowClient, store: ExampleStore) -> ServiceState:
+def load_state(
+    client: MlflowClient, store: ExampleStore, capacity_prices_spec: str | None = None
+) -> ServiceState:
+    """Tenants from the store, jobs from MLflow. `capacity_prices_spec`:
+    `Settings.capacity_prices` (costs in expected dollars; None: seconds)."""
     exps = tenant_experiments(client)
     known = set(store.tenants())
     created = {e.experiment_id: e.creation_time for e in client.search_experiments()}
@@ -196,7 +199,7 @@ def load_state(client: MlflowClient, store: ExampleStore) -> ServiceState:
         tenants.append(TenantInfo(name, schema, cands, m.n_enabled, m.version, exp_id))
     records = job_records(client, [t.experiment_id for t in tenants])
     catalogue = tuple(dict.fromkeys(c for t in tenants for c in t.candidates))
-    usd = capacity_prices(os.environ.get("TENANTML_CAPACITY_PRICES"), catalogue)
+    usd = capacity_prices(capacity_prices_spec, catalogue)
     problem, catalogue = build_problem(tenants, usd)
     return ServiceState(tenants, records, problem, catalogue, usd)
 
@@ -340,8 +343,6 @@ class Planner:
             job_id = f"{cand.replace('+', '_')}-s{t.snapshot}"
             seer = None
             if seer_budget_x is not None and Candidate.parse(cand).spec.family != "sklearn":
-                from tasks._seer import derive_seer
-
                 seer = derive_seer(loop.expected_cost(a), budget_x=seer_budget_x).as_dict()
                 job_id = f"seer-{job_id}"
             out.append(
@@ -370,91 +371,59 @@ def run_job(
     *,
     flow_run_id: str | None = None,
 ) -> JobRecord:
-    """Train one job and record it as an MLflow run (reusing the run of an earlier attempt, whose
-    checkpoint the trainer resumes from). Ends the run FINISHED, or FAILED and re-raises."""
-    params = {
-        "model": spec.candidate,
-        "snapshot": spec.snapshot,
-        "policy": spec.policy,
-        "max_epochs": spec.max_epochs,
-        "time_budget_s": spec.time_budget_s,
-    }
+    """Train one job and record it as an MLflow run (`mlflow_plugin.jobrun.JobRun`; the run of an
+    earlier attempt is reused, and the trainer resumes from its checkpoint). Ends the run
+    FINISHED, or FAILED and re-raises."""
+    params: dict[str, Any] = {"max_epochs": spec.max_epochs, "time_budget_s": spec.time_budget_s}
     if spec.seer is not None:
-        params.update({f"seer.{k}": v for k, v in spec.seer.items()})
-    tags = {
-        "tenantml.tick": str(spec.tick),
-        "tenantml.policy": spec.policy,
-        "tenantml.slot": str(spec.slot),
-    }
-    if flow_run_id:
-        tags["tenantml.flow_run_id"] = flow_run_id
-    run_id = start_job_run(
-        client, experiment_id, tenant=spec.tenant, job_id=spec.job_id, params=params, tags=tags
-    )
-    for k, v in tags.items():
-        client.set_tag(run_id, k, v)
-    try:
-        # Tags are set on the run above; no environment variables here: jobs may run in threads
-        # (embedded), and os.environ is shared by all of them.
-        with mlflow.start_run(run_id=run_id):
-            epochs_seen = [0]
-
-            def log_epoch(e: EpochReport) -> None:
-                loss = e.train_loss if math.isfinite(e.train_loss) else -1.0
-                metrics = {"val_accuracy": e.val_accuracy, "train_loss": loss}
-                _patiently(lambda: mlflow.log_metrics(metrics, step=epochs_seen[0]))
-                epochs_seen[0] += 1
-
-            result = None
-            with _slot(spec):  # the slot is held while training, and only then
-                started = time.time()  # the trainer's first step follows at once
-                timing = {"started_at": started}
-                if spec.dispatched_at is not None:
-                    timing["dispatch_latency_s"] = started - spec.dispatched_at
-                _patiently(lambda: mlflow.log_metrics(timing))
-                if spec.sleep_s is not None:
-                    result_acc, cost, epochs = _sleep_job(spec.sleep_s)
-                elif spec.seer is not None:
-                    from tasks._seer import train_seer
-
-                    result = train_seer(spec, client, store, run_id, experiment_id)
-                    result_acc, cost, epochs = result.accuracy, result.cost_s, result.epochs
-                else:
-                    job = TrainJob(
-                        spec.tenant,
-                        spec.candidate,
-                        spec.snapshot,
-                        time_budget_s=spec.time_budget_s,
-                        max_epochs=spec.max_epochs,
-                        job_id=spec.job_id,
-                    )
-                    result = train(job, store, on_epoch=log_epoch)
-                    result_acc, cost, epochs = result.accuracy, result.cost_s, result.epochs
-                ended = time.time()
-            # The next job on this slot trains already while this one logs its model.
-            if result is not None:
-                model = result.model
-                uri = _patiently(lambda: log_trained_model(model))
-                client.set_tag(run_id, "tenantml.model_uri", uri)
-                hps = {f"hp.{hp}": value for hp, value in result.hyperparameters.items()}
-                resumed = result.resumed_from_epoch
-                _patiently(
-                    lambda: (
-                        mlflow.log_params(hps),
-                        mlflow.log_metric("resumed_from_epoch", resumed),
-                    )
+        params.update(SeerOptions.from_dict(spec.seer).to_params())
+    # No environment variables here: jobs may run in threads (embedded), which share os.environ.
+    with JobRun.start(
+        client,
+        experiment_id,
+        tenant=spec.tenant,
+        job_id=spec.job_id,
+        candidate=spec.candidate,
+        snapshot=spec.snapshot,
+        policy=spec.policy,
+        tick=spec.tick,
+        slot=spec.slot,
+        flow_run_id=flow_run_id,
+        params=params,
+        retry=_patiently,
+    ) as run:
+        result: TrainResult | None = None
+        with _slot(spec):  # the slot is held while training, and only then
+            started = time.time()  # the trainer's first step follows at once
+            timing = {"started_at": started}
+            if spec.dispatched_at is not None:
+                timing["dispatch_latency_s"] = started - spec.dispatched_at
+            run.log_metrics(timing)
+            if spec.sleep_s is not None:
+                accuracy, cost, epochs = _sleep_job(spec.sleep_s)
+            elif spec.seer is not None:
+                result = train_seer(spec, store, run)
+                accuracy, cost, epochs = result.accuracy, result.cost_s, result.epochs
+            else:
+                job = TrainJob(
+                    spec.tenant,
+                    spec.candidate,
+                    spec.snapshot,
+                    time_budget_s=spec.time_budget_s,
+                    max_epochs=spec.max_epochs,
+                    job_id=spec.job_id,
                 )
-            final = {"accuracy": result_acc, "cost_s": cost, "epochs": epochs, "ended_at": ended}
-            _patiently(lambda: mlflow.log_metrics(final))
-    except BaseException:
-        end_job_run(client, run_id, ok=False)
-        raise
-    end_job_run(client, run_id, ok=True)
-    return JobRecord.from_run(client.get_run(run_id))
+                result = train(job, store, on_epoch=run.log_epoch)
+                accuracy, cost, epochs = result.accuracy, result.cost_s, result.epochs
+            ended = time.time()
+        # The next job on this slot trains already while this one logs its model.
+        run.log_result(accuracy, cost, epochs, ended_at=ended, trained=result)
+    return run.record()
 
 
 def _patiently(fn: Callable[[], T]) -> T:
-    """A job's own MLflow call, waiting out a server outage (`tasks.outage`)."""
+    """A job's MLflow call outside its (patient) client, waiting out a server outage
+    (`tasks.outage`)."""
     from tasks.outage import ride_out
 
     return ride_out(fn, what="train job")
@@ -493,7 +462,7 @@ def record_finished(client: MlflowClient, record: JobRecord) -> BestModel | None
     """After a job: move the tenant's ``best`` alias to it if it beats the current best."""
     if record.status != "FINISHED" or record.accuracy is None:
         return None
-    uri = client.get_run(record.run_id).data.tags.get("tenantml.model_uri")
+    uri = client.get_run(record.run_id).data.tags.get(MODEL_URI)
     if not uri:
         return None  # a sleep-trainer job has no model
     return promote_if_better(

@@ -12,6 +12,10 @@ several installations (and tests) coexist. Two modes, same code:
   ``TENANTML_STORE`` (``file:///abs/dir`` or ``s3://bucket/prefix``), ``TENANTML_S3_ENDPOINT_URL``,
   ``PREFECT_API_URL``, ``TENANTML_GPU_SLOTS``, ``TENANTML_POLICY``.
 
+Spot capacity: ``TENANTML_CAPACITY_PRICES`` (``"gpu=0.65,cpu=0.21"``, expected USD per hour of
+the instances torch and scikit-learn models run on) makes the scheduler's costs dollars
+(`tasks._service.capacity_prices`).
+
 A tenant's identity (``tenantml up --auth``, see `store._scoped`): ``TENANTML_USER`` and
 ``TENANTML_PASSWORD``.
 """
@@ -63,6 +67,7 @@ class Settings:
     # A tenant's identity (`store._scoped`): MLflow credentials, and a store confined to it.
     user: str | None = None
     password: str | None = None
+    capacity_prices: str | None = None  # TENANTML_CAPACITY_PRICES, as given
 
     @classmethod
     def load(cls, home: str | Path | None = None) -> Settings:
@@ -96,6 +101,7 @@ class Settings:
             pin_gpus=bool(servers),
             user=env("TENANTML_USER") or None,
             password=env("TENANTML_PASSWORD") or None,
+            capacity_prices=env("TENANTML_CAPACITY_PRICES") or None,
         )
 
     def prefect_env(self) -> dict[str, str]:

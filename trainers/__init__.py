@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from store import ExampleStore
+from trainers._data import InferenceBatch, encode_batch
 from trainers._job import EpochReport, TrainJob, TrainResult
 from trainers._model import TrainedModel
 from trainers.templates import (
@@ -26,12 +27,14 @@ __all__ = [
     "ZOO",
     "Candidate",
     "EpochReport",
+    "InferenceBatch",
     "ModelSpec",
     "NoCandidatesError",
     "TrainJob",
     "TrainResult",
     "TrainedModel",
     "candidates",
+    "encode_batch",
     "match",
     "train",
 ]

@@ -16,7 +16,6 @@ GPU-seconds spent) goes to the store, so a restarted job continues at the next s
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,8 +40,11 @@ __all__ = ["SeerJob", "StageEvent", "run_seer"]
 
 @dataclass(frozen=True)
 class SeerJob:
-    """A SEER job: deadline (minutes) and budget (GPU-minutes) for ``candidate`` of ``tenant``.
+    """A SEER job: deadline (minutes) and budget (GPU-minutes) for ``candidate`` of ``tenant``,
+    the planner's knobs (`policy.seer.plan`), the fixed global batch and the seed. The service's
+    defaults for these are `tasks._seer.SeerOptions`' (which makes this job), so none here.
 
+    ``micro_batch``: examples per forward pass (gradient accumulation up to the global batch).
     ``devices``: the GPUs to use (``["cuda:0", "cuda:1"]``); default: every visible GPU, else
     CPU processes.
     """
@@ -53,14 +55,14 @@ class SeerJob:
     job_id: str
     deadline_min: float
     budget_gpu_min: float
-    eta: float = 4
-    v: float = 2
-    p_min: int = 1
-    p_max: float = math.inf
-    t_min: float = 1.0
-    global_batch: int = 128
+    eta: float
+    v: float
+    p_min: int
+    p_max: float  # math.inf: no limit
+    t_min: float
+    global_batch: int
+    seed: int
     micro_batch: int = 64
-    seed: int = 0
     devices: tuple[str, ...] | None = None
 
     def plan(self) -> Plan:

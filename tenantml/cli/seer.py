@@ -11,7 +11,7 @@ import json
 import math
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -28,10 +28,22 @@ seer_app = typer.Typer(
     no_args_is_help=True,
 )
 
-Eta = Annotated[float, typer.Option(help="elimination rate eta > 1")]
-V = Annotated[float, typer.Option("--v", help="parallelism growth v >= 1")]
-PMin = Annotated[int, typer.Option(help="minimum GPUs per trial")]
-TMin = Annotated[float, typer.Option(help="minimum minutes per stage (about 1-2 epochs)")]
+# An option not given is left to the code a command drives, so its default is written in one
+# place: the planner's (`policy.seer.plan`) for `plan`, the simulator's
+# (`policy.seer.tuning.TuningSettings`) for `simulate`, the service's (`tasks._seer.SeerOptions`)
+# for `run`.
+_SEER = "(SEER's default when not given)"
+Eta = Annotated[float | None, typer.Option(help=f"elimination rate eta > 1 {_SEER}")]
+V = Annotated[float | None, typer.Option("--v", help=f"parallelism growth v >= 1 {_SEER}")]
+PMin = Annotated[int | None, typer.Option(help=f"minimum GPUs per trial {_SEER}")]
+TMin = Annotated[
+    float | None, typer.Option(help=f"minimum minutes per stage (about 1-2 epochs) {_SEER}")
+]
+
+
+def _given(**options: Any) -> dict[str, Any]:
+    """The options given on the command line (the others keep their code's default)."""
+    return {k: v for k, v in options.items() if v is not None}
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -86,11 +98,11 @@ def plan_cmd(
         typer.Option("--deadline", help="minutes (90), hours (6h) or a clock time (18:00)"),
     ],
     budget_text: Annotated[str, typer.Option("--budget", help="GPU-minutes (240) or 40h")],
-    eta: Eta = 4,
-    v: V = 2,
-    p_min: PMin = 1,
+    eta: Eta = None,
+    v: V = None,
+    p_min: PMin = None,
     p_max: Annotated[str, typer.Option(help="maximum GPUs per trial, or inf")] = "inf",
-    t_min: TMin = 1,
+    t_min: TMin = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
 ) -> None:
     """Print the SEER plan: stages, brackets, trials, GPUs, start/end and resource-time."""
@@ -98,8 +110,9 @@ def plan_cmd(
 
     deadline = parse_deadline(deadline_text)
     budget = _amount(budget_text, "--budget")
+    knobs = _given(eta=eta, v=v, p_min=p_min, t_min=t_min)
     try:
-        p = plan(deadline, budget, eta=eta, v=v, p_min=p_min, p_max=_p_max(p_max), t_min=t_min)
+        p = plan(deadline, budget, p_max=_p_max(p_max), **knobs)
     except PlanError as e:
         raise _fail(str(e)) from None
     if as_json:
@@ -145,9 +158,9 @@ def simulate_cmd(
         str, typer.Option(help="comma list of seer,random,asha,hypersched,bohb,e-hyperband,e-grid")
     ] = "seer,random,asha,hypersched,bohb,e-hyperband,e-grid",
     seeds: Annotated[int, typer.Option(min=1)] = 20,
-    eta: Eta = 4,
-    v: V = 2,
-    p_min: PMin = 1,
+    eta: Eta = None,
+    v: V = None,
+    p_min: PMin = None,
     p_max: Annotated[str, typer.Option(help="max GPUs per trial (Sec. 6.3: 4)")] = "4",
     t_min: Annotated[float | None, typer.Option(help="default: one epoch of the curves")] = None,
     scaling: Annotated[float, typer.Option(help="lambda(p) = p^x, x in (0, 1]")] = 0.8,
@@ -167,12 +180,10 @@ def simulate_cmd(
         if groups is not None:
             sets = dict(list(sets.items())[: max(1, groups)])
         settings = TuningSettings(
-            eta=eta,
-            v=v,
-            p_min=p_min,
             p_max=_p_max(p_max),
             t_min=t_min,
             scaling=power_scaling(scaling),
+            **_given(eta=eta, v=v, p_min=p_min),
         )
         result = simulate(
             sets,
@@ -255,13 +266,17 @@ def run_cmd(
         typer.Option("--deadline", help="minutes (90), hours (6h) or a clock time (18:00)"),
     ],
     budget_text: Annotated[str, typer.Option("--budget", help="GPU-minutes (240) or 40h")],
-    eta: Eta = 4,
-    v: V = 2,
-    p_min: PMin = 1,
+    eta: Eta = None,
+    v: V = None,
+    p_min: PMin = None,
     p_max: Annotated[str, typer.Option(help="maximum GPUs per trial, or inf")] = "inf",
-    t_min: TMin = 1,
-    global_batch: Annotated[int, typer.Option(help="fixed global batch (all p)")] = 128,
-    seed: Annotated[int, typer.Option()] = 0,
+    t_min: TMin = None,
+    global_batch: Annotated[
+        int | None, typer.Option(help=f"fixed global batch (all p) {_SEER}")
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(help=f"seed of the sampled configurations {_SEER}")
+    ] = None,
     home: Annotated[Path | None, typer.Option("--home", help="TENANTML_HOME")] = None,
 ) -> None:
     """Run a SEER plan for one tenant's model here; trials and stages go to MLflow and the best
@@ -277,13 +292,8 @@ def run_cmd(
             model,
             deadline,
             budget,
-            eta=eta,
-            v=v,
-            p_min=p_min,
             p_max=None if math.isinf(cap) else int(cap),
-            t_min=t_min,
-            global_batch=global_batch,
-            seed=seed,
+            **_given(eta=eta, v=v, p_min=p_min, t_min=t_min, global_batch=global_batch, seed=seed),
         )
         console.print(
             f"SEER job {out['job_id']}: best accuracy {out['accuracy']:.3f}, "

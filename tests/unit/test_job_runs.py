@@ -1,0 +1,140 @@
+"""Every job kind through one `JobRun` (real MLflow: SQLite store, local artifacts), SEER options
+in one shape, and inference inputs encoded once."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Iterator
+
+import mlflow
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+
+from mlflow_plugin import JobRun, ensure_tenant_experiment, job_records, pyfunc_input
+from mlflow_plugin.tracking import EXPERIMENT_KIND, MODEL_TRAINING
+from store import BadExampleError, ExampleStore, LocalBlobStore
+from store.schema import DataType, Schema, Tensor
+from tasks._seer import SeerOptions, seer_options_from_params
+from tasks._service import JobSpec, run_job
+from tenantml import datasets
+from trainers._data import InferenceBatch, encode_batch, encode_for_inference
+
+SEQ = Schema(input=DataType([Tensor(3)], ["next"]), output=Tensor(2))
+
+
+@pytest.fixture(scope="module")
+def tracking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowClient]:
+    root = tmp_path_factory.mktemp("mlflow")
+    old, cwd = mlflow.get_tracking_uri(), os.getcwd()
+    os.chdir(root)  # SQLite tracking puts default artifacts in ./mlruns: keep them here
+    mlflow.set_tracking_uri(f"sqlite:///{root / 'mlflow.db'}")
+    try:
+        yield MlflowClient()
+    finally:
+        mlflow.set_tracking_uri(old)
+        os.chdir(cwd)
+
+
+@pytest.fixture(scope="module")
+def wine(tmp_path_factory: pytest.TempPathFactory) -> ExampleStore:
+    store = ExampleStore(LocalBlobStore(tmp_path_factory.mktemp("store")))
+    d = datasets.load("wine")
+    store.create_tenant("wine", d.schema)
+    store.feed("wine", d.inputs, d.labels)
+    return store
+
+
+def test_seer_options_round_trip_through_mlflow_params() -> None:
+    opts = SeerOptions(3.0, 12.0, eta=2, p_max=4, global_batch=64)
+    text = {k: str(v) for k, v in opts.to_params().items()}  # MLflow keeps params as text
+    assert SeerOptions.from_params(text | {"model": "lenet", "hp.lr": "0.1"}) == opts
+    assert SeerOptions.from_params({"model": "lenet"}) is None
+    assert SeerOptions.from_dict(opts.as_dict()) == opts
+    assert seer_options_from_params(text) == opts.as_dict()
+    # p_max None (infinity) reads back as None; every option has a parser
+    assert SeerOptions.from_params({"seer.deadline_min": "1", "seer.budget_gpu_min": "4",
+                                    "seer.p_max": "None"}) == SeerOptions(1.0, 4.0)  # fmt: skip
+    every = {f"seer.{f.name}": "1" for f in dataclasses.fields(SeerOptions)}
+    assert SeerOptions.from_params(every) == SeerOptions(1.0, 1.0, 1.0, 1.0, 1, 1, 1.0, 1, 1)
+    job = opts.job("t", "lenet", 2, "seer-lenet-s2")
+    assert (job.eta, job.v, job.p_min, job.p_max, job.t_min) == (2, 2, 1, 4.0, 1.0)
+    assert SeerOptions(1, 4).job("t", "lenet", 2, "j").p_max == float("inf")
+
+
+def test_padded_sequences_are_encoded_once() -> None:
+    rows = [np.arange(6, dtype=np.float32).reshape(2, 3), np.ones((4, 3), np.float32)]
+    listed = encode_batch(SEQ, rows)
+    assert listed.x.shape == (2, 4, 3) and listed.lengths is not None
+    assert encode_batch(SEQ, listed) is listed  # an encoded batch passes through
+    x, lengths = encode_for_inference(SEQ, listed)
+    assert x is listed.x and lengths is listed.lengths
+    # already in the layout: the same arrays back, checked, not copied
+    again = encode_batch(SEQ, listed.x, listed.lengths)
+    assert again.x is listed.x and np.array_equal(again.lengths, listed.lengths)
+    # padded wider than needed, garbage past the lengths: cut, encoded as the list would be
+    wide = np.full((2, 6, 3), np.nan, np.float32)
+    wide[0, :2], wide[1, :4] = rows
+    cut = encode_batch(SEQ, wide, [2, 4])
+    assert np.array_equal(cut.x, listed.x) and np.array_equal(cut.lengths, listed.lengths)
+    wide[1, 1, 0] = np.inf
+    with pytest.raises(BadExampleError, match="example 1 rejected"):
+        encode_batch(SEQ, wide, [2, 4])
+    form = pyfunc_input(SEQ, rows)
+    assert isinstance(form, dict) and form["x"].dtype == np.float32
+    flat = pyfunc_input(Schema(input=Tensor(2), output=Tensor(2)), [[0, 1]])
+    assert isinstance(flat, np.ndarray) and flat.dtype == np.float32
+    assert isinstance(encode_batch(SEQ, rows), InferenceBatch)
+
+
+def test_one_job_run_per_job_its_tags_set_once(tracking: MlflowClient, wine: ExampleStore) -> None:
+    exp = ensure_tenant_experiment(tracking, "wine", str(wine.schema("wine")), ["knn"])
+    assert tracking.get_experiment(exp).tags[EXPERIMENT_KIND] == MODEL_TRAINING
+    spec = JobSpec("wine", "knn", 1, "knn-s1", 3, "rate", None, 4, 1, dispatched_at=time.time())
+    first = run_job(spec, tracking, wine, exp, flow_run_id="flow-1")
+    run = tracking.get_run(first.run_id)
+    assert first.status == "FINISHED" and first.accuracy is not None and first.tick == 3
+    tags = run.data.tags
+    assert {k: tags[k] for k in ("tenantml.kind", "tenantml.job_id", "tenantml.tenant",
+            "tenantml.tick", "tenantml.policy", "tenantml.slot", "tenantml.flow_run_id")} == {
+        "tenantml.kind": "job", "tenantml.job_id": "knn-s1", "tenantml.tenant": "wine",
+        "tenantml.tick": "3", "tenantml.policy": "rate", "tenantml.slot": "1",
+        "tenantml.flow_run_id": "flow-1"}  # fmt: skip
+    assert tags["tenantml.model_uri"].startswith("models:/")
+    assert {"model": "knn", "snapshot": "1", "max_epochs": "4"}.items() <= run.data.params.items()
+    assert {"accuracy", "cost_s", "epochs", "ended_at", "started_at", "dispatch_latency_s",
+            "resumed_from_epoch", "val_accuracy"} <= set(run.data.metrics)  # fmt: skip
+    # a retry is the same run, with this attempt's tags
+    again = run_job(dataclasses.replace(spec, tick=4, slot=0), tracking, wine, exp,
+                    flow_run_id="flow-2")  # fmt: skip
+    tags = tracking.get_run(again.run_id).data.tags
+    assert again.run_id == first.run_id and again.status == "FINISHED"
+    assert (tags["tenantml.tick"], tags["tenantml.slot"], tags["tenantml.flow_run_id"]) == (
+        "4", "0", "flow-2")  # fmt: skip
+    # a job that fails ends FAILED, and its run is no longer the thread's active run
+    with pytest.raises(KeyError, match="nonesuch"):
+        run_job(JobSpec("wine", "nonesuch", 1, "bad-s1", 3, "rate"), tracking, wine, exp)
+    assert mlflow.active_run() is None
+    assert {(r.job_id, r.status) for r in job_records(tracking, [exp])} == {
+        ("knn-s1", "FINISHED"), ("bad-s1", "FAILED")}  # fmt: skip
+
+
+def test_trials_are_nested_runs_found_again(tracking: MlflowClient, wine: ExampleStore) -> None:
+    exp = ensure_tenant_experiment(tracking, "wine", str(wine.schema("wine")), ["knn"])
+    with JobRun.start(tracking, exp, tenant="wine", job_id="seer-x", candidate="lenet",
+                      snapshot=1, policy="seer", tick=0) as run:  # fmt: skip
+        trial = run.start_trial("trial-000", {"lr": 0.1})
+        trial.log_epoch({"val_accuracy": 0.5}, step=1)
+        trial.set_tags({"seer.stage1": "final"})
+        trial.end(ok=True)
+        assert run.start_trial("trial-000", {"lr": 0.1}) is trial
+        fresh = JobRun(tracking, exp, run.run_id, "seer-x")
+        assert fresh.start_trial("trial-000", {"lr": 0.1}).run_id == trial.run_id
+    t = tracking.get_run(trial.run_id)
+    assert t.data.tags["mlflow.parentRunId"] == run.run_id
+    assert t.data.tags["tenantml.kind"] == "seer-trial" and t.info.status == "FINISHED"
+    assert t.data.params == {"lr": "0.1"} and t.data.tags["seer.stage1"] == "final"
+    assert tracking.get_run(run.run_id).info.status == "FINISHED"
+    assert [r.job_id for r in job_records(tracking, [exp]) if r.job_id == "seer-x"] == ["seer-x"]
