@@ -12,11 +12,15 @@ are taken over (servers: its flow run is still going) or dispatched again with t
 
 A pass that fails because a server (MLflow, Prefect, S3) does not answer is waited out (bounded
 backoff, one log line per attempt) and done again. The steps live in `tasks` (`tasks._loop`).
+
+SIGINT or SIGTERM (in the main thread) stops it within a pass: no tick starts after it, the
+summary names the signal (``interrupted``) and counts the jobs left going (``in_flight``); they
+resume on the next scheduler. The scheduler's MLflow run ends KILLED; it logs ``loss.png``
+(every tenant's loss estimate and the total over the ticks) as it goes.
 """
 
 from __future__ import annotations
 
-from contextlib import closing
 from typing import Any
 
 from prefect import flow
@@ -33,9 +37,11 @@ from tasks import (
     pause,
     record_finished_jobs,
     refresh_if_stale,
+    release_dispatcher,
     resume_orphans,
     scheduler_run,
     should_stop,
+    stop_on_signals,
     wait_out_outage,
     wants_tick,
 )
@@ -61,24 +67,27 @@ def scheduler(
     outage_patience_s: float | None = None,
 ) -> dict[str, Any]:
     """Run the service loop (see the module docstring; the parameters: `tasks.SchedulerOptions`);
-    returns a summary: ticks, jobs, last_tick, wall_s, busy_fraction, run_id."""
-    svc = connect(SchedulerOptions(**locals()), run_train=train)  # locals(): the 14 parameters
-    progress = resume_orphans(svc)
-    with scheduler_run(svc, progress) as run, closing(svc.dispatcher):
-        while True:
-            try:
-                record_finished_jobs(svc, progress)
-                jobs: list[JobSpec] = []
-                if wants_tick(svc, progress):
-                    refresh_if_stale(svc, progress)
-                    jobs = decide_tick(svc, progress)
-                    if jobs:
-                        dispatch_tick(svc, progress, jobs)
-                        log_tick(svc, progress, jobs)
-                if should_stop(svc, progress, jobs):
-                    break
-            except Exception as e:
-                wait_out_outage(svc, progress, e)  # re-raises all but a server outage
-            else:
-                pause(svc, progress)
-        return log_summary(svc, progress, run)
+    returns a summary: ticks, jobs, last_tick, wall_s, busy_fraction, run_id, interrupted,
+    in_flight."""
+    options = SchedulerOptions(**locals())  # locals(): the 14 parameters
+    with stop_on_signals():
+        svc = connect(options, run_train=train)
+        progress = resume_orphans(svc)
+        with scheduler_run(svc, progress) as run, release_dispatcher(svc):
+            while not svc.stop.requested:
+                try:
+                    record_finished_jobs(svc, progress)
+                    jobs: list[JobSpec] = []
+                    if wants_tick(svc, progress):
+                        refresh_if_stale(svc, progress)
+                        jobs = decide_tick(svc, progress)
+                        if jobs:
+                            dispatch_tick(svc, progress, jobs)
+                            log_tick(svc, progress, jobs)
+                    if should_stop(svc, progress, jobs):
+                        break
+                except Exception as e:
+                    wait_out_outage(svc, progress, e)  # re-raises all but a server outage
+                else:
+                    pause(svc, progress)
+            return log_summary(svc, progress, run)

@@ -1,59 +1,85 @@
-"""Thin Prefect tasks over `tasks._service` (ARCHITECTURE principle 10): typed, small, retries on
-the decorator, no logic of their own; and the steps of the `scheduler` flow's loop that compose
-them (`tasks._loop`), with the execution back-end interface they drive (`tasks._dispatch`)."""
+"""The service layer: its settings, its state rebuilt from MLflow, the planner and jobs
+(`tasks._service`), the thin Prefect tasks (`tasks._prefect`: refresh, decide, train, record),
+the steps of the `scheduler` flow's loop (`tasks._loop`) and the execution back-ends they drive
+(`tasks._dispatch`, `tasks.capacity`).
+
+Names are imported on first use (PEP 562), so that ``import tasks.settings`` (every command
+needs it) loads neither Prefect nor MLflow: Prefect reads its settings once, when first
+imported, and must see what `tasks.settings.Settings.apply` exports.
+"""
 
 from __future__ import annotations
 
-from tasks._dispatch import DeploymentDispatcher, Dispatcher, Done, LocalDispatcher
-from tasks._loop import (
-    Progress,
-    SchedulerOptions,
-    Service,
-    connect,
-    decide_tick,
-    dispatch_tick,
-    log_summary,
-    log_tick,
-    pause,
-    record_finished_jobs,
-    redo_promotions,
-    refresh_if_stale,
-    resume_orphans,
-    scheduler_run,
-    should_stop,
-    wait_out_outage,
-    wants_tick,
-)
-from tasks._prefect import decide, record, refresh, train_task
-from tasks._service import (
-    JobSpec,
-    Planner,
-    ServiceState,
-    TenantInfo,
-    build_problem,
-    load_state,
-    register_tenant,
-    run_job,
-    tick_metrics,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tasks._dispatch import DeploymentDispatcher, Dispatcher, Done, LocalDispatcher
+    from tasks._loop import (
+        STOP,
+        JobDispatched,
+        JobFinished,
+        Progress,
+        SchedulerEvent,
+        SchedulerOptions,
+        Service,
+        Stopping,
+        StopRequest,
+        connect,
+        decide_tick,
+        dispatch_tick,
+        listen,
+        log_summary,
+        log_tick,
+        pause,
+        record_finished_jobs,
+        redo_promotions,
+        refresh_if_stale,
+        release_dispatcher,
+        resume_orphans,
+        scheduler_run,
+        should_stop,
+        stop_on_signals,
+        wait_out_outage,
+        wants_tick,
+    )
+    from tasks._prefect import decide, record, refresh, train_task
+    from tasks._service import (
+        JobSpec,
+        Planner,
+        ServiceState,
+        TenantInfo,
+        build_problem,
+        load_state,
+        register_tenant,
+        run_job,
+        tick_metrics,
+    )
 
 __all__ = [
+    "STOP",
     "DeploymentDispatcher",
     "Dispatcher",
     "Done",
+    "JobDispatched",
+    "JobFinished",
     "JobSpec",
     "LocalDispatcher",
     "Planner",
     "Progress",
+    "SchedulerEvent",
     "SchedulerOptions",
     "Service",
     "ServiceState",
+    "StopRequest",
+    "Stopping",
     "TenantInfo",
     "build_problem",
     "connect",
     "decide",
     "decide_tick",
     "dispatch_tick",
+    "listen",
     "load_state",
     "log_summary",
     "log_tick",
@@ -64,12 +90,70 @@ __all__ = [
     "refresh",
     "refresh_if_stale",
     "register_tenant",
+    "release_dispatcher",
     "resume_orphans",
     "run_job",
     "scheduler_run",
     "should_stop",
+    "stop_on_signals",
     "tick_metrics",
     "train_task",
     "wait_out_outage",
     "wants_tick",
 ]
+
+
+_HOME: dict[str, str] = {
+    "DeploymentDispatcher": "tasks._dispatch",
+    "Dispatcher": "tasks._dispatch",
+    "Done": "tasks._dispatch",
+    "JobDispatched": "tasks._loop",
+    "JobFinished": "tasks._loop",
+    "JobSpec": "tasks._service",
+    "LocalDispatcher": "tasks._dispatch",
+    "Planner": "tasks._service",
+    "Progress": "tasks._loop",
+    "STOP": "tasks._loop",
+    "SchedulerEvent": "tasks._loop",
+    "SchedulerOptions": "tasks._loop",
+    "Service": "tasks._loop",
+    "ServiceState": "tasks._service",
+    "StopRequest": "tasks._loop",
+    "Stopping": "tasks._loop",
+    "TenantInfo": "tasks._service",
+    "build_problem": "tasks._service",
+    "connect": "tasks._loop",
+    "decide": "tasks._prefect",
+    "decide_tick": "tasks._loop",
+    "dispatch_tick": "tasks._loop",
+    "listen": "tasks._loop",
+    "load_state": "tasks._service",
+    "log_summary": "tasks._loop",
+    "log_tick": "tasks._loop",
+    "pause": "tasks._loop",
+    "record": "tasks._prefect",
+    "record_finished_jobs": "tasks._loop",
+    "redo_promotions": "tasks._loop",
+    "refresh": "tasks._prefect",
+    "refresh_if_stale": "tasks._loop",
+    "register_tenant": "tasks._service",
+    "release_dispatcher": "tasks._loop",
+    "resume_orphans": "tasks._loop",
+    "run_job": "tasks._service",
+    "scheduler_run": "tasks._loop",
+    "should_stop": "tasks._loop",
+    "stop_on_signals": "tasks._loop",
+    "tick_metrics": "tasks._service",
+    "train_task": "tasks._prefect",
+    "wait_out_outage": "tasks._loop",
+    "wants_tick": "tasks._loop",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tasks' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value

@@ -34,15 +34,33 @@ lost: a job polled as ended stays in `Progress.finished` until recorded). At the
 `log_summary` logs the totals and returns the flow's summary.
 
 ``busy`` = (sum of the recorded jobs' own training seconds) / (``G`` x wall seconds), at most 1.
+
+What a person watching sees:
+
+* events, in this process, to the callbacks registered with `listen`: `JobDispatched` (step 5,
+  and each orphan resumed), `JobFinished` (step 1: accuracy, cost, the tenant's loss estimate
+  after it), `Stopping` (a signal);
+* ``loss.png`` in the scheduler's run: every tenant's loss estimate and the total over the
+  ticks (`tasks._plot`), drawn again at most every `PLOT_EVERY_S` seconds by `log_tick` and
+  once at the end;
+* stopping: inside `stop_on_signals`, SIGINT or SIGTERM sets the process's `StopRequest`
+  (`Service.stop`); no tick starts after it, `pause` wakes at once, the loop ends after the
+  pass it interrupted, and `release_dispatcher` leaves the jobs in flight going: they resume
+  on the next scheduler (their MLflow runs stay RUNNING; `resume_orphans`).
 """
 
 from __future__ import annotations
 
 import functools
+import signal
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import mlflow
@@ -51,6 +69,7 @@ from mlflow.tracking import MlflowClient
 from mlflow_plugin.tracking import SCHEDULER_EXPERIMENT, JobRecord
 from store import ExampleStore
 from tasks._dispatch import DeploymentDispatcher, Dispatcher, Done, LocalDispatcher
+from tasks._plot import TickHistory, add_tick, load_tick_history, loss_picture
 from tasks._prefect import decide, record, refresh
 from tasks._seer import seer_options_from_params
 from tasks._service import JobSpec, Planner, ServiceState, tick_metrics
@@ -66,24 +85,169 @@ from tasks.outage import (
 from tasks.settings import Settings
 
 __all__ = [
+    "PLOT_EVERY_S",
+    "STOP",
+    "JobDispatched",
+    "JobFinished",
     "Progress",
+    "SchedulerEvent",
     "SchedulerOptions",
     "Service",
+    "StopRequest",
+    "Stopping",
     "connect",
     "decide_tick",
     "dispatch_tick",
+    "listen",
     "log_summary",
     "log_tick",
     "pause",
     "record_finished_jobs",
     "redo_promotions",
     "refresh_if_stale",
+    "release_dispatcher",
     "resume_orphans",
     "scheduler_run",
     "should_stop",
+    "stop_on_signals",
     "wait_out_outage",
     "wants_tick",
 ]
+
+#: seconds between two drawings of ``loss.png`` while ticks happen (one more at the end)
+PLOT_EVERY_S = 5.0
+
+
+# -- what a person watching sees -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobDispatched:
+    """A job sent to the dispatcher at tick `tick`; `resumed`: one an earlier scheduler left
+    running, sent again (or adopted) at start-up."""
+
+    tick: int
+    tenant: str
+    model: str
+    job_id: str
+    resumed: bool = False
+
+
+@dataclass(frozen=True)
+class JobFinished:
+    """A job that ended and was recorded: `ok`, or failed with the back-end's `detail`; its
+    `accuracy` and `cost_s` (its own training seconds) from its MLflow record (None where the
+    record has none), and its tenant's loss estimate with it (`tasks._plot`)."""
+
+    tenant: str
+    model: str
+    job_id: str
+    ok: bool
+    accuracy: float | None
+    cost_s: float | None
+    loss_estimate: float | None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """SIGINT or SIGTERM (`signal`, e.g. ``"SIGINT"``) asked the scheduler to stop, with
+    `in_flight` jobs sent and not ended, in the scheduler run `run_id` (None before it began).
+    Sent from the signal handler, in the main thread: a listener may end the process there
+    (the embedded CLI does; the jobs' runs stay RUNNING and resume on the next scheduler)."""
+
+    signal: str
+    in_flight: int
+    run_id: str | None
+
+
+SchedulerEvent = JobDispatched | JobFinished | Stopping
+
+_listeners: list[Callable[[SchedulerEvent], None]] = []
+
+
+@contextmanager
+def listen(callback: Callable[[SchedulerEvent], None]) -> Iterator[None]:
+    """Call `callback` with every `SchedulerEvent` of the schedulers that run in this process
+    while the block runs (in the thread that runs the scheduler; `Stopping` in the main one)."""
+    _listeners.append(callback)
+    try:
+        yield
+    finally:
+        _listeners.remove(callback)
+
+
+def _emit(event: SchedulerEvent) -> None:
+    for callback in list(_listeners):
+        callback(event)
+
+
+class StopRequest:
+    """SIGINT or SIGTERM asking the scheduler of this process to stop (one per process, as
+    signals are: `STOP`). Armed by `stop_on_signals`; `signal` names the first signal, and the
+    dispatcher and MLflow run it watches give `Stopping` its count and run id."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.signal: str | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.run_id: str | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep `seconds`, or less if a stop is requested meanwhile; True if one was."""
+        return self._event.wait(seconds)
+
+    def request(self, name: str) -> None:
+        """Stop: remember `name` (the first one) and tell the listeners (`Stopping`)."""
+        if self.requested:
+            return
+        self.signal = name
+        self._event.set()
+        in_flight = len(self.dispatcher.in_flight) if self.dispatcher is not None else 0
+        _emit(Stopping(name, in_flight, self.run_id))
+
+    def reset(self) -> None:
+        self._event.clear()
+        self.signal, self.dispatcher, self.run_id = None, None, None
+
+
+STOP = StopRequest()
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_armed = 0  # nesting depth of stop_on_signals (the CLI arms it, the flow again inside)
+
+
+def _on_stop_signal(signum: int, frame: FrameType | None) -> None:
+    if STOP.requested:  # a second signal: the usual interrupt (named after the signal)
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+    STOP.request(signal.Signals(signum).name)
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[StopRequest]:
+    """While the block runs, SIGINT and SIGTERM request `STOP` instead of interrupting (a
+    second one raises KeyboardInterrupt); the handlers before are restored after it. Nests
+    (the outermost block starts and ends with no request); outside the main thread, where
+    Python gives no signals, it only yields `STOP`."""
+    global _armed
+    if threading.current_thread() is not threading.main_thread():
+        yield STOP
+        return
+    if _armed == 0:
+        STOP.reset()
+    before = {s: signal.signal(s, _on_stop_signal) for s in _STOP_SIGNALS}
+    _armed += 1
+    try:
+        yield STOP
+    finally:
+        _armed -= 1
+        for s, handler in before.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        if _armed == 0:
+            STOP.reset()
 
 
 @dataclass(frozen=True)
@@ -134,7 +298,8 @@ class SchedulerOptions:
 class Service:
     """What one scheduler runs with, fixed from `connect` to its end: the options, their
     defaults resolved (`policy`, ``G`` = `slots`, `patience_s`, `lock_dir`: the slot locks, or
-    None without prefetching), and the clients, planner and dispatcher it drives."""
+    None without prefetching), the clients, planner and dispatcher it drives, and the `stop`
+    request it obeys (the process's `STOP`)."""
 
     options: SchedulerOptions
     settings: Settings
@@ -146,6 +311,7 @@ class Service:
     store: ExampleStore
     planner: Planner
     dispatcher: Dispatcher
+    stop: StopRequest = STOP
 
 
 @dataclass
@@ -155,7 +321,9 @@ class Progress:
     `state`: the last `refresh` (at `refreshed`, ``time.monotonic``); `tick`: the last tick's
     number ``t``; `ticks_done`, `jobs_done`: this scheduler's own counts; `train_s`: the recorded
     jobs' own training seconds; `finished`: jobs polled as ended and not yet recorded; `outage`:
-    the backoff of the current outage, if any; `started`: when the scheduler's run began.
+    the backoff of the current outage, if any; `started`: when the scheduler's run began;
+    `losses`: the loss metrics per tick (`tasks._plot`), earlier schedulers' first, and
+    `plotted`: when ``loss.png`` was last drawn (``time.monotonic``; 0: not yet).
     """
 
     state: ServiceState
@@ -167,6 +335,8 @@ class Progress:
     train_s: float = 0.0
     finished: list[Done] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
+    losses: TickHistory = field(default_factory=dict)
+    plotted: float = 0.0
 
     def wants_more_ticks(self, ticks: int | None) -> bool:
         """Fewer than `ticks` ticks done (always, for ``ticks=None``)."""
@@ -210,9 +380,11 @@ def connect(options: SchedulerOptions, run_train: Callable[[dict[str, Any]], Any
     else:
         env = {"TENANTML_HOME": str(settings.home)}
         dispatcher = DeploymentDispatcher(slots, env, pin_gpus=settings.pin_gpus)
-    return Service(
+    svc = Service(
         options, settings, policy, slots, patience_s, lock_dir, client, store, planner, dispatcher
     )
+    svc.stop.dispatcher = dispatcher  # `Stopping` counts its jobs
+    return svc
 
 
 def redo_promotions(svc: Service, state: ServiceState) -> None:
@@ -249,7 +421,8 @@ def resume_orphans(svc: Service) -> Progress:
     """Start-up after any stop or crash: the state from MLflow (`refresh`), `redo_promotions`,
     ``t`` = the highest tick recorded, and every job left RUNNING by an earlier scheduler adopted
     (its flow run is still going) or dispatched again, slots taken in turn."""
-    state, refreshed = refresh(svc.client, svc.store), time.monotonic()
+    state = refresh(svc.client, svc.store, svc.settings.capacity_prices)
+    refreshed = time.monotonic()
     redo_promotions(svc, state)
     last_tick = max((r.tick or 0 for r in state.records), default=0)
     for job in state.running():
@@ -257,22 +430,26 @@ def resume_orphans(svc: Service) -> Progress:
         if not (job.flow_run_id and svc.dispatcher.adopt(spec, job.flow_run_id)):
             svc.dispatcher.submit(spec)
         print(f"resuming {job.tenant}/{job.job_id} left running by an earlier scheduler")
+        _emit(JobDispatched(spec.tick, spec.tenant, spec.candidate, spec.job_id, resumed=True))
     return Progress(state, refreshed, last_tick, Backoff(svc.patience_s))
 
 
 @contextmanager
 def scheduler_run(svc: Service, progress: Progress) -> Iterator[mlflow.ActiveRun]:
     """The scheduler's MLflow run in the experiment ``tenantml/scheduler`` (created if missing),
-    with its parameters logged; `progress`'s clock starts with it. The run ends FAILED if the
-    block raises."""
+    with its parameters logged; `progress`'s clock starts with it, and its loss history with
+    the earlier schedulers' (`tasks._plot.load_tick_history`). The run ends FAILED if the block
+    raises, KILLED if a signal stopped the scheduler."""
     exp = svc.client.get_experiment_by_name(SCHEDULER_EXPERIMENT)
     location = svc.settings.artifact_location and f"{svc.settings.artifact_location}/scheduler"
     if exp is None:
         exp_id = svc.client.create_experiment(SCHEDULER_EXPERIMENT, location)
     else:
         exp_id = exp.experiment_id
+    progress.losses = load_tick_history(svc.client)
     progress.started = time.monotonic()
     with mlflow.start_run(experiment_id=exp_id, run_name=f"scheduler-{svc.policy}") as run:
+        svc.stop.run_id = run.info.run_id
         params = {
             "policy": svc.policy,
             "slots": svc.slots,
@@ -282,10 +459,13 @@ def scheduler_run(svc: Service, progress: Progress) -> Iterator[mlflow.ActiveRun
         }
         mlflow.log_params(params)
         yield run
+        if svc.stop.requested:
+            mlflow.end_run("KILLED")
 
 
 def _refresh(svc: Service, progress: Progress) -> None:
-    progress.state, progress.refreshed = refresh(svc.client, svc.store), time.monotonic()
+    progress.state = refresh(svc.client, svc.store, svc.settings.capacity_prices)
+    progress.refreshed = time.monotonic()
 
 
 def _record_of(state: ServiceState, spec: JobSpec) -> JobRecord | None:
@@ -295,12 +475,14 @@ def _record_of(state: ServiceState, spec: JobSpec) -> JobRecord | None:
 
 
 def record_finished_jobs(svc: Service, progress: Progress) -> None:
-    """Step 1: poll the dispatcher; if jobs ended, `refresh`, then for each one a log line and
-    the `record` task (moves ``best`` if it improved). A job leaves `Progress.finished` only once
-    recorded, so a pass cut short by an outage records it on the next one."""
+    """Step 1: poll the dispatcher; if jobs ended, `refresh`, then for each one a log line, the
+    `record` task (moves ``best`` if it improved) and a `JobFinished` to the listeners. A job
+    leaves `Progress.finished` only once recorded, so a pass cut short by an outage records it
+    on the next one."""
     progress.finished.extend(svc.dispatcher.poll())
     if progress.finished:
         _refresh(svc, progress)
+    losses = tick_metrics(progress.state) if progress.finished and _listeners else {}
     while progress.finished:
         done = progress.finished[0]
         rec = _record_of(progress.state, done.spec)
@@ -314,12 +496,26 @@ def record_finished_jobs(svc: Service, progress: Progress) -> None:
             progress.train_s += rec.cost_s or 0.0
         progress.finished.pop(0)
         progress.jobs_done += 1
+        spec = done.spec
+        _emit(
+            JobFinished(
+                spec.tenant,
+                spec.candidate,
+                spec.job_id,
+                done.ok,
+                rec.accuracy if rec else None,
+                rec.cost_s if rec else None,
+                losses.get(f"loss_estimate.{spec.tenant}"),
+                done.detail,
+            )
+        )
 
 
 def wants_tick(svc: Service, progress: Progress) -> bool:
-    """Step 2: more ticks are wanted and a slot (or a prefetch place) is free."""
+    """Step 2: more ticks are wanted, a slot (or a prefetch place) is free, and no stop was
+    requested."""
     free = len(svc.dispatcher.in_flight) < svc.planner.capacity
-    return progress.wants_more_ticks(svc.options.ticks) and free
+    return progress.wants_more_ticks(svc.options.ticks) and free and not svc.stop.requested
 
 
 def refresh_if_stale(svc: Service, progress: Progress) -> None:
@@ -330,8 +526,9 @@ def refresh_if_stale(svc: Service, progress: Progress) -> None:
 
 
 def decide_tick(svc: Service, progress: Progress) -> list[JobSpec]:
-    """Step 4: the `decide` task's jobs for tick ``t + 1`` (none: no tick), given what is in
-    flight; with ``sleep_s`` each becomes a sleep-based stand-in job (dispatch benchmarks)."""
+    """Step 4: the `decide` task's jobs for tick ``t + 1`` (none: no tick, as when a stop was
+    requested meanwhile), given what is in flight; with ``sleep_s`` each becomes a sleep-based
+    stand-in job (dispatch benchmarks)."""
     opts = svc.options
     jobs = decide(
         svc.planner,
@@ -342,30 +539,52 @@ def decide_tick(svc: Service, progress: Progress) -> list[JobSpec]:
         job_budget_s=opts.job_budget_s,
         seer_budget_x=opts.seer_budget_x,
     )
+    if svc.stop.requested:
+        return []
     if opts.sleep_s is not None:
         jobs = [replace(j, sleep_s=opts.sleep_s) for j in jobs]
     return jobs
 
 
 def dispatch_tick(svc: Service, progress: Progress, jobs: list[JobSpec]) -> None:
-    """Step 5: tick ``t + 1`` happens: count it and send each of its `jobs` (non-empty)."""
+    """Step 5: tick ``t + 1`` happens: count it and send each of its `jobs` (non-empty), each
+    told to the listeners (`JobDispatched`); after a stop request, no more of them."""
     if not jobs:
         raise ValueError("dispatch_tick needs the tick's jobs; got none (no tick without jobs)")
     progress.tick += 1
     progress.ticks_done += 1
     for spec in jobs:
+        if svc.stop.requested:
+            break
         svc.dispatcher.submit(spec)
+        _emit(JobDispatched(progress.tick, spec.tenant, spec.candidate, spec.job_id))
 
 
 def log_tick(svc: Service, progress: Progress, jobs: list[JobSpec]) -> None:
     """Step 6: the tick's metrics (each tenant's loss estimate, the regret estimate, best
     accuracies, ``gpu_busy_fraction``) to the scheduler's run at step ``t``, waiting out an
-    outage; and one log line naming the tick's jobs."""
+    outage; ``loss.png`` drawn again if it is `PLOT_EVERY_S` old (not after a stop request:
+    stopping comes first); one log line naming the tick's jobs."""
     metrics = tick_metrics(progress.state)
     metrics["gpu_busy_fraction"] = progress.busy_fraction(svc.slots, progress.wall_s())
     log = functools.partial(mlflow.log_metrics, metrics, step=progress.tick)
     ride_out(log, what="scheduler", settings=svc.settings, patience_s=svc.patience_s)
+    add_tick(progress.losses, progress.tick, metrics)
+    if time.monotonic() - progress.plotted >= PLOT_EVERY_S and not svc.stop.requested:
+        _log_loss_picture(svc, progress)
     print(f"tick {progress.tick}: " + ", ".join(f"{s.tenant}:{s.candidate}" for s in jobs))
+
+
+def _log_loss_picture(svc: Service, progress: Progress) -> None:
+    """``loss.png`` of `Progress.losses` to the scheduler's run (replacing the last one),
+    waiting out an outage."""
+    png = loss_picture(progress.losses)
+    with tempfile.TemporaryDirectory(prefix="tenantml-plot-") as tmp:
+        path = Path(tmp) / "loss.png"
+        path.write_bytes(png)
+        log = functools.partial(mlflow.log_artifact, str(path))
+        ride_out(log, what="scheduler", settings=svc.settings, patience_s=svc.patience_s)
+    progress.plotted = time.monotonic()
 
 
 def should_stop(svc: Service, progress: Progress, jobs: list[JobSpec]) -> bool:
@@ -392,20 +611,25 @@ def wait_out_outage(svc: Service, progress: Progress, exc: Exception) -> None:
 
 
 def pause(svc: Service, progress: Progress) -> None:
-    """After a pass that went through: the outage backoff starts afresh; wait ``poll_s``."""
+    """After a pass that went through: the outage backoff starts afresh; wait ``poll_s``, or
+    less if a stop is requested meanwhile."""
     progress.outage.reset()
-    time.sleep(svc.options.poll_s)
+    svc.stop.wait(svc.options.poll_s)
 
 
 def log_summary(svc: Service, progress: Progress, run: mlflow.ActiveRun) -> dict[str, Any]:
-    """The totals (``gpu_busy_fraction_total``, ``jobs_done``) to the scheduler's run, and the
-    flow's summary: ``ticks`` and ``jobs`` this scheduler ran, ``last_tick`` (``t``),
-    ``wall_s``, ``busy_fraction`` and the MLflow ``run_id``."""
+    """The totals (``gpu_busy_fraction_total``, ``jobs_done``) and the last ``loss.png`` (unless
+    a signal stopped the scheduler: it ends at once) to the scheduler's run, and the flow's
+    summary: ``ticks`` and ``jobs`` this scheduler ran, ``last_tick`` (``t``), ``wall_s``,
+    ``busy_fraction``, the MLflow ``run_id``, and ``interrupted`` (the signal that stopped it,
+    or None) with ``in_flight`` (the jobs it left going: they resume on the next scheduler)."""
     wall = progress.wall_s()
     busy = progress.busy_fraction(svc.slots, wall)  # the trainers' own time
     totals = {"gpu_busy_fraction_total": busy, "jobs_done": progress.jobs_done}
     log = functools.partial(mlflow.log_metrics, totals)
     ride_out(log, what="scheduler", settings=svc.settings, patience_s=svc.patience_s)
+    if progress.ticks_done and not svc.stop.requested:
+        _log_loss_picture(svc, progress)
     return {
         "ticks": progress.ticks_done,
         "jobs": progress.jobs_done,
@@ -413,4 +637,19 @@ def log_summary(svc: Service, progress: Progress, run: mlflow.ActiveRun) -> dict
         "wall_s": wall,
         "busy_fraction": busy,
         "run_id": run.info.run_id,
+        "interrupted": svc.stop.signal,
+        "in_flight": len(svc.dispatcher.in_flight),
     }
+
+
+@contextmanager
+def release_dispatcher(svc: Service) -> Iterator[None]:
+    """At the end of the block, the dispatcher is closed (threads: it waits for their jobs),
+    unless a signal stopped the scheduler: then the jobs in flight are left going (in their
+    workers, or in this process's threads until it exits) and the next scheduler resumes or
+    adopts them (`resume_orphans`)."""
+    try:
+        yield
+    finally:
+        if not svc.stop.requested:
+            svc.dispatcher.close()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -136,6 +137,10 @@ class Settings:
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+        if "prefect" in sys.modules:  # Prefect read its settings when first imported: re-read
+            from prefect.context import refresh_global_settings_context
+
+            refresh_global_settings_context()
         return self
 
     def store(self) -> ExampleStore:

@@ -4,6 +4,7 @@ the SDK and the CLI, including a scheduler killed mid-run and restarted."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tenantml import datasets
+from tests.signals import STOPPED, signal_after_dispatch
 
 pytestmark = pytest.mark.slow
 
@@ -192,3 +194,62 @@ def test_demo_command_runs_bounded(tmp_path: Path) -> None:
     for tenant in ("digits", "breast-cancer", "wine", "japanese-vowels"):
         assert tenant in out.stdout
     assert "ticks," in out.stdout and "mlflow ui --backend-store-uri sqlite:///" in out.stdout
+
+
+@pytest.fixture(scope="module")
+def signal_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A home of its own with two small tenants (their models get stand-in sleep jobs here)."""
+    home = tmp_path_factory.mktemp("signals")
+    setup = (
+        "from tenantml.client import Client\nfrom tenantml import datasets\nc = Client()\n"
+        "for n in ('wine', 'breast_cancer'):\n"
+        "    d = datasets.load(n)\n    c.submit(n.replace('_', '-'), d.schema)\n"
+        "    c.feed(n.replace('_', '-'), d.inputs, d.labels)\n"
+    )
+    env = {**os.environ, "TENANTML_HOME": str(home)}
+    subprocess.run([sys.executable, "-c", setup], env=env, check=True, timeout=300)
+    return home
+
+
+@pytest.mark.parametrize(
+    ("sig", "to_group"), [(signal.SIGINT, True), (signal.SIGTERM, False)], ids=["ctrl-c", "term"]
+)
+def test_a_signal_stops_run_with_one_line_and_the_next_run_resumes_its_jobs(
+    signal_home: Path, sig: signal.Signals, to_group: bool
+) -> None:
+    """Ctrl-C (SIGINT to the process group, which holds Prefect's temporary server too) or
+    SIGTERM: exit code 130, one line, no traceback; the jobs' MLflow runs stay RUNNING and the
+    next `run` resumes them."""
+    from mlflow.tracking import MlflowClient
+
+    from mlflow_plugin.tracking import JobRecord, job_records, tenant_experiments
+
+    env = {**os.environ, "TENANTML_HOME": str(signal_home)}
+    client = MlflowClient(f"sqlite:///{signal_home / 'mlflow.db'}")
+
+    def running() -> list[JobRecord]:
+        recs = job_records(client, tenant_experiments(client).values())
+        return [r for r in recs if r.status == "RUNNING"]
+
+    cmd = [sys.executable, "-m", "tenantml.cli", "run"]
+    code, out, err, took = signal_after_dispatch(
+        [*cmd, "--ticks", "20", "--sleep-job-seconds", "60"], env, sig, to_group,
+        ready=lambda: bool(running()),
+    )  # fmt: skip
+    print(f"{sig.name}: the scheduler ended {took:.2f} s after the signal")
+    assert code == 130, (out, err[-3000:])
+    assert "Traceback" not in err, err[-5000:]
+    assert [m[0] for m in STOPPED.findall(out)] == [sig.name], out
+    assert re.search(r"^tick \d+: dispatched (wine|breast-cancer) \w+$", out, re.M), out
+    left = running()
+    assert left, "the stopped scheduler's jobs should stay RUNNING (to be resumed)"
+    drain = subprocess.run([*cmd, "--ticks", "0", "--sleep-job-seconds", "0.1"], env=env,
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert drain.returncode == 0, drain.stderr[-3000:]
+    for r in left:
+        assert f"resumed {r.tenant} {r.candidate} " in drain.stdout, drain.stdout
+        assert f"finished {r.tenant} {r.candidate}: " in drain.stdout, drain.stdout
+    recs = job_records(client, tenant_experiments(client).values())
+    assert all(r.status == "FINISHED" for r in recs), [(r.job_id, r.status) for r in recs]
+    ids = [(r.tenant, r.job_id) for r in recs]
+    assert len(ids) == len(set(ids))  # resumed, not run twice

@@ -22,6 +22,7 @@ import pytest
 
 from tenantml import datasets
 from tenantml.ops.servers import down, flow_processes, up
+from tests.signals import STOPPED, signal_after_dispatch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -188,3 +189,59 @@ def test_scheduler_killed_and_restarted_counts_each_job_once(home: Path) -> None
     statuses = [(r["tenant"], r["job_id"], r["status"]) for r in recs]
     assert len(keys) == len(set(keys)), statuses
     assert all(r["status"] == "FINISHED" for r in recs), statuses
+
+
+_WINE = """
+from tenantml.client import Client
+from tenantml import datasets
+c = Client()
+d = datasets.load("wine")
+c.submit("wine", d.schema)
+if c.store.manifest("wine").n_examples == 0:
+    c.feed("wine", d.inputs, d.labels)
+"""
+
+
+def test_ctrl_c_stops_run_with_one_line_and_the_next_run_takes_its_jobs_over(home: Path) -> None:
+    """SIGINT to `tenantml run`'s process group, as a terminal's Ctrl-C: exit code 130, one
+    line, no traceback; the jobs go on in the workers and the next `run` takes them over. The
+    jobs are sleep-based stand-ins (accuracy 0), so this runs after the tests that train."""
+    from mlflow.tracking import MlflowClient
+
+    from mlflow_plugin.tracking import JobRecord, job_records, tenant_experiments
+
+    _py(home, _WINE)
+    client = MlflowClient(json.loads((home / "servers.json").read_text())["tracking_uri"])
+
+    def records() -> list[JobRecord]:
+        return job_records(client, tenant_experiments(client).values())
+
+    before = {(r.tenant, r.job_id) for r in records()}
+
+    def new() -> list[JobRecord]:
+        return [r for r in records() if (r.tenant, r.job_id) not in before]
+
+    cmd = [sys.executable, "-m", "tenantml.cli", "run", *_RUN]
+    code, out, err, took = signal_after_dispatch(
+        [*cmd, "--ticks", "20", "--sleep-job-seconds", "15"], _env(home), signal.SIGINT,
+        to_group=True, ready=lambda: any(r.status == "RUNNING" for r in new()),
+    )  # fmt: skip
+    print(f"SIGINT on servers: the scheduler ended {took:.2f} s after the signal")
+    assert code == 130, (out, err[-3000:])
+    assert "Traceback" not in err, err[-5000:]
+    stopped = STOPPED.findall(out)
+    assert [m[0] for m in stopped] == ["SIGINT"], out
+    assert "(they go on in the workers meanwhile)" in out, out
+    in_flight = int(stopped[0][1])
+    assert in_flight >= 1, out
+    drain = _cli(home, "run", *_RUN, "--ticks", "0", "--sleep-job-seconds", "0.1", timeout=300)
+    assert "resumed " in drain, drain
+    deadline = time.monotonic() + 180  # jobs not yet started when it stopped start later
+    while time.monotonic() < deadline:
+        recs = new()
+        if len(recs) >= in_flight and all(r.status == "FINISHED" for r in recs):
+            break
+        time.sleep(1)
+    recs = new()
+    assert len(recs) == in_flight, [(r.job_id, r.status) for r in recs]
+    assert all(r.status == "FINISHED" for r in recs), [(r.job_id, r.status) for r in recs]

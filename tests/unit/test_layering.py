@@ -119,6 +119,13 @@ def test_store_loads_no_framework() -> None:
     assert _loaded(modules, FRAMEWORKS) == []
 
 
+def test_settings_load_no_framework() -> None:
+    """Every command reads `tasks.settings` first; Prefect must not be imported before
+    `Settings.apply` exports PREFECT_API_URL (it reads its settings once, at import: a scheduler
+    on servers ran on a temporary Prefect server of its own when it was)."""
+    assert _loaded("tasks.settings", ("prefect", "mlflow", "torch")) == []
+
+
 def test_trainers_import_no_orchestration() -> None:
     """trainers/ may use torch (lazily), never Prefect or MLflow (ARCHITECTURE layers)."""
     assert _loaded("trainers", ("prefect", "mlflow", "torch")) == []

@@ -1,0 +1,217 @@
+"""What a person watching the scheduler sees, without servers: its events, SIGINT/SIGTERM as a
+request to stop, the loss picture (`tasks._plot`), and how `tenantml run` and `status --plot`
+put them into words and files."""
+
+from __future__ import annotations
+
+import io
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from tasks import (
+    STOP,
+    JobDispatched,
+    JobFinished,
+    JobSpec,
+    Progress,
+    SchedulerEvent,
+    Stopping,
+    StopRequest,
+    dispatch_tick,
+    listen,
+    pause,
+    stop_on_signals,
+    wants_tick,
+)
+from tasks._plot import add_tick, load_tick_history, loss_picture
+from tasks.outage import Backoff
+
+
+@dataclass
+class FakeDispatcher:
+    in_flight: list[JobSpec] = field(default_factory=list)
+
+    def submit(self, spec: JobSpec) -> None:
+        self.in_flight.append(spec)
+
+
+@dataclass
+class FakePlanner:
+    capacity: int = 2
+
+
+@dataclass
+class FakeOptions:
+    ticks: int | None = 5
+    poll_s: float = 30.0
+
+
+@dataclass
+class FakeService:
+    """The parts of `tasks.Service` the steps under test read."""
+
+    dispatcher: FakeDispatcher
+    stop: StopRequest
+    planner: FakePlanner = field(default_factory=FakePlanner)
+    options: FakeOptions = field(default_factory=FakeOptions)
+
+
+def _spec(tenant: str, model: str) -> JobSpec:
+    return JobSpec(tenant, model, 1, f"{model}-s1", 1, "rate", None, 3)
+
+
+def _progress() -> Progress:
+    return Progress(state=None, refreshed=0.0, tick=4, outage=Backoff(60.0))  # type: ignore[arg-type]
+
+
+def test_dispatch_tells_the_listeners_and_a_stop_ends_the_ticks() -> None:
+    events: list[SchedulerEvent] = []
+    stop = StopRequest()
+    svc: Any = FakeService(FakeDispatcher(), stop)
+    progress = _progress()
+    with listen(events.append):
+        dispatch_tick(svc, progress, [_spec("wine", "svm"), _spec("digits", "lenet")])
+    assert events == [
+        JobDispatched(5, "wine", "svm", "svm-s1"),
+        JobDispatched(5, "digits", "lenet", "lenet-s1"),
+    ]
+    svc.planner.capacity = 3
+    assert wants_tick(svc, progress)
+    stop.dispatcher = svc.dispatcher
+    with listen(events.append):
+        stop.request("SIGTERM")
+        stop.request("SIGINT")  # the first one counts
+    assert events[-1] == Stopping("SIGTERM", 2, None) and len(events) == 3
+    assert not wants_tick(svc, progress)  # no tick after a stop
+    started = time.monotonic()
+    pause(svc, progress)  # poll_s is 30 s: a requested stop does not wait
+    assert time.monotonic() - started < 5
+
+
+def test_a_stop_wakes_a_pause_at_once() -> None:
+    stop = StopRequest()
+    svc: Any = FakeService(FakeDispatcher(), stop)
+    threading.Timer(0.2, stop.request, args=("SIGINT",)).start()
+    started = time.monotonic()
+    pause(svc, _progress())
+    assert 0.1 < time.monotonic() - started < 5 and stop.signal == "SIGINT"
+
+
+def test_sigint_and_sigterm_request_a_stop_and_a_second_one_interrupts() -> None:
+    events: list[SchedulerEvent] = []
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with stop_on_signals() as stop, listen(events.append):
+        assert stop is STOP and not stop.requested
+        with stop_on_signals():  # nested (the flow inside the CLI): the same request
+            signal.raise_signal(signal.SIGTERM)
+        assert stop.requested and stop.signal == "SIGTERM"
+        assert events == [Stopping("SIGTERM", 0, None)]
+        with pytest.raises(KeyboardInterrupt, match="SIGINT"):
+            signal.raise_signal(signal.SIGINT)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    assert not STOP.requested and STOP.signal is None  # the next scheduler starts afresh
+
+
+def test_loss_history_keeps_the_later_value_of_a_tick_and_only_loss_metrics() -> None:
+    history: dict[str, list[tuple[int, float]]] = {}
+    add_tick(history, 2, {"loss_estimate.wine": 0.5, "regret_estimate": 0.7, "gpu": 1.0})
+    add_tick(history, 1, {"loss_estimate.wine": 0.9, "regret_estimate": 1.0})
+    add_tick(history, 2, {"loss_estimate.wine": 0.4})
+    assert history == {
+        "loss_estimate.wine": [(1, 0.9), (2, 0.4)],
+        "regret_estimate": [(1, 1.0), (2, 0.7)],
+    }
+
+
+def _scheduler_runs(tracking_uri: str, runs: list[dict[str, list[tuple[int, float]]]]) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from mlflow_plugin.tracking import SCHEDULER_EXPERIMENT
+
+    client = MlflowClient(tracking_uri)
+    exp = client.create_experiment(SCHEDULER_EXPERIMENT)
+    for metrics in runs:
+        run = client.create_run(exp)
+        for key, points in metrics.items():
+            for step, value in points:
+                client.log_metric(run.info.run_id, key, value, step=step)
+        client.log_metric(run.info.run_id, "gpu_busy_fraction", 0.5, step=1)
+        client.set_terminated(run.info.run_id)
+        time.sleep(0.01)  # distinct start times: the later run wins a shared tick
+
+
+def test_loss_history_from_mlflow_and_its_picture(tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert load_tick_history(MlflowClient(uri)) == {}
+    _scheduler_runs(
+        uri,
+        [
+            {"loss_estimate.wine": [(1, 0.5), (2, 0.1)], "regret_estimate": [(1, 0.5), (2, 0.1)]},
+            {"loss_estimate.wine": [(2, 0.2), (3, 0.0)], "regret_estimate": [(2, 0.3), (3, 0.1)],
+             "loss_estimate.digits": [(2, 0.1), (3, 0.1)]},
+        ],
+    )  # fmt: skip
+    history = load_tick_history(MlflowClient(uri))
+    assert history == {
+        "loss_estimate.digits": [(2, 0.1), (3, 0.1)],
+        "loss_estimate.wine": [(1, 0.5), (2, 0.2), (3, 0.0)],
+        "regret_estimate": [(1, 0.5), (2, 0.3), (3, 0.1)],
+    }
+    for h in (history, {}):
+        png = loss_picture(h)
+        assert png.startswith(b"\x89PNG")
+        assert Image.open(io.BytesIO(png)).size == (800, 450)
+
+
+def test_run_lines_are_plain_text() -> None:
+    from tenantml.cli.service import _event_line, _stopped_line
+
+    done = JobFinished("wine", "svm", "svm-s1", True, np.float64(0.972222), np.float32(1.25),
+                       np.float64(0.00123))  # fmt: skip
+    assert _event_line(done) == (
+        "finished wine svm: accuracy 0.9722, cost 1.2 s, wine's loss estimate 0.0012"
+    )
+    failed = JobFinished("wine", "svm", "svm-s1", False, None, None, None, "FAILED: oom\nmore")
+    assert _event_line(failed) == (
+        "failed (FAILED: oom) wine svm: accuracy -, cost - s, wine's loss estimate -"
+    )
+    assert _event_line(JobDispatched(3, "wine", "svm", "svm-s1")) == "tick 3: dispatched wine svm"
+    assert _event_line(JobDispatched(3, "wine", "svm", "svm-s1", resumed=True)) == (
+        "resumed wine svm (left running by an earlier scheduler)"
+    )
+    assert _stopped_line("SIGINT", 1, embedded=True) == (
+        "stopped by SIGINT: 1 job in flight; they resume on the next `tenantml run`"
+    )
+
+
+def test_status_plot_writes_the_picture_from_mlflow(tmp_path: Path) -> None:
+    from tenantml.cli import app
+
+    home = tmp_path / "home"
+    runner = CliRunner()
+    png = tmp_path / "loss.png"
+    res = runner.invoke(app, ["status", "--home", str(home)])
+    assert res.exit_code == 2 and "--plot FILE.png" in res.output, res.output
+    res = runner.invoke(app, ["status", "--plot", str(png), "--home", str(home)])
+    assert res.exit_code == 1 and "no scheduler has logged a tick yet" in res.output, res.output
+    res = runner.invoke(app, ["status", "--plot", str(tmp_path / "x.jpg"), "--home", str(home)])
+    assert res.exit_code == 2 and "ending in .png" in res.output, res.output
+    _scheduler_runs(
+        f"sqlite:///{home / 'mlflow.db'}",
+        [{"loss_estimate.wine": [(1, 0.5), (2, 0.1)], "regret_estimate": [(1, 0.5), (2, 0.1)]}],
+    )
+    res = runner.invoke(app, ["status", "--plot", str(png), "--home", str(home)])
+    assert res.exit_code == 0, res.output
+    assert "the loss estimates of 1 tenant and their total over 2 ticks" in res.output
+    assert png.read_bytes().startswith(b"\x89PNG")
