@@ -14,7 +14,7 @@ from typing import Any
 
 from prefect import flow, runtime
 
-from tasks._seer import SeerOptions
+from tasks import SeerOptions
 from tasks.settings import Settings
 
 __all__ = ["seer"]

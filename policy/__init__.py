@@ -9,10 +9,13 @@ SYN generator and the replay simulator that drives the same :class:`SchedulerLoo
 service.
 """
 
+from policy._book import CostScale
 from policy._types import (
     ArmPrior,
     Assignment,
+    BoolArray,
     Decision,
+    FloatArray,
     History,
     ModelMeta,
     Observation,
@@ -39,6 +42,9 @@ from policy.replay import ReplayResult, replay, sublinear_speedup
 from policy.synthetic import syn
 
 __all__ = [
+    "BoolArray",
+    "CostScale",
+    "FloatArray",
     "DEFAULT_POLICY",
     "FCFS",
     "POLICY_NAMES",

@@ -43,7 +43,16 @@ if TYPE_CHECKING:
         wait_out_outage,
         wants_tick,
     )
+    from tasks._plot import (
+        LOSS_PREFIX,
+        TOTAL,
+        TickHistory,
+        add_tick,
+        load_tick_history,
+        loss_picture,
+    )
     from tasks._prefect import decide, record, refresh, train_task
+    from tasks._seer import SeerOptions, seer_options_from_params
     from tasks._service import (
         JobSpec,
         Planner,
@@ -57,6 +66,12 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "loss_picture",
+    "load_tick_history",
+    "add_tick",
+    "TickHistory",
+    "TOTAL",
+    "LOSS_PREFIX",
     "STOP",
     "DeploymentDispatcher",
     "Dispatcher",
@@ -69,6 +84,7 @@ __all__ = [
     "Progress",
     "SchedulerEvent",
     "SchedulerOptions",
+    "SeerOptions",
     "Service",
     "ServiceState",
     "StopRequest",
@@ -94,6 +110,7 @@ __all__ = [
     "resume_orphans",
     "run_job",
     "scheduler_run",
+    "seer_options_from_params",
     "should_stop",
     "stop_on_signals",
     "tick_metrics",
@@ -104,6 +121,14 @@ __all__ = [
 
 
 _HOME: dict[str, str] = {
+    "loss_picture": "tasks._plot",
+    "load_tick_history": "tasks._plot",
+    "add_tick": "tasks._plot",
+    "TickHistory": "tasks._plot",
+    "TOTAL": "tasks._plot",
+    "LOSS_PREFIX": "tasks._plot",
+    "SeerOptions": "tasks._seer",
+    "seer_options_from_params": "tasks._seer",
     "DeploymentDispatcher": "tasks._dispatch",
     "Dispatcher": "tasks._dispatch",
     "Done": "tasks._dispatch",

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlflow_plugin.jobrun import JobRun
 from store import ExampleStore
-from trainers._job import TrainResult
+from trainers import TrainResult
 
 if TYPE_CHECKING:
     from trainers.seer_runner import SeerJob

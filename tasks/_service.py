@@ -45,8 +45,7 @@ from policy.costs import CostPrior, prior_costs
 from store import ExampleStore
 from store.schema import Schema
 from tasks._seer import SeerOptions, derive_seer, train_seer
-from trainers import ZOO, Candidate, TrainJob, TrainResult, candidates, train
-from trainers._job import LR_GRID
+from trainers import LR_GRID, ZOO, Candidate, TrainJob, TrainResult, candidates, train
 from trainers.zoo import RELATIVE_COST
 
 T = TypeVar("T")

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from store import ExampleStore
 from trainers._data import InferenceBatch, encode_batch
-from trainers._job import EpochReport, TrainJob, TrainResult
+from trainers._job import LR_GRID, EpochReport, TrainJob, TrainResult
 from trainers._model import TrainedModel
 from trainers.templates import (
     NORMALIZATION_KS,
@@ -22,6 +22,7 @@ from trainers.templates import (
 from trainers.zoo import ZOO, ModelSpec
 
 __all__ = [
+    "LR_GRID",
     "NORMALIZATION_KS",
     "TEMPLATES",
     "ZOO",

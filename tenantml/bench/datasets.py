@@ -19,8 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from policy import ModelMeta, syn
-from policy._types import BoolArray, FloatArray
+from policy import BoolArray, FloatArray, ModelMeta, syn
 
 __all__ = [
     "BUILTIN",

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from policy._types import FloatArray
+from policy import FloatArray
 from tenantml.bench.runner import LOSS_LEVELS, Protocol, RepeatResult
 
 __all__ = ["summarize", "write_outputs"]

@@ -33,6 +33,8 @@ import numpy as np
 
 from policy import (
     POLICY_NAMES,
+    CostScale,
+    FloatArray,
     Oracle,
     Policy,
     Problem,
@@ -44,8 +46,6 @@ from policy import (
     sublinear_speedup,
     validate_problem,
 )
-from policy._book import CostScale
-from policy._types import FloatArray
 from policy.acquisition import BetaRule
 from policy.costs import fit_cost_prior, prior_costs
 from policy.gp import KernelMethod

@@ -29,7 +29,7 @@ def measure_tick_cpu(
 ) -> dict[str, Any]:
     from mlflow_plugin.tracking import JobRecord
     from store.schema import Schema, Tensor
-    from tasks._service import (
+    from tasks import (
         JobSpec,
         Planner,
         ServiceState,
