@@ -61,8 +61,8 @@ class Settings:
     store_url: str
     s3_endpoint_url: str | None
     prefect_api_url: str | None
-    gpu_slots: int
-    policy: str
+    slots: int  # TENANTML_GPU_SLOTS or servers.json; 0: one per CUDA device
+    policy_given: str | None  # TENANTML_POLICY
     server_env: tuple[tuple[str, str], ...] = ()
     pin_gpus: bool = False  # one machine (`tenantml up`): slot i runs on GPU i
     # A tenant's identity (`store._scoped`): MLflow credentials, and a store confined to it.
@@ -72,8 +72,6 @@ class Settings:
 
     @classmethod
     def load(cls, home: str | Path | None = None) -> Settings:
-        from policy import DEFAULT_POLICY
-
         root = Path(home or os.environ.get("TENANTML_HOME") or Path.home() / ".tenantml")
         root = root.expanduser().resolve()
         servers: dict[str, Any] = {}
@@ -83,8 +81,8 @@ class Settings:
         # Servers: `tenantml up` on this machine, or a cluster's Prefect API in the environment.
         mode: Mode = "servers" if servers or env("PREFECT_API_URL") else "embedded"
         slots_env = env("TENANTML_GPU_SLOTS") or servers.get("gpu_slots")
-        slots = int(slots_env) if slots_env else max(1, _cuda_devices())
-        if slots < 1:
+        slots = int(slots_env) if slots_env else 0  # 0: one per CUDA device, counted on use
+        if slots_env and slots < 1:
             raise ValueError(f"TENANTML_GPU_SLOTS={slots_env!r} is not valid: use 1 or more")
         return cls(
             home=root,
@@ -96,14 +94,27 @@ class Settings:
             store_url=env("TENANTML_STORE") or servers.get("store") or (root / "store").as_uri(),
             s3_endpoint_url=env("TENANTML_S3_ENDPOINT_URL") or servers.get("s3_endpoint_url"),
             prefect_api_url=env("PREFECT_API_URL") or servers.get("prefect_api_url"),
-            gpu_slots=slots,
-            policy=env("TENANTML_POLICY") or DEFAULT_POLICY,
+            slots=slots,
+            policy_given=env("TENANTML_POLICY") or None,
             server_env=tuple(sorted(servers.get("env", {}).items())),
             pin_gpus=bool(servers),
             user=env("TENANTML_USER") or None,
             password=env("TENANTML_PASSWORD") or None,
             capacity_prices=env("TENANTML_CAPACITY_PRICES") or None,
         )
+
+    @property
+    def policy(self) -> str:
+        """TENANTML_POLICY, else `policy.DEFAULT_POLICY`."""
+        from policy import DEFAULT_POLICY
+
+        return self.policy_given or DEFAULT_POLICY
+
+    @property
+    def gpu_slots(self) -> int:
+        """G: the slots given, else one per visible CUDA device (at least 1); counting devices
+        imports torch, so only the scheduler asks."""
+        return self.slots or max(1, _cuda_devices())
 
     def prefect_env(self) -> dict[str, str]:
         """What Prefect needs in the environment, set before Prefect is imported."""

@@ -14,12 +14,12 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -27,6 +27,9 @@ from numpy.typing import NDArray
 from store import ExampleRecord, ExampleStore
 from store.schema import Schema
 from tasks.settings import ServerUnreachableError, Settings
+
+if TYPE_CHECKING:
+    from tasks import SchedulerEvent
 
 __all__ = ["Client", "Leaderboard", "LeaderboardRow", "NoModelYetError"]
 
@@ -69,6 +72,8 @@ class Leaderboard:
 
 
 def _check_http(url: str, what: str, how: str) -> None:
+    import urllib.request  # servers mode only; it loads http.client and email (tens of ms)
+
     try:
         with urllib.request.urlopen(url, timeout=5):
             return
@@ -145,7 +150,7 @@ class Client:
     # -- tenants -------------------------------------------------------------------------------
     def submit(self, name: str, schema: Schema | str) -> Leaderboard:
         """Declare a task; idempotent for the same schema, an error for a different one."""
-        from tasks._service import register_tenant
+        from tasks import register_tenant
 
         if isinstance(schema, str):
             schema = Schema.parse(schema)
@@ -185,13 +190,13 @@ class Client:
         return best.version if best else None
 
     def infer(self, name: str, inputs: Any, lengths: Sequence[int] | None = None) -> NDArray[Any]:
-        """Predictions of the tenant's best model so far (``models:/<name>@best``)."""
-        from trainers._data import encode_for_inference
+        """Predictions of the tenant's best model so far (``models:/<name>@best``). Sequences:
+        a list of ``(T_i, *S)`` arrays, or padded ``(n, T_max, *S)`` with `lengths`."""
+        from mlflow_plugin.pyfunc import pyfunc_input
 
         schema = self.store.schema(name)  # unknown tenant -> clear error
-        if lengths is not None:
-            inputs = [np.asarray(r)[: int(t)] for r, t in zip(inputs, lengths, strict=True)]
-        x, lens = encode_for_inference(schema, inputs)  # the feed checks, with example index
+        # Encoded once, with the feed checks (a bad example is named), in the model's form.
+        model_input = pyfunc_input(schema, inputs, lengths)
         version = self._best_version(name)
         if version is None:
             raise NoModelYetError(
@@ -199,9 +204,6 @@ class Client:
                 "(`tenantml run`), then try again"
             )
         model = self._load_model(name, version)
-        model_input: Any = x.astype(np.float32)
-        if lens is not None:
-            model_input = {"x": model_input, "lengths": lens}
         return np.asarray(model.predict(model_input))
 
     def _load_model(self, name: str, version: str) -> Any:
@@ -293,12 +295,25 @@ class Client:
         out: dict[str, Any] = seer(name, model, deadline_min, budget_gpu_min, **options)
         return out
 
-    def run(self, ticks: int | None = None, **options: Any) -> dict[str, Any]:
-        """Run the scheduler flow here (see `flows.scheduler.scheduler` for the options)."""
+    def run(
+        self,
+        ticks: int | None = None,
+        *,
+        on_progress: Callable[[SchedulerEvent], None] | None = None,
+        **options: Any,
+    ) -> dict[str, Any]:
+        """Run the scheduler flow here (see `flows.scheduler.scheduler` for the options).
+
+        `on_progress` is called with each `tasks.JobDispatched`, `tasks.JobFinished` and
+        `tasks.Stopping` as it happens. SIGINT or SIGTERM (Ctrl-C) stops the scheduler after
+        the pass it interrupts: the summary's ``interrupted`` names the signal and
+        ``in_flight`` counts the jobs left going, which the next `run` resumes."""
         from flows.scheduler import scheduler
+        from tasks import listen
 
         self._operator_only("running the scheduler")
         start = time.monotonic()
-        out: dict[str, Any] = scheduler(ticks=ticks, **options)
+        with listen(on_progress) if on_progress is not None else nullcontext():
+            out: dict[str, Any] = scheduler(ticks=ticks, **options)
         out.setdefault("wall_s", time.monotonic() - start)
         return out

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from sklearn.model_selection import train_test_split
 
 from store import Dataset, encode_inputs
 from store.schema import Schema
@@ -36,6 +35,8 @@ def split(
         n_val = max(1, round(val_fraction * n))
         if counts.min() >= 2 and len(counts) <= n_val and len(counts) <= n - n_val:
             labels = ds.y
+    from sklearn.model_selection import train_test_split
+
     tr, va = train_test_split(idx, test_size=val_fraction, random_state=seed, stratify=labels)
     return np.sort(tr), np.sort(va)
 

@@ -2,8 +2,12 @@
 
 ``tenantml bench`` replays a quality/cost table through the scheduler loop (policy/), and
 ``tenantml bench-overhead`` measures decision time and memory at cluster scale;
-``tenantml bench-demo`` is a short benchmark on built-in real data. The service commands (submit,
+``tenantml bench-demo`` is a short benchmark on built-in real data; ``tenantml bench-startup``
+times the everyday commands as a user runs them. The service commands (submit,
 feed, refine, examples, infer, status, tenants, run, demo) are in `tenantml.cli.service`.
+
+The app's callback routes warnings and the libraries' logs to ``TENANTML_HOME/logs/tenantml.log``
+for the command's duration (`tenantml.cli._logs`); ``tenantml -v COMMAND`` shows them here too.
 """
 
 from __future__ import annotations
@@ -17,9 +21,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tenantml.cli import _logs
 from tenantml.cli import chaos as _chaos
 from tenantml.cli import seer as _seer
 from tenantml.cli import service as _service
@@ -239,6 +243,14 @@ def _run_with_progress(
     table: QualityTable, proto: Protocol, jobs: int | None
 ) -> tuple[list[RepeatResult], float]:
     """Every repeat, with a progress bar on stderr; the results and the wall-clock seconds."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     from tenantml.bench.runner import run_protocol
 
     t0 = time.perf_counter()
@@ -471,13 +483,88 @@ def bench_demo(
     )
 
 
+@app.command("bench-startup")
+def bench_startup(
+    tenants: Annotated[int, typer.Option(help="tenants in the home timed")] = 20,
+    examples: Annotated[int, typer.Option(help="examples per tenant (3 or more)")] = 6,
+    repeats: Annotated[int, typer.Option(help="runs per command; the median is kept")] = 3,
+    commands: Annotated[str | None, typer.Option(help="comma list (default: all of them)")] = None,
+    home: Annotated[
+        Path | None, typer.Option("--home", help="build the home here (default: a temporary one)")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="directory for startup.json")] = None,
+) -> None:
+    """Seconds the everyday commands take to answer, each in its own process.
+
+    On a home with N tenants; each command's median and its ratio to `python -c pass` timed in
+    the same run (targets: tenants, examples, status < 1 s; feed, infer < 2 s)."""
+    import tempfile
+
+    from tenantml.bench.startup import COMMANDS, measure_startup, to_json
+
+    names = [c.strip() for c in commands.split(",") if c.strip()] if commands else list(COMMANDS)
+    with tempfile.TemporaryDirectory(prefix="tenantml-startup-") as tmp:
+        try:
+            python_s, times = measure_startup(
+                home or Path(tmp),
+                n_tenants=tenants,
+                n_examples=examples,
+                repeats=repeats,
+                commands=names,
+            )
+        except ValueError as e:
+            raise _fail(str(e)) from None
+    table = Table(title=f"startup, {tenants} tenants, median of {repeats}")
+    for col in ("command", "seconds", "x python -c pass", "exit", "loads"):
+        table.add_column(col, justify="left" if col in ("command", "loads") else "right")
+    table.add_row("python -c pass", f"{python_s:.3f}", "1.0", "0", "")
+    for t in times:
+        code = str(t.exit_code) if t.exit_code == t.expected_exit_code else f"{t.exit_code}!"
+        table.add_row(
+            t.command, f"{t.seconds:.3f}", f"{t.ratio:.1f}", code, ", ".join(t.frameworks) or "-"
+        )
+    console.print(table)
+    bad = [t.command for t in times if t.exit_code != t.expected_exit_code]
+    if bad:
+        err_console.print(f"[yellow]unexpected exit status:[/] {', '.join(bad)} (marked !)")
+    _save_json(out, "startup.json", to_json(python_s, times, tenants, repeats))
+
+
 _service.register(app)
 _seer.register(app)
 _spot.register(app)
 _chaos.register(app)
 
 
+@app.callback()
+def _quiet(
+    ctx: typer.Context,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="show the libraries' warnings and logs here too (always in "
+            "TENANTML_HOME/logs/tenantml.log)",
+        ),
+    ] = False,
+) -> None:
+    """Multi-tenant, cost-aware model selection for a shared GPU pool."""
+    # Before any command imports MLflow or Prefect, so they log through the root logger.
+    routing = _logs.route(verbose)
+
+    def close() -> None:
+        line = routing.summary()
+        routing.close()
+        if line:
+            err_console.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)
+
+    ctx.call_on_close(close)
+
+
 def main() -> None:
+    """The ``tenantml`` entry point: the app, with warnings and library logs routed to the
+    home's log file by its callback (`tenantml.cli._logs`; ``-v`` shows them here too)."""
     try:
         app()
     except KeyboardInterrupt:  # pragma: no cover

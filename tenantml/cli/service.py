@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import typer
 from rich.console import Console
 from rich.live import Live
@@ -73,6 +72,8 @@ def _client(home: Path | None) -> Any:
 
 def _plain(value: Any) -> Any:
     """A prediction or label as a plain int/float/str/list (no ``np.int64(...)`` reprs)."""
+    import numpy as np  # here, not at the top: `tenantml --help` loads no numpy
+
     if isinstance(value, np.ndarray):
         return value.tolist()
     return value.item() if isinstance(value, np.generic) else value
@@ -209,10 +210,31 @@ def infer(
             print(json.dumps({"input": key, "prediction": value}) if as_json else f"{key}\t{value}")
 
 
-def status(name: Annotated[str, typer.Argument()], home: Home = None) -> None:
-    """Leaderboard: models tried, accuracy, cost, when, and which is `best`."""
+def status(
+    name: Annotated[str | None, typer.Argument(help="tenant (its leaderboard)")] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            help="write every tenant's loss estimate and their total over the ticks to this PNG",
+        ),
+    ] = None,
+    home: Home = None,
+) -> None:
+    """Leaderboard: models tried, accuracy, cost, when, and which is `best`; with --plot
+    FILE.png, the loss picture the scheduler logs (loss.png), from MLflow's per-tick metrics."""
     with _errors():
-        lb = _client(home).status(name)
+        if name is None and plot is None:
+            raise ValueError(
+                "give a tenant name (its leaderboard) or --plot FILE.png (the loss estimates "
+                "over the ticks), or both"
+            )
+        c = _client(home)
+        if plot is not None:
+            _write_loss_plot(c, plot)
+        if name is None:
+            return
+        lb = c.status(name)
         t = Table(title=f"{name}: {lb.schema}", title_justify="left")
         for col in ("model", "status", "accuracy", "cost (s)", "finished", "best"):
             t.add_column(col)
@@ -232,6 +254,28 @@ def status(name: Annotated[str, typer.Argument()], home: Home = None) -> None:
             f"{len(lb.rows)}/{lb.n_candidates} candidates tried; best version "
             f"{lb.best_version or 'none yet'}"
         )
+
+
+def _write_loss_plot(c: Any, path: Path) -> None:
+    """`status --plot`: the scheduler's loss picture (`tasks.loss_picture`) of every scheduler run's
+    per-tick metrics, to `path`; one line says what it shows."""
+    from tasks import LOSS_PREFIX, TOTAL, load_tick_history, loss_picture
+    from tenantml.client import NoModelYetError
+
+    if path.suffix.lower() != ".png":
+        raise ValueError(f"--plot {str(path)!r} is not valid: give a file name ending in .png")
+    history = load_tick_history(c.mlflow)
+    if not history:
+        raise NoModelYetError(
+            "no scheduler has logged a tick yet: run the scheduler (`tenantml run`), then try again"
+        )
+    path.write_bytes(loss_picture(history))
+    tenants = sum(key.startswith(LOSS_PREFIX) for key in history)
+    ticks = len(history.get(TOTAL, []))
+    console.print(
+        f"wrote {path}: the loss estimates of {tenants} tenant{'' if tenants == 1 else 's'} "
+        f"and their total over {ticks} tick{'' if ticks == 1 else 's'}"
+    )
 
 
 def tenants(home: Home = None) -> None:
@@ -260,33 +304,199 @@ def run(
     sleep_job_seconds: Annotated[float | None, typer.Option(hidden=True)] = None,
     home: Home = None,
 ) -> None:
-    """Run the scheduler in the current mode (embedded or servers) for N ticks, or until stopped."""
-    with _errors():
-        from policy import POLICY_NAMES
+    """Run the scheduler in the current mode (embedded or servers) for N ticks, or until stopped.
 
-        if policy is not None and policy not in POLICY_NAMES:
-            raise ValueError(f"--policy {policy!r} is not valid; valid: {', '.join(POLICY_NAMES)}")
-        if ticks is not None and ticks < 0:
-            raise ValueError(f"--ticks {ticks} is not valid: use 0 (drain) or more")
-        if seer_budget_x is not None and not seer_budget_x >= 1:
-            raise ValueError(f"--seer-budget-x {seer_budget_x} is not valid: use 1 or more")
-        out = _client(home).run(
-            ticks,
-            policy=policy,
-            slots=slots,
-            max_epochs=max_epochs,
-            job_budget_s=job_budget,
-            sleep_s=sleep_job_seconds,
-            seer_budget_x=seer_budget_x,
+    Prints a line per job dispatched and per job finished (on a terminal: the live table of
+    `demo` instead). Ctrl-C or SIGTERM stops it within seconds with one line and exit code 130;
+    the jobs in flight resume on the next `run`."""
+    import gc
+    import os
+    import signal
+
+    # Until the scheduler's own handler is armed (the imports take seconds), SIGTERM interrupts
+    # as Ctrl-C does, so both end in the same one line.
+    before = signal.signal(signal.SIGTERM, _interrupt)
+    view: _RunView | None = None
+    try:
+        with _errors():
+            from policy import POLICY_NAMES
+
+            if policy is not None and policy not in POLICY_NAMES:
+                valid = ", ".join(POLICY_NAMES)
+                raise ValueError(f"--policy {policy!r} is not valid; valid: {valid}")
+            if ticks is not None and ticks < 0:
+                raise ValueError(f"--ticks {ticks} is not valid: use 0 (drain) or more")
+            if seer_budget_x is not None and not seer_budget_x >= 1:
+                raise ValueError(f"--seer-budget-x {seer_budget_x} is not valid: use 1 or more")
+            c = _client(home)  # its settings reach the environment before Prefect loads
+            from tasks import stop_on_signals
+
+            # MLflow's "View run ... at URL" lines (servers) would break into the job lines
+            os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+            view = _RunView(c)
+            with stop_on_signals(), view.showing():
+                out = c.run(
+                    ticks,
+                    on_progress=view,
+                    policy=policy,
+                    slots=slots,
+                    max_epochs=max_epochs,
+                    job_budget_s=job_budget,
+                    sleep_s=sleep_job_seconds,
+                    seer_budget_x=seer_budget_x,
+                )
+    except KeyboardInterrupt as e:  # a signal before the handler was armed, or a second one
+        stopping = view.stopping if view is not None else None
+        in_flight = stopping.in_flight if stopping is not None else 0
+        name = str(e.args[0]) if e.args else "SIGINT"
+        console.print(_stopped_line(name, in_flight, view is None or view.embedded))
+        raise typer.Exit(130) from None
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    # The command ends here: spare the exit the collector's pass over every object MLflow,
+    # Prefect and torch left (seconds; Python runs it while it finalizes the modules).
+    gc.freeze()
+    if out["interrupted"]:
+        console.print(_stopped_line(out["interrupted"], out["in_flight"], view.embedded))
+        raise typer.Exit(130)
+    console.print(
+        f"{out['ticks']} ticks, {out['jobs']} jobs in {out['wall_s']:.0f} s; "
+        f"GPU busy {out['busy_fraction']:.0%}"
+    )
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM as Ctrl-C: KeyboardInterrupt, named after the signal."""
+    import signal
+
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _stopped_line(signal_name: str, in_flight: int, embedded: bool) -> str:
+    """The one line `run` ends with when a signal stopped it."""
+    jobs = f"{in_flight} job{'' if in_flight == 1 else 's'} in flight"
+    where = "" if embedded else " (they go on in the workers meanwhile)"
+    return f"stopped by {signal_name}: {jobs}; they resume on the next `tenantml run`{where}"
+
+
+def _event_line(event: Any) -> str:
+    """A scheduler event (`tasks.JobDispatched`, `tasks.JobFinished`) as one plain line."""
+    from tasks import JobDispatched
+
+    if isinstance(event, JobDispatched):
+        if event.resumed:
+            return f"resumed {event.tenant} {event.model} (left running by an earlier scheduler)"
+        return f"tick {event.tick}: dispatched {event.tenant} {event.model}"
+
+    def num(value: float | None, fmt: str) -> str:
+        return "-" if value is None else format(float(value), fmt)
+
+    head = "finished" if event.ok else f"failed ({event.detail.splitlines()[0][:200]})"
+    return (
+        f"{head} {event.tenant} {event.model}: accuracy {num(event.accuracy, '.4f')}, "
+        f"cost {num(event.cost_s, '.1f')} s, {event.tenant}'s loss estimate "
+        f"{num(event.loss_estimate, '.4f')}"
+    )
+
+
+class _RunView:
+    """What `run` shows while the scheduler runs, fed its events (`Client.run`'s
+    ``on_progress``): one plain line per job dispatched or finished, or, on a terminal, the live
+    table of `demo`. On a signal in embedded mode it ends the process at once (`_exit_now`)."""
+
+    def __init__(self, c: Any) -> None:
+        self.c = c
+        self.embedded = c.settings.mode == "embedded"
+        self.live: Live | None = None
+        self.running: dict[str, str] = {}  # tenant/job id -> "tenant model", in flight
+        self.stopping: Any = None  # the tasks.Stopping seen, if any
+
+    def table(self) -> Table:
+        t = _live_table(self.c)
+        t.title = f"tenantml run ({self.c.settings.mode})"
+        running = ", ".join(self.running.values()) or "none"
+        t.caption = f"{t.caption}; running: {running}"
+        return t
+
+    @contextmanager
+    def showing(self) -> Iterator[None]:
+        """On a terminal, the live table while the block runs, printed once after it."""
+        if not console.is_terminal:
+            yield
+            return
+        table = self.table()
+        # transient, then printed once (see `demo`)
+        with Live(table, console=console, refresh_per_second=1, transient=True) as live:
+            self.live = live
+            try:
+                yield
+            finally:
+                self.live = None
+        console.print(self.table())
+
+    def __call__(self, event: Any) -> None:
+        from tasks import JobDispatched, Stopping
+
+        if isinstance(event, Stopping):  # in the signal handler: nothing slow here
+            self.stopping = event
+            if self.embedded:
+                _exit_now(self.c, event, cursor=self.live is not None)
+            return
+        key = f"{event.tenant}/{event.job_id}"
+        if isinstance(event, JobDispatched):
+            self.running[key] = f"{event.tenant} {event.model}"
+        else:
+            self.running.pop(key, None)
+        if self.live is not None:
+            self.live.update(self.table())
+        else:
+            console.print(_event_line(event))
+
+
+def _exit_now(c: Any, event: Any, cursor: bool) -> None:
+    """Embedded `run` on SIGINT/SIGTERM (`tasks.Stopping`, in the signal handler): end the
+    process now, with the one line and exit code 130.
+
+    Waiting is no option here: the jobs are threads of this process (a normal exit joins them,
+    minutes), and a terminal's Ctrl-C has also reached Prefect's temporary server, after which
+    every Prefect call retries for about a minute and ends in a traceback. So no Prefect call
+    follows: the scheduler's MLflow run is ended KILLED (2 s at most), the temporary server is
+    stopped if it still runs, and the process exits. The jobs' MLflow runs stay RUNNING, so the
+    next `run` sends them again with their job ids and they resume from their checkpoints."""
+    import os
+    import subprocess
+
+    line = _stopped_line(event.signal, event.in_flight, embedded=True) + "\n"
+    if cursor:  # the live display hid it
+        line = "\x1b[?25h\n" + line
+    try:
+        sys.stdout.flush()
+        os.write(sys.stdout.fileno(), line.encode())
+    except (OSError, ValueError, RuntimeError):  # no file descriptor, or a write cut short
+        sys.stdout.write(line)
+    if event.run_id is not None:
+        killed = threading.Thread(
+            target=c.mlflow.set_terminated, args=(event.run_id, "KILLED"), daemon=True
         )
-        console.print(
-            f"{out['ticks']} ticks, {out['jobs']} jobs in {out['wall_s']:.0f} s; "
-            f"GPU busy {out['busy_fraction']:.0%}"
-        )
+        killed.start()
+        killed.join(timeout=2)
+    # Prefect keeps its temporary server (a uvicorn subprocess) here; its atexit hook would stop
+    # it, and os._exit skips that hook.
+    server = sys.modules.get("prefect.server.api.server")
+    instances = getattr(getattr(server, "SubprocessASGIServer", None), "_instances", {})
+    for instance in list(instances.values()):
+        proc = getattr(instance, "server_process", None)
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    os._exit(130)
 
 
 def _live_table(c: Any) -> Table:
-    from tasks._service import load_state, tick_metrics
+    from tasks import load_state, tick_metrics
 
     state = load_state(c.mlflow, c.store)
     metrics = tick_metrics(state)

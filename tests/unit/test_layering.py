@@ -69,6 +69,20 @@ def test_no_upward_import(layer: str) -> None:
     assert bad == [], f"{layer}/ may import only {sorted(ALLOWED[layer])}:\n" + "\n".join(bad)
 
 
+@pytest.mark.parametrize("layer", LAYERS)
+def test_no_import_of_another_layers_private_module(layer: str) -> None:
+    """A layer uses another through its public names (principle 12): no ``other._module``."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in _sources(layer)
+        for line, module in imported_modules(path)
+        if module.split(".")[0] in LAYERS
+        and module.split(".")[0] != layer
+        and any(part.startswith("_") for part in module.split(".")[1:])
+    ]
+    assert bad == [], "\n".join(bad)
+
+
 @pytest.mark.parametrize("layer", sorted(PURE_DEPENDENCIES))
 def test_lowest_layers_use_only_their_libraries(layer: str) -> None:
     allowed = PURE_DEPENDENCIES[layer] | set(sys.stdlib_module_names) | {"__future__", layer}

@@ -1,0 +1,136 @@
+"""The everyday commands start fast: the command line, and the commands the store answers, load
+no framework (a subprocess reads its own ``sys.modules``, as test_layering does); and
+``tenantml bench-startup``, which times them, runs and writes its JSON. No wall-clock
+assertions: the timings are the benchmark's to report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from tenantml.bench.startup import _frameworks
+from tenantml.cli import app
+
+FRAMEWORKS = ("torch", "prefect", "mlflow", "sklearn")
+
+
+def _loaded_by(code: str, env: dict[str, str] | None = None) -> list[str]:
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    (line,) = [x for x in out.stdout.splitlines() if x.startswith("loaded:")]
+    return [m for m in line.removeprefix("loaded:").split(",") if m]
+
+
+def test_importing_the_command_line_loads_no_framework() -> None:
+    code = (
+        "import sys, tenantml.cli.app, tenantml.cli.service\n"
+        f"print('loaded:' + ','.join(m for m in {FRAMEWORKS!r} if m in sys.modules))\n"
+    )
+    assert _loaded_by(code) == []
+
+
+def _run_command(home: Path, argv: list[str]) -> list[str]:
+    """The frameworks `tenantml ARGV` loaded, run by its real entry point in a fresh process."""
+    code = (
+        "import sys\n"
+        "from tenantml.cli.app import main\n"
+        f"sys.argv = ['tenantml', *{argv!r}]\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as e:\n"
+        "    assert e.code in (0, None), e.code\n"
+        f"print('loaded:' + ','.join(m for m in {FRAMEWORKS!r} if m in sys.modules))\n"
+    )
+    env = {**os.environ, "TENANTML_HOME": str(home)}
+    env.pop("CUDA_VISIBLE_DEVICES", None)  # as a user runs it: GPUs are counted, if at all
+    for k in ("TENANTML_STORE", "TENANTML_TRACKING_URI", "PREFECT_API_URL"):
+        env.pop(k, None)
+    return _loaded_by(code, env)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """A home with one tabular tenant and a few examples, made through the store only."""
+    from store.schema import Schema, Tensor
+    from tasks.settings import Settings
+
+    s = Settings.load(tmp_path / "home")
+    s.store().create_tenant("wine", Schema(input=Tensor(4), output=Tensor(3)))
+    s.store().feed("wine", np.ones((3, 4), np.float32), ["a", "b", "c"])
+    (tmp_path / "x.csv").write_text("f0,f1,f2,f3,label\n1,2,3,4,a\n4,3,2,1,b\n")
+    return tmp_path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["tenants"],
+        ["examples", "wine"],
+        ["feed", "wine", "--csv", "{tmp}/x.csv", "--label-column", "label"],
+    ],
+    ids=["tenants", "examples", "feed"],
+)
+def test_commands_the_store_answers_load_no_framework(home: Path, argv: list[str]) -> None:
+    argv = [a.format(tmp=home) for a in argv]
+    assert _run_command(home / "home", argv) == []
+
+
+@pytest.mark.slow
+def test_status_loads_mlflow_only(home: Path) -> None:
+    assert _run_command(home / "home", ["status", "wine"]) == ["mlflow"]
+
+
+def test_frameworks_are_read_from_importtime() -> None:
+    stderr = (
+        "import time: self [us] | cumulative | imported package\n"
+        "import time:       100 |        200 |   mlflow.tracking\n"
+        "import time:       300 |       5000 | mlflow\n"
+        "import time:        10 |         10 |     torchvision\n"
+    )
+    assert _frameworks(stderr) == ("mlflow",)
+
+
+def test_bench_startup_rejects_an_unknown_command() -> None:
+    res = CliRunner().invoke(app, ["bench-startup", "--commands", "tenants,nope"])
+    assert res.exit_code == 2 and "nope" in res.output and "valid: --help, tenants" in res.output
+
+
+@pytest.fixture
+def restore_env() -> Iterator[None]:
+    """`Client` exports its settings to the process: undo that after the test."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.mark.slow
+def test_bench_startup_times_commands_and_writes_json(tmp_path: Path, restore_env: None) -> None:
+    out = tmp_path / "out"
+    args = ["bench-startup", "--tenants", "1", "--examples", "3", "--repeats", "1"]
+    args += ["--commands", "--help,tenants", "--home", str(tmp_path / "home"), "--out", str(out)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    data = json.loads((out / "startup.json").read_text())
+    assert data["tenants"] == 1 and data["repeats"] == 1 and data["python_c_pass_s"] > 0
+    assert [c["command"] for c in data["commands"]] == ["--help", "tenants"]
+    for c in data["commands"]:
+        assert c["seconds"] > 0
+        assert c["ratio"] == pytest.approx(c["seconds"] / data["python_c_pass_s"])
+        assert c["exit_code"] == c["expected_exit_code"] == 0 and len(c["runs"]) == 1
+    assert data["commands"][0]["frameworks"] == []  # --help
+    assert "tenants" in res.output and "python -c pass" in res.output
