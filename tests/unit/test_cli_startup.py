@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -107,15 +106,6 @@ def test_frameworks_are_read_from_importtime() -> None:
 def test_bench_startup_rejects_an_unknown_command() -> None:
     res = CliRunner().invoke(app, ["bench-startup", "--commands", "tenants,nope"])
     assert res.exit_code == 2 and "nope" in res.output and "valid: --help, tenants" in res.output
-
-
-@pytest.fixture
-def restore_env() -> Iterator[None]:
-    """`Client` exports its settings to the process: undo that after the test."""
-    saved = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
 
 
 @pytest.mark.slow

@@ -4,9 +4,7 @@ in one shape, and inference inputs encoded once."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
-from collections.abc import Iterator
 
 import mlflow
 import numpy as np
@@ -15,36 +13,13 @@ from mlflow.tracking import MlflowClient
 
 from mlflow_plugin import JobRun, ensure_tenant_experiment, job_records, pyfunc_input
 from mlflow_plugin.tracking import EXPERIMENT_KIND, MODEL_TRAINING
-from store import BadExampleError, ExampleStore, LocalBlobStore
+from store import BadExampleError, ExampleStore
 from store.schema import DataType, Schema, Tensor
 from tasks._seer import SeerOptions, seer_options_from_params
 from tasks._service import JobSpec, run_job
-from tenantml import datasets
 from trainers._data import InferenceBatch, encode_batch, encode_for_inference
 
 SEQ = Schema(input=DataType([Tensor(3)], ["next"]), output=Tensor(2))
-
-
-@pytest.fixture(scope="module")
-def tracking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowClient]:
-    root = tmp_path_factory.mktemp("mlflow")
-    old, cwd = mlflow.get_tracking_uri(), os.getcwd()
-    os.chdir(root)  # SQLite tracking puts default artifacts in ./mlruns: keep them here
-    mlflow.set_tracking_uri(f"sqlite:///{root / 'mlflow.db'}")
-    try:
-        yield MlflowClient()
-    finally:
-        mlflow.set_tracking_uri(old)
-        os.chdir(cwd)
-
-
-@pytest.fixture(scope="module")
-def wine(tmp_path_factory: pytest.TempPathFactory) -> ExampleStore:
-    store = ExampleStore(LocalBlobStore(tmp_path_factory.mktemp("store")))
-    d = datasets.load("wine")
-    store.create_tenant("wine", d.schema)
-    store.feed("wine", d.inputs, d.labels)
-    return store
 
 
 def test_seer_options_round_trip_through_mlflow_params() -> None:

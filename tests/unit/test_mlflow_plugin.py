@@ -4,9 +4,6 @@ installed (entry point) and called directly."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
 import mlflow
 import numpy as np
 import pytest
@@ -25,33 +22,10 @@ from mlflow_plugin import (
     tenant_experiments,
 )
 from mlflow_plugin.tracking import end_job_run
-from store import ExampleStore, LocalBlobStore
+from store import ExampleStore
 from store.schema import DataType, Schema, Tensor
 from tenantml import datasets
 from trainers import TrainJob, train
-
-
-@pytest.fixture(scope="module")
-def tracking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowClient]:
-    root = tmp_path_factory.mktemp("mlflow")
-    old, cwd = mlflow.get_tracking_uri(), os.getcwd()
-    os.chdir(root)  # SQLite tracking puts default artifacts in ./mlruns: keep them here
-    mlflow.set_tracking_uri(f"sqlite:///{root / 'mlflow.db'}")
-    mlflow.set_registry_uri(f"sqlite:///{root / 'mlflow.db'}")
-    try:
-        yield MlflowClient()
-    finally:
-        mlflow.set_tracking_uri(old)
-        os.chdir(cwd)
-
-
-@pytest.fixture(scope="module")
-def wine(tmp_path_factory: pytest.TempPathFactory) -> ExampleStore:
-    store = ExampleStore(LocalBlobStore(tmp_path_factory.mktemp("store")))
-    d = datasets.load("wine")
-    store.create_tenant("wine", d.schema)
-    store.feed("wine", d.inputs, d.labels)
-    return store
 
 
 def test_signature_from_schema() -> None:

@@ -4,10 +4,8 @@ state, prefetch slots), history from job records, loss estimates, settings, slot
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -142,15 +140,6 @@ def test_slot_lock_serializes_jobs_on_one_slot(tmp_path: Path) -> None:
     first.join()
     second.join()
     assert events == ["first start", "first end", "second start", "second end"]
-
-
-@pytest.fixture
-def restore_env() -> Iterator[None]:
-    """`Client` exports its settings to the process: undo that after the test."""
-    saved = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
 
 
 def test_unreachable_server_is_named_and_the_cli_exits_1(
