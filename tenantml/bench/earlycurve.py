@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
@@ -37,20 +37,58 @@ def _loss_form(values: Sequence[np.ndarray], maximize: bool) -> tuple[list[np.nd
     return [c - np.asarray(v, float) for v in values], c
 
 
-def _predict_group(
-    args: tuple[Curves, Sequence[float], bool, float, float],
-) -> dict[str, np.ndarray]:
-    """Predictions (n_theta, n_curves) for both methods, plus the true finals, in loss form."""
-    curves, thetas, maximize, xi, epsilon = args
+_METHODS = {"earlycurve": True, "single_stage": False}  # name -> staged
+
+
+def _predict_theta(args: tuple[Curves, float, bool, float, float]) -> dict[str, np.ndarray]:
+    """Predictions (n_curves,) of both methods at one theta, in loss form."""
+    curves, theta, maximize, xi, epsilon = args
     ys, _ = _loss_form(curves.values, maximize)
-    out = {"final": np.array([y[-1] for y in ys])}
-    for name, staged in (("earlycurve", True), ("single_stage", False)):
-        pred = np.empty((len(thetas), len(ys)))
-        for a, theta in enumerate(thetas):
-            for b, y in enumerate(ys):
-                n = min(len(y), max(2, int(math.floor(theta * len(y) + 1e-9))))
-                pred[a, b] = predict_final(y[:n], len(y), staged=staged, xi=xi, epsilon=epsilon)
+    out = {}
+    for name, staged in _METHODS.items():
+        pred = np.empty(len(ys))
+        for b, y in enumerate(ys):
+            n = min(len(y), max(2, int(math.floor(theta * len(y) + 1e-9))))
+            pred[b] = predict_final(y[:n], len(y), staged=staged, xi=xi, epsilon=epsilon)
         out[name] = pred
+    return out
+
+
+def _predict_all(
+    work: Sequence[tuple[Curves, float, bool, float, float]], jobs: int | None
+) -> Iterator[dict[str, np.ndarray]]:
+    """`_predict_theta` of each item of ``work``, in order, as each result arrives; in ``jobs``
+    processes (default: all cores) when there is more than one item."""
+    workers = min(len(work), jobs or os.cpu_count() or 1)
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            yield from pool.map(_predict_theta, work)
+    else:
+        yield from map(_predict_theta, work)
+
+
+def _predict_groups(
+    sets: dict[str, Curves],
+    thetas: Sequence[float],
+    maximize: bool,
+    xi: float,
+    epsilon: float,
+    jobs: int | None,
+    on_step: Callable[[], None],
+) -> list[dict[str, np.ndarray]]:
+    """Per group: predictions (n_theta, n_curves) of both methods, plus the true finals, in
+    loss form. One (group, theta) per task; ``on_step`` after each."""
+    out = []
+    for c in sets.values():
+        ys, _ = _loss_form(c.values, maximize)
+        group = {"final": np.array([y[-1] for y in ys])}
+        out.append(group | {name: np.empty((len(thetas), len(ys))) for name in _METHODS})
+    keys = [(g, a) for g in range(len(sets)) for a in range(len(thetas))]
+    work = [(c, theta, maximize, xi, epsilon) for c in sets.values() for theta in thetas]
+    for (g, a), row in zip(keys, _predict_all(work, jobs), strict=True):
+        for name in _METHODS:
+            out[g][name][a] = row[name]
+        on_step()
     return out
 
 
@@ -64,18 +102,18 @@ def evaluate(
     jobs: int | None = None,
     xi: float = 0.5,
     epsilon: float = 0.01,
+    on_step: Callable[[], None] | None = None,
 ) -> dict[str, object]:
-    """``{"theta": {"0.7": {"earlycurve": {"mre", "top1", "top3"}, "single_stage": {...}}}}``."""
+    """``{"theta": {"0.7": {"earlycurve": {"mre", "top1", "top3"}, "single_stage": {...}}}}``.
+
+    The predictions run in ``jobs`` processes (default: all cores), one (group, theta) each.
+    ``on_step``: called as each (group, theta)'s predictions (both methods, every curve of
+    the group) arrive, in order: ``len(sets) x len(thetas)`` times in all; the scoring after
+    them is quick and not a step."""
     for t in thetas:
         if not 0 < t <= 1:
             raise ValueError(f"theta {t} is not valid: use values in (0, 1]")
-    work = [(c, list(thetas), maximize, xi, epsilon) for c in sets.values()]
-    workers = min(len(work), jobs or os.cpu_count() or 1)
-    if workers > 1:
-        with ProcessPoolExecutor(workers) as pool:
-            preds = list(pool.map(_predict_group, work))
-    else:
-        preds = [_predict_group(w) for w in work]
+    preds = _predict_groups(sets, thetas, maximize, xi, epsilon, jobs, on_step or (lambda: None))
     rng = np.random.default_rng(seed)
     problems: list[tuple[int, np.ndarray]] = []  # (group index, curve indices)
     for g, c in enumerate(sets.values()):
@@ -86,7 +124,7 @@ def evaluate(
     result: dict[str, dict[str, dict[str, float]]] = {}
     for a, theta in enumerate(thetas):
         row: dict[str, dict[str, float]] = {}
-        for method in ("earlycurve", "single_stage"):
+        for method in _METHODS:
             errors = []
             for c, pr in zip(sets.values(), preds, strict=True):
                 _, shift = _loss_form(c.values, maximize)

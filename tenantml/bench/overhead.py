@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 import time
 import tracemalloc
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,7 +39,13 @@ def measure_overhead(
     decisions: int = 200,
     seed: int = 0,
     policy: str = "hybrid",
+    *,
+    on_step: Callable[[], None] | None = None,
 ) -> OverheadResult:
+    """Build the problem (module docstring), then time ``decisions`` single decisions.
+
+    ``on_step``: called after each timed decision (outside its timing), so ``decisions`` times
+    in all; building the problem and the first decision is not a step."""
     rng = np.random.default_rng(seed)
     quality, cost = syn(0.5, 0.1, rng, n_users=n_tenants + 100, n_models=n_models)
     prior = fit_arm_prior(quality[:100].T)
@@ -72,6 +79,8 @@ def measure_overhead(
         t1 = time.perf_counter()
         state = pol.decide(Snapshot(problem, history), state, rng).state
         times.append((time.perf_counter() - t1) * 1e3)
+        if on_step is not None:
+            on_step()
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     times.sort()

@@ -15,6 +15,7 @@ import os
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,13 @@ def revoke_bench(
     seconds_per_minute: float = 3.0,
     delta: float = 1e-5,
     max_rounds: int = 10,
+    on_step: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
+    """Rounds of ``jobs`` jobs on the replayed trace (module docstring) until ``revocations``
+    notices have been delivered or ``max_rounds`` rounds have run; the figures.
+
+    ``on_step``: called once per notice delivered, after the round that delivered it, up to
+    ``revocations`` times in all (fewer if ``max_rounds`` runs out first)."""
     import boto3
 
     from tasks.capacity import LocalBackend, run_jobs
@@ -94,7 +101,11 @@ def revoke_bench(
             got = run_jobs(specs, backend, max_price_delta=delta, timeout_s=1800)
             reports += got
             start = backend.minute() + 1
+            before = noticed
             noticed = sum(1 for r in reports for a in r.attempts if a.noticed)
+            if on_step is not None:
+                for _ in range(min(noticed, revocations) - min(before, revocations)):
+                    on_step()
             if noticed >= revocations:
                 break
     finally:

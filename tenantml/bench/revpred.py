@@ -18,7 +18,7 @@ maximum prices at test time for every predictor; accuracy and F1 of ``P >= 0.5``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -252,9 +252,12 @@ def run_revpred(
     stride: int = 10,
     epochs: int = 6,
     seed: int = 0,
+    on_step: Callable[[], None] | None = None,
 ) -> tuple[dict[str, object], dict[str, MarketPredictors]]:
     """Sec. IV-D: per market, train on ``train_days`` then test on the next ``test_days``
-    (from ``offset_days`` into the traces). Returns the report and the trained predictors."""
+    (from ``offset_days`` into the traces). Returns the report and the trained predictors.
+
+    ``on_step``: called as each market is trained and tested: ``len(markets)`` times in all."""
     a = int(offset_days * 1440) + HISTORY
     b = a + int(train_days * 1440)
     c = b + int(test_days * 1440)
@@ -274,6 +277,8 @@ def run_revpred(
                 **{k: _scores(s.y, v) for k, v in probs.items()},
             }
         )
+        if on_step is not None:
+            on_step()
     report: dict[str, object] = {
         "train_minutes": [a, b],
         "test_minutes": [b, c],

@@ -9,11 +9,12 @@ median time to train one configuration to its end, ``--budget 16x`` is 16 x the 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,7 +24,19 @@ import numpy as np
 from policy.seer import PlanError, plan
 from policy.seer.tuning import METHODS, Curves, TuningSettings, run_method
 
-__all__ = ["SimulationResult", "parse_amount", "simulate"]
+__all__ = ["PLAN_GRID", "SimulationResult", "parse_amount", "simulate", "time_planner"]
+
+# ``seer bench-plan``'s inputs: (deadline, budget / deadline, eta, v, p_max), deadline 1 min..1
+# week, budget 1x..1000x, eta 2..8, v 1.5..4, p_max 4..inf.
+PLAN_GRID: tuple[tuple[float, float, float, float, float], ...] = tuple(
+    itertools.product(
+        [1, 10, 60, 600, 10_080],
+        [1, 4, 16, 64, 1000],
+        [2, 3, 4, 8],
+        [1.5, 2, 4],
+        [4.0, 64.0, math.inf],
+    )
+)
 
 
 def parse_amount(spec: str, what: str) -> tuple[float, bool]:
@@ -74,18 +87,16 @@ class SimulationResult:
         }
 
 
-def _one_group(
-    args: tuple[Curves, Sequence[str], float, float, Sequence[int], TuningSettings, float],
-) -> dict[str, list[float]]:
-    curves, methods, T, B, seeds, settings, sign = args
+def _one_seed(
+    args: tuple[Curves, Sequence[str], float, float, int, TuningSettings, float],
+) -> dict[str, float]:
+    """Every method once on one group with one seed: method -> final metric."""
+    curves, methods, T, B, seed, settings, sign = args
     if "bohb" in methods and settings.bohb_sampler is None:
         from tenantml.bench.tpe import tpe_sampler
 
         settings = replace(settings, bohb_sampler=tpe_sampler)
-    return {
-        m: [sign * run_method(m, curves, T, B, seed, settings).value for seed in seeds]
-        for m in methods
-    }
+    return {m: sign * run_method(m, curves, T, B, seed, settings).value for m in methods}
 
 
 def simulate(
@@ -99,8 +110,14 @@ def simulate(
     settings: TuningSettings,
     minimize: bool = False,
     jobs: int | None = None,
+    on_step: Callable[[], None] | None = None,
 ) -> SimulationResult:
-    """Run ``methods`` x ``seeds`` on every group; groups run in parallel processes."""
+    """Run ``methods`` x ``seeds`` on every group; the (group, seed) runs are spread over
+    ``jobs`` processes (default: all cores).
+
+    ``on_step``: called once per (group, seed): as its runs (every method once) finish, in
+    order, or at the start for each seed of a group left out (no plan): ``len(curve_sets) x
+    seeds`` times in all."""
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {', '.join(unknown)}; valid: {', '.join(METHODS)}")
@@ -119,27 +136,64 @@ def simulate(
         deadlines[g], budgets[g], t_mins[g] = T, B, t_min
     if not deadlines:
         raise PlanError(f"no group has a plan; first reason: {next(iter(skipped.values()))}")
+    step = on_step or (lambda: None)
+    for _ in range(len(skipped) * seeds):
+        step()
     sign = -1.0 if minimize else 1.0
+    runs = [(g, seed) for g in deadlines for seed in range(seeds)]
     work = [
-        (curve_sets[g], list(methods), deadlines[g], budgets[g], list(range(seeds)), settings, sign)
-        for g in deadlines
+        (curve_sets[g], list(methods), deadlines[g], budgets[g], seed, settings, sign)
+        for g, seed in runs
     ]
     started = time.perf_counter()
+    values: dict[str, dict[str, list[float]]] = {g: {m: [] for m in methods} for g in deadlines}
+    for (group, _), finals in zip(runs, _run_seeds(work, jobs), strict=True):
+        for m, v in finals.items():
+            values[group][m].append(v)
+        step()
+    return SimulationResult(
+        name, deadlines, budgets, t_mins, values, time.perf_counter() - started, skipped
+    )
+
+
+def _run_seeds(
+    work: Sequence[tuple[Curves, Sequence[str], float, float, int, TuningSettings, float]],
+    jobs: int | None,
+) -> Iterator[dict[str, float]]:
+    """`_one_seed` of each item of ``work``, in order, as each result arrives; in ``jobs``
+    processes (default: all cores) when there is more than one item."""
     workers = min(len(work), jobs or os.cpu_count() or 1)
     if workers > 1:
         with ProcessPoolExecutor(workers) as pool:
-            results = list(pool.map(_one_group, work))
+            yield from pool.map(_one_seed, work)
     else:
-        results = [_one_group(w) for w in work]
-    return SimulationResult(
-        name,
-        deadlines,
-        budgets,
-        t_mins,
-        dict(zip(deadlines, results, strict=True)),
-        time.perf_counter() - started,
-        skipped,
-    )
+        yield from map(_one_seed, work)
+
+
+def time_planner(*, on_step: Callable[[], None] | None = None) -> dict[str, object]:
+    """Milliseconds `policy.seer.plan` takes on each input of `PLAN_GRID`: median, p99, max,
+    and the slowest input (the target is < 10 ms for any input).
+
+    ``on_step``: called after each input's call (outside its timing): ``len(PLAN_GRID)`` times
+    in all."""
+    times, worst = [], (0.0, "")
+    for T, ratio, eta, v, p_max in PLAN_GRID:
+        start = time.perf_counter()
+        plan(T, T * ratio, eta=eta, v=v, p_max=p_max)
+        dt = (time.perf_counter() - start) * 1e3
+        times.append(dt)
+        if dt > worst[0]:
+            worst = (dt, f"T={T} B={T * ratio} eta={eta} v={v} p_max={p_max}")
+        if on_step is not None:
+            on_step()
+    a = np.array(times)
+    return {
+        "inputs": len(a),
+        "median_ms": float(np.median(a)),
+        "p99_ms": float(np.percentile(a, 99)),
+        "max_ms": float(a.max()),
+        "worst_input": worst[1],
+    }
 
 
 def write_outputs(result: SimulationResult, out: Path, settings: TuningSettings) -> Path:

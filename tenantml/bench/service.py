@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["measure_tick_cpu"]
+__all__ = ["TICK_PASSES", "measure_tick_cpu"]
+
+TICK_PASSES = 5  # scheduler passes `measure_tick_cpu` times by default
 
 
 def measure_tick_cpu(
@@ -23,10 +26,17 @@ def measure_tick_cpu(
     models: int = 20,
     obs_per_tenant: int = 10,
     slots: int = 8,
-    passes: int = 5,
+    passes: int = TICK_PASSES,
     policy: str = "rate",
     seed: int = 0,
+    *,
+    on_step: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
+    """CPU seconds of ``passes`` scheduler passes (module docstring): medians and the first
+    pass, per part (problem, decide, metrics).
+
+    ``on_step``: called after each pass (outside its timing), so ``passes`` times in all.
+    Raises ValueError for ``models`` outside 1..(the image candidates)."""
     from mlflow_plugin.tracking import JobRecord
     from store.schema import Schema, Tensor
     from tasks import (
@@ -84,6 +94,8 @@ def measure_tick_cpu(
         t3 = time.process_time()
         for key, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2), strict=True):
             times[key].append(dt)
+        if on_step is not None:
+            on_step()
     med = {k: statistics.median(v) for k, v in times.items()}
     first = {k: v[0] for k, v in times.items()}
     return {

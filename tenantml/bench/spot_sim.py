@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
@@ -79,8 +79,12 @@ def run_simulation(
     *,
     mcnt: int = 1,
     restore_min: int = 1,
+    on_step: Callable[[], None] | None = None,
 ) -> dict[str, object]:
-    """Every method from every start minute; means and per-run outcomes."""
+    """Every method from every start minute; means and per-run outcomes.
+
+    ``on_step``: called as every method has run from one start minute: ``len(starts)`` times
+    in all."""
     runs: dict[str, list[TuneOutcome]] = {}
     for i, t0 in enumerate(starts):
         for theta in (0.7, 1.0):
@@ -102,6 +106,8 @@ def run_simulation(
                 runs.setdefault(label, []).append(
                     single_instance(trials, markets[j], j, t0, on_demand=od, label=label)
                 )
+        if on_step is not None:
+            on_step()
     summary: dict[str, dict[str, float]] = {}
     for name, outs in runs.items():
         cost = float(np.mean([o.cost for o in outs]))

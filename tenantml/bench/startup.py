@@ -19,13 +19,20 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["COMMANDS", "FRAMEWORKS", "CommandTime", "make_home", "measure_startup"]
+__all__ = [
+    "COMMANDS",
+    "FRAMEWORKS",
+    "CommandTime",
+    "make_home",
+    "measure_startup",
+    "startup_runs",
+]
 
 FRAMEWORKS = ("torch", "prefect", "mlflow", "sklearn")
 SCHEMA = "{input: {[Tensor[4]], []}, output: {[Tensor[3]], []}}"
@@ -99,6 +106,12 @@ def _time(argv: Sequence[str], env: dict[str, str], cwd: Path) -> tuple[float, i
     return time.perf_counter() - start, done.returncode
 
 
+def startup_runs(n_commands: int, repeats: int) -> int:
+    """The processes `measure_startup` runs (and calls ``on_step`` for): per repeat, ``python
+    -c pass`` and each command; then one ``-X importtime`` run of each command."""
+    return repeats * (1 + n_commands) + n_commands
+
+
 def measure_startup(
     home: Path,
     *,
@@ -106,10 +119,16 @@ def measure_startup(
     n_examples: int = 6,
     repeats: int = 3,
     commands: Sequence[str] = tuple(COMMANDS),
+    on_step: Callable[[], None] | None = None,
 ) -> tuple[float, list[CommandTime]]:
     """Build the home, then time ``python -c pass`` and each command (median of `repeats`
     runs, runs interleaved so a burst of load hits all alike). Returns (python's seconds, one
-    `CommandTime` per command)."""
+    `CommandTime` per command).
+
+    ``on_step``: called after each process run, timed or ``-X importtime`` (outside its
+    timing): `startup_runs` (len(commands), repeats) times in all; building the home is not a
+    step."""
+    step = on_step or (lambda: None)
     unknown = [c for c in commands if c not in COMMANDS]
     if unknown:
         raise ValueError(f"commands {unknown} are not valid; valid: {', '.join(COMMANDS)}")
@@ -134,9 +153,11 @@ def measure_startup(
     codes: dict[str, int] = {}
     for _ in range(repeats):
         base.append(_time((sys.executable, "-P", "-c", "pass"), env, home)[0])
+        step()
         for name in commands:
             seconds, codes[name] = _time((*cli, *argvs[name]), env, home)
             runs[name].append(seconds)
+            step()
     python_s = statistics.median(base)
     out = []
     for name in commands:
@@ -148,6 +169,7 @@ def measure_startup(
             text=True,
             check=False,
         )
+        step()
         median = statistics.median(runs[name])
         out.append(
             CommandTime(

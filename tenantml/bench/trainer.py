@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -45,7 +46,13 @@ def measure_trainer(
     steps: int = 5,
     rounds: int = 3,
     warmup: int = 2,
+    on_step: Callable[[], None] | None = None,
 ) -> TrainerBench:
+    """Images/s of both loops (module docstring): ``warmup`` untimed steps of each, then
+    ``rounds`` rounds of ``steps`` timed steps of each; the medians over rounds.
+
+    ``on_step``: called after each round (both loops timed), so ``rounds`` times in all; the
+    warmup is not counted."""
     import torch
     import torchvision
     from torch.nn import functional as F  # noqa: N812
@@ -95,6 +102,8 @@ def measure_trainer(
     for _ in range(rounds):
         plain_rates.append(timed(plain_step))
         our_rates.append(timed(lambda: ours.step(x_hwc, y)))
+        if on_step is not None:
+            on_step()
     return TrainerBench(
         str(dev),
         image_size,

@@ -242,28 +242,14 @@ def _bench_protocol(
 def _run_with_progress(
     table: QualityTable, proto: Protocol, jobs: int | None
 ) -> tuple[list[RepeatResult], float]:
-    """Every repeat, with a progress bar on stderr; the results and the wall-clock seconds."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
+    """Every repeat, with a progress bar on stderr (one step per repeat); the results and the
+    wall-clock seconds."""
     from tenantml.bench.runner import run_protocol
+    from tenantml.cli._progress import progress_bar
 
     t0 = time.perf_counter()
-    with Progress(
-        TextColumn(f"[bold]{table.name}[/]"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-    ) as progress:
-        task = progress.add_task("repeats", total=proto.repeats)
-        results = run_protocol(table, proto, jobs=jobs, on_repeat=lambda _: progress.advance(task))
+    with progress_bar(table.name, proto.repeats, console=err_console) as advance:
+        results = run_protocol(table, proto, jobs=jobs, on_repeat=lambda _: advance())
     return results, time.perf_counter() - t0
 
 
@@ -291,6 +277,10 @@ def _report_bench(
             raise _fail(str(e)) from None
 
 
+# Decisions timed in bench-overhead's memory run (its figure is the peak, not the time).
+_MEMORY_DECISIONS = 20
+
+
 @app.command("bench-overhead")
 def bench_overhead(
     tenants: Annotated[int, typer.Option()] = 1000,
@@ -306,11 +296,14 @@ def bench_overhead(
     """Median decision time (n x K, one new observation each) and peak memory at 10x scale."""
     from policy import POLICY_NAMES
     from tenantml.bench.overhead import measure_overhead
+    from tenantml.cli._progress import progress_bar
 
     if policy not in POLICY_NAMES:
         raise _fail(f"--policy {policy!r}; valid: {', '.join(POLICY_NAMES)}")
     console.print(f"policy: {policy}")
-    speed = measure_overhead(tenants, models, obs, decisions, policy=policy)
+    # No background redraw: it would run inside the timed build and decisions.
+    with progress_bar("decisions", decisions, background_refresh=False) as advance:
+        speed = measure_overhead(tenants, models, obs, decisions, policy=policy, on_step=advance)
     console.print(
         f"decision, {tenants} tenants x {models} models, {obs} obs each: median "
         f"{speed.decision_ms_median:.2f} ms, p95 {speed.decision_ms_p95:.2f} ms "
@@ -318,7 +311,16 @@ def bench_overhead(
     )
     result: dict[str, object] = {"policy": policy, "speed": speed.__dict__}
     if memory_tenants > 0:
-        mem = measure_overhead(memory_tenants, models, obs, decisions=20, policy=policy)
+        # Background redraw on: its few transient allocations are nothing beside the peak.
+        with progress_bar("memory", _MEMORY_DECISIONS) as advance:
+            mem = measure_overhead(
+                memory_tenants,
+                models,
+                obs,
+                decisions=_MEMORY_DECISIONS,
+                policy=policy,
+                on_step=advance,
+            )
         console.print(
             f"memory, {memory_tenants} tenants x {models} models: peak {mem.peak_mib:.0f} MiB "
             f"(target <= 2048 MiB); median decision {mem.decision_ms_median:.2f} ms"
@@ -340,6 +342,7 @@ def bench_trainer(
 ) -> None:
     """ResNet-18 images/s: our trainer's step vs a plain PyTorch loop, same batch, one run."""
     from tenantml.bench.trainer import measure_trainer
+    from tenantml.cli._progress import progress_bar
     from trainers.torch_trainer import pick_device
 
     gpu = pick_device(device).type == "cuda"
@@ -348,13 +351,15 @@ def bench_trainer(
             raise _fail(f"--{name} {value} is not valid: use 1 or more")
     if rounds < 1:
         raise _fail(f"--rounds {rounds} is not valid: use 1 or more")
-    r = measure_trainer(
-        device=device,
-        rounds=rounds,
-        image_size=image_size or (224 if gpu else 64),
-        batch_size=batch_size or (128 if gpu else 32),
-        steps=steps or (30 if gpu else 5),
-    )
+    with progress_bar("rounds", rounds, background_refresh=False) as advance:
+        r = measure_trainer(
+            device=device,
+            rounds=rounds,
+            image_size=image_size or (224 if gpu else 64),
+            batch_size=batch_size or (128 if gpu else 32),
+            steps=steps or (30 if gpu else 5),
+            on_step=advance,
+        )
     console.print(
         f"ResNet-18 on {r.device}, {r.image_size}x{r.image_size}x3, batch {r.batch_size}, "
         f"{r.steps} steps x {r.rounds} rounds:\n"
@@ -374,7 +379,8 @@ def bench_feed(
     """Peak RSS of streaming many small examples into a fresh local store (target < 1 GiB)."""
     import tempfile
 
-    from tenantml.bench.feed import measure_feed
+    from tenantml.bench.feed import FEED_STEP, feed_steps, measure_feed
+    from tenantml.cli._progress import progress_bar
 
     try:
         dims = tuple(int(d) for d in shape.split(","))
@@ -384,8 +390,11 @@ def bench_feed(
         raise _fail(f"--shape {shape!r} is not valid: use positive integers like 32,32,3") from None
     if examples < 1:
         raise _fail(f"--examples {examples} is not valid: use 1 or more")
-    with tempfile.TemporaryDirectory(prefix="tenantml-feed-") as tmp:
-        r = measure_feed(Path(tmp), examples, dims)
+    with (
+        tempfile.TemporaryDirectory(prefix="tenantml-feed-") as tmp,
+        progress_bar(f"examples (x{FEED_STEP:,})", feed_steps(examples)) as advance,
+    ):
+        r = measure_feed(Path(tmp), examples, dims, on_step=advance)
     console.print(
         f"fed {r['examples']:,} examples of Tensor[{shape}] ({r['raw_mib']:.0f} MiB raw) in "
         f"{r['seconds']:.1f} s ({r['examples_per_s']:,.0f}/s), {r['batches']} batches; "
@@ -406,7 +415,8 @@ def bench_service(
 ) -> None:
     """CPU seconds of one scheduler pass (problem, decide, tick metrics) at scale, no I/O."""
     from policy import POLICY_NAMES
-    from tenantml.bench.service import measure_tick_cpu
+    from tenantml.bench.service import TICK_PASSES, measure_tick_cpu
+    from tenantml.cli._progress import progress_bar
 
     if policy not in POLICY_NAMES:
         raise _fail(f"--policy {policy!r}; valid: {', '.join(POLICY_NAMES)}")
@@ -414,7 +424,9 @@ def bench_service(
         if v < 1:
             raise _fail(f"--{name} {v} is not valid: use 1 or more")
     try:
-        r = measure_tick_cpu(tenants, models, obs, slots, policy=policy)
+        # No background redraw: its thread's CPU would count in the passes' process time.
+        with progress_bar("passes", TICK_PASSES, background_refresh=False) as advance:
+            r = measure_tick_cpu(tenants, models, obs, slots, policy=policy, on_step=advance)
     except ValueError as e:
         raise _fail(str(e)) from None
     med, first = r["cpu_s_median"], r["cpu_s_first_pass"]
@@ -500,18 +512,22 @@ def bench_startup(
     the same run (targets: tenants, examples, status < 1 s; feed, infer < 2 s)."""
     import tempfile
 
-    from tenantml.bench.startup import COMMANDS, measure_startup, to_json
+    from tenantml.bench.startup import COMMANDS, measure_startup, startup_runs, to_json
+    from tenantml.cli._progress import progress_bar
 
     names = [c.strip() for c in commands.split(",") if c.strip()] if commands else list(COMMANDS)
+    total = startup_runs(len(names), repeats)
     with tempfile.TemporaryDirectory(prefix="tenantml-startup-") as tmp:
         try:
-            python_s, times = measure_startup(
-                home or Path(tmp),
-                n_tenants=tenants,
-                n_examples=examples,
-                repeats=repeats,
-                commands=names,
-            )
+            with progress_bar("command runs", total, background_refresh=False) as advance:
+                python_s, times = measure_startup(
+                    home or Path(tmp),
+                    n_tenants=tenants,
+                    n_examples=examples,
+                    repeats=repeats,
+                    commands=names,
+                    on_step=advance,
+                )
         except ValueError as e:
             raise _fail(str(e)) from None
     table = Table(title=f"startup, {tenants} tenants, median of {repeats}")

@@ -44,7 +44,8 @@ def chaos(
 ) -> None:
     """Kill the scheduler, workers and training processes, take each server down, feed from
     many tenants at once; then check that nothing was lost or recorded twice."""
-    from tenantml.ops.chaos import run_chaos
+    from tenantml.cli._progress import progress_bar
+    from tenantml.ops.chaos import chaos_steps, run_chaos
 
     kills = kills if kills is not None else (20 if full else 2)
     outage_s = outage_s if outage_s is not None else (30.0 if full else 10.0)
@@ -53,17 +54,20 @@ def chaos(
     if (root / "servers.json").exists():
         console.print(f"error: {root} has servers up already; give a fresh --home")
         raise typer.Exit(2)
+    total = chaos_steps(kills=kills, outage_s=outage_s, tenants=tenants, batches=batches)
     try:
-        rep = run_chaos(
-            root,
-            kills=kills,
-            outage_s=outage_s,
-            tenants=tenants,
-            batches=batches,
-            seed=seed,
-            postgres=postgres,
-            say=console.print,
-        )
+        with progress_bar("faults and feeds", total) as advance:
+            rep = run_chaos(
+                root,
+                kills=kills,
+                outage_s=outage_s,
+                tenants=tenants,
+                batches=batches,
+                seed=seed,
+                postgres=postgres,
+                say=console.print,
+                on_step=advance,
+            )
     except ValueError as e:
         console.print(f"error: {e}")
         raise typer.Exit(2) from None

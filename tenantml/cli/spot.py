@@ -59,15 +59,25 @@ def earlycurve_cmd(
     """Mean relative error of the predicted final metric and top-1/top-3 selection accuracy."""
     from tenantml.bench.curves import CurveFormatError, load_curves
     from tenantml.bench.earlycurve import evaluate
+    from tenantml.cli._progress import progress_bar
 
     thetas = _floats(theta, "--theta")
     try:
         sets = load_curves(curves)
         if groups is not None:
             sets = dict(list(sets.items())[: max(1, groups)])
-        result = evaluate(
-            sets, thetas, maximize=maximize, draws=draws, jobs=jobs, xi=xi, epsilon=epsilon
-        )
+        total = len(sets) * len(thetas)
+        with progress_bar("group x theta", total, console=err_console) as advance:
+            result = evaluate(
+                sets,
+                thetas,
+                maximize=maximize,
+                draws=draws,
+                jobs=jobs,
+                xi=xi,
+                epsilon=epsilon,
+                on_step=advance,
+            )
     except (CurveFormatError, ValueError) as e:
         raise _fail(str(e)) from None
     result["curve_set"] = curves
@@ -131,15 +141,22 @@ def revpred_cmd(
     """RevPred vs Tributary-style vs logistic regression: accuracy and F1 per market."""
     from tenantml.bench.revpred import run_revpred
     from tenantml.bench.spot_data import INSTANCE_TYPES, load_markets
+    from tenantml.cli._progress import progress_bar
 
     kinds = tuple(t.strip() for t in types.split(",")) if types else None
     if kinds and (bad := [k for k in kinds if k not in INSTANCE_TYPES]):
         raise _fail(f"unknown instance type(s) {bad}; valid: {', '.join(INSTANCE_TYPES)}")
     lo, hi = _window(start, train_days + test_days + 0.1)
     markets = load_markets(lo, hi, kinds)
-    report, _ = run_revpred(
-        markets, train_days=train_days, test_days=test_days, stride=stride, epochs=epochs
-    )
+    with progress_bar("markets", len(markets), console=err_console) as advance:
+        report, _ = run_revpred(
+            markets,
+            train_days=train_days,
+            test_days=test_days,
+            stride=stride,
+            epochs=epochs,
+            on_step=advance,
+        )
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "revpred.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -207,6 +224,7 @@ def simulate_cmd(
         workload,
         write_plots,
     )
+    from tenantml.cli._progress import progress_bar
 
     if predictor not in ("revpred", "tributary", "logistic", "none"):
         raise _fail(f"--predictor {predictor!r} is not valid: revpred, tributary, logistic, none")
@@ -223,11 +241,21 @@ def simulate_cmd(
         revocation: object = lambda m, t, b: 0.0  # noqa: E731
         report: dict[str, object] = {}
     else:
-        report, trained = run_revpred(markets, train_days=9, test_days=3)
+        with progress_bar("RevPred markets", len(markets), console=err_console) as advance:
+            report, trained = run_revpred(markets, train_days=9, test_days=3, on_step=advance)
         revocation = revocation_function(trained, predictor)
     rng = np.random.default_rng(0)
     starts = sorted(int(x) for x in rng.integers(train_end, train_end + 3 * 1440, runs))
-    result = run_simulation(trials, markets, starts, revocation, mcnt=mcnt, restore_min=restore_min)
+    with progress_bar("runs", len(starts), console=err_console) as advance:
+        result = run_simulation(
+            trials,
+            markets,
+            starts,
+            revocation,
+            mcnt=mcnt,
+            restore_min=restore_min,
+            on_step=advance,
+        )
     result.update(
         {
             "workload": curves,
@@ -280,14 +308,17 @@ def revoke_bench_cmd(
 ) -> None:
     """Revoke workers on a replayed price trace; every job must finish, losing nothing."""
     from tenantml.bench.revoke import revoke_bench
+    from tenantml.cli._progress import progress_bar
 
-    result = revoke_bench(
-        revocations=revocations,
-        jobs=jobs,
-        epochs=epochs,
-        seconds_per_minute=seconds_per_minute,
-        delta=delta,
-    )
+    with progress_bar("notices", revocations, console=err_console) as advance:
+        result = revoke_bench(
+            revocations=revocations,
+            jobs=jobs,
+            epochs=epochs,
+            seconds_per_minute=seconds_per_minute,
+            delta=delta,
+            on_step=advance,
+        )
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "revoke.json").write_text(json.dumps(result, indent=2) + "\n")

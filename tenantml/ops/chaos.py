@@ -43,7 +43,7 @@ import numpy as np
 
 from tenantml.ops import servers
 
-__all__ = ["ChaosReport", "run_chaos"]
+__all__ = ["ChaosReport", "chaos_steps", "run_chaos"]
 
 # Tenant -> bundled data set. Three image tenants (digits under three names) keep torch jobs
 # that log an epoch every ~0.2-1.5 s (LeNet, SqueezeNet, NIN and their f_k variants: 45 jobs)
@@ -252,7 +252,14 @@ def _kill_train(svc: _Service, killed_jobs: set[str], deadline: float) -> Fault 
     return None
 
 
-def _kills(svc: _Service, rep: ChaosReport, kills: int, rng: random.Random, t0: float) -> None:
+def _kills(
+    svc: _Service,
+    rep: ChaosReport,
+    kills: int,
+    rng: random.Random,
+    t0: float,
+    on_step: Callable[[], None],
+) -> None:
     order = ["kill-scheduler", "kill-worker", "kill-train"] * kills
     rng.shuffle(order)
     killed_jobs: set[str] = set()
@@ -279,9 +286,12 @@ def _kills(svc: _Service, rep: ChaosReport, kills: int, rng: random.Random, t0: 
         svc.say(
             f"[{i + 1}/{len(order)}] {fault.kind} at {at:.0f} s: {fault.detail} {fault.job or ''}"
         )
+        on_step()
 
 
-def _outages(svc: _Service, rep: ChaosReport, outage_s: float, t0: float) -> None:
+def _outages(
+    svc: _Service, rep: ChaosReport, outage_s: float, t0: float, on_step: Callable[[], None]
+) -> None:
     pids = json.loads((svc.home / "servers" / "pids.json").read_text())
     for name, what in (
         ("mlflow", "the MLflow server"),
@@ -310,10 +320,14 @@ def _outages(svc: _Service, rep: ChaosReport, outage_s: float, t0: float) -> Non
         rep.outage_lines[name] = named
         svc.say(f"outage {name}: {fault.detail}")
         time.sleep(5)
+        on_step()
 
 
-def _concurrency(svc: _Service, rep: ChaosReport, tenants: int, batches: int) -> None:
-    """`tenants` threads, each feeding `batches` batches of 40 and inferring after each."""
+def _concurrency(
+    svc: _Service, rep: ChaosReport, tenants: int, batches: int, on_step: Callable[[], None]
+) -> None:
+    """`tenants` threads, each feeding `batches` batches of 40 and inferring after each;
+    ``on_step`` (from those threads) after each batch."""
     from store.schema import Schema, Tensor
     from tenantml import datasets
 
@@ -352,6 +366,7 @@ def _concurrency(svc: _Service, rep: ChaosReport, tenants: int, batches: int) ->
                     client.infer(target, probes[target])
                     latencies.append(time.monotonic() - started)
                     infers[name] += 1
+                on_step()
         except Exception as e:  # reported, not raised: every thread's outcome is counted
             errors.append(f"{name}: {type(e).__name__}: {e}")
 
@@ -430,6 +445,12 @@ def _check(svc: _Service, rep: ChaosReport) -> None:
         f.lost_epochs = max(0.0, float(f.epochs_at_kill or 0) - resumed)
 
 
+def chaos_steps(*, kills: int, outage_s: float, tenants: int, batches: int) -> int:
+    """How many times `run_chaos` with these counts calls ``on_step``: each kill of each kind,
+    each of the three outages, each tenant's each feed batch."""
+    return 3 * kills + (3 if outage_s else 0) + tenants * batches
+
+
 def run_chaos(
     home: Path,
     *,
@@ -440,8 +461,15 @@ def run_chaos(
     seed: int = 0,
     postgres: bool = False,
     say: Callable[[str], None] = print,
+    on_step: Callable[[], None] | None = None,
 ) -> ChaosReport:
-    """Run the whole fault-injection session (module docstring) on a fresh installation."""
+    """Run the whole fault-injection session (module docstring) on a fresh installation.
+
+    ``on_step``: called as each fault is done, a unit being one kill (of any kind), one server's
+    outage, or one feed batch (with its inference) of one concurrency tenant; `chaos_steps`
+    times in all when nothing fails. The batches' calls come from the tenants' threads, at
+    the same time. Starting the servers, the drain and the checks are not steps."""
+    step = on_step or (lambda: None)
     from tenantml import datasets
 
     if kills < 0 or outage_s < 0 or tenants < 0 or batches < 1:
@@ -464,11 +492,11 @@ def run_chaos(
             c.feed(name, d.inputs, d.labels)
         svc.start_scheduler()
         if kills:
-            _kills(svc, rep, kills, rng, t0)
+            _kills(svc, rep, kills, rng, t0, step)
         if outage_s:
-            _outages(svc, rep, outage_s, t0)
+            _outages(svc, rep, outage_s, t0, step)
         if tenants:
-            _concurrency(svc, rep, tenants, batches)
+            _concurrency(svc, rep, tenants, batches, step)
         svc.kill_scheduler()
         say("draining: `tenantml run --ticks 0` finishes every job left in flight")
         drain = svc.cli("run", *SCHEDULER_ARGS[1:], "--ticks", "0", timeout=1200)
