@@ -1,13 +1,15 @@
 """MLflow as the service's memory: one experiment per tenant, one run per training job.
 
-Experiment ``tenantml/<tenant>`` (tags: ``tenantml.kind=tenant``, the schema, the candidates, and
+Experiment ``tenantml/<tenant>`` (tags: ``tenantml.kind=tenant``, the schema, the candidates,
 ``mlflow.experimentKind=custom_model_development`` so MLflow 3's UI opens it as model training,
-not GenAI). A job's run is named after its job id and tagged ``tenantml.kind=job``,
-``tenantml.job_id``; it is created when the job starts (status RUNNING) and ended FINISHED with
-its metrics and model, or FAILED (`mlflow_plugin.jobrun.JobRun` writes it). The scheduler rebuilds
-its whole state from these runs at start: FINISHED runs are the observations (one per job id, so
-none is counted twice), RUNNING ones the jobs in flight. Scheduler-level per-tick metrics go to
-the experiment ``tenantml/scheduler``.
+not GenAI, and the saved runs view `RUNS_VIEW`: `runs_page` links to the runs table with
+``accuracy`` and ``cost_s`` as its first columns, best first). A job's run is named after its
+job id and tagged ``tenantml.kind=job``, ``tenantml.job_id``; it is created when the job starts
+(status RUNNING) and ended FINISHED with its metrics and model, or FAILED
+(`mlflow_plugin.jobrun.JobRun` writes it). The scheduler rebuilds its whole state from these runs
+at start: FINISHED runs are the observations (one per job id, so none is counted twice), RUNNING
+ones the jobs in flight. Scheduler-level per-tick metrics go to the experiment
+``tenantml/scheduler``.
 
 The names of the tags written on runs and read back by `JobRecord.from_run` are the constants
 below.
@@ -15,6 +17,7 @@ below.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,9 +29,11 @@ __all__ = [
     "SCHEDULER_EXPERIMENT",
     "JobRecord",
     "end_job_run",
+    "ensure_scheduler_experiment",
     "ensure_tenant_experiment",
     "experiment_name",
     "job_records",
+    "runs_page",
     "start_job_run",
     "tenant_experiments",
 ]
@@ -42,10 +47,40 @@ SEER_TRIAL = "tenantml.seer_trial"  # ``<job id>/<trial>`` of a SEER trial's nes
 JOB_KIND, TRIAL_KIND = "job", "seer-trial"  # values of KIND on runs
 # MLflow 3's UI picks the training view (not the GenAI one) by this experiment tag.
 EXPERIMENT_KIND, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_development"
+# A runs-table view saved in the experiment, as the UI's "share view" saves one: the tag
+# ``mlflow.sharedViewState.<key>`` holds the table's state, `runs_page` opens it by its key.
+# Columns are named ``metrics.`<name>```/``params.`<name>``` as the UI names them.
+RUNS_VIEW_KEY = "tenantml-jobs"
+RUNS_VIEW_TAG = f"mlflow.sharedViewState.{RUNS_VIEW_KEY}"
+RUNS_VIEW = json.dumps(
+    {
+        "orderByKey": "metrics.`accuracy`",
+        "orderByAsc": False,
+        "selectedColumns": [
+            "metrics.`accuracy`",
+            "metrics.`cost_s`",
+            "metrics.`epochs`",
+            "params.`model`",
+            "metrics.`val_accuracy`",
+        ],
+        "runsHiddenMode": "SHOW_ALL",
+    }
+)
+
+
+_UI_TAGS = {EXPERIMENT_KIND: MODEL_TRAINING, RUNS_VIEW_TAG: RUNS_VIEW}
 
 
 def experiment_name(tenant: str) -> str:
     return f"tenantml/{tenant}"
+
+
+def runs_page(ui_url: str, experiment_id: str) -> str:
+    """The address of a tenant's runs table in the MLflow UI at `ui_url`: MLflow 3.17's
+    model-training view (``workflowType``; its sidebar switch overrides the experiment's kind) and
+    the saved view `RUNS_VIEW` (accuracy, cost, epochs, model; best first)."""
+    query = f"viewStateShareKey={RUNS_VIEW_KEY}&workflowType=machine_learning"
+    return f"{ui_url.rstrip('/')}/#/experiments/{experiment_id}/runs?{query}"
 
 
 def ensure_tenant_experiment(
@@ -60,18 +95,32 @@ def ensure_tenant_experiment(
     when the tracking store does not decide (SQLite would use ./mlruns)."""
     exp = client.get_experiment_by_name(experiment_name(tenant))
     if exp is not None:
-        if exp.tags.get(EXPERIMENT_KIND) is None:
-            client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND, MODEL_TRAINING)
+        for key, value in _UI_TAGS.items():
+            if exp.tags.get(key) != value:
+                client.set_experiment_tag(exp.experiment_id, key, value)
         return str(exp.experiment_id)
     tags = {
         KIND: "tenant",
         TENANT: tenant,
         "store.schema": schema,
         "tenantml.candidates": ",".join(candidates),
-        EXPERIMENT_KIND: MODEL_TRAINING,
+        **_UI_TAGS,
     }
     location = None if artifact_location is None else f"{artifact_location}/{tenant}"
     return str(client.create_experiment(experiment_name(tenant), location, tags=tags))
+
+
+def ensure_scheduler_experiment(client: MlflowClient, artifact_location: str | None = None) -> str:
+    """The id of the experiment ``tenantml/scheduler`` (one run per scheduler: per-tick metrics,
+    ``loss.png``), created if missing; marked as model training like the tenants'."""
+    exp = client.get_experiment_by_name(SCHEDULER_EXPERIMENT)
+    if exp is None:
+        location = artifact_location and f"{artifact_location}/scheduler"
+        tags = {EXPERIMENT_KIND: MODEL_TRAINING}
+        return str(client.create_experiment(SCHEDULER_EXPERIMENT, location, tags=tags))
+    if exp.tags.get(EXPERIMENT_KIND) != MODEL_TRAINING:
+        client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND, MODEL_TRAINING)
+    return str(exp.experiment_id)
 
 
 def tenant_experiments(client: MlflowClient) -> dict[str, str]:

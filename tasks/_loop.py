@@ -66,7 +66,7 @@ from typing import Any
 import mlflow
 from mlflow.tracking import MlflowClient
 
-from mlflow_plugin.tracking import SCHEDULER_EXPERIMENT, JobRecord
+from mlflow_plugin.tracking import JobRecord, ensure_scheduler_experiment
 from store import ExampleStore
 from tasks._dispatch import DeploymentDispatcher, Dispatcher, Done, LocalDispatcher
 from tasks._plot import TickHistory, add_tick, load_tick_history, loss_picture
@@ -440,12 +440,7 @@ def scheduler_run(svc: Service, progress: Progress) -> Iterator[mlflow.ActiveRun
     with its parameters logged; `progress`'s clock starts with it, and its loss history with
     the earlier schedulers' (`tasks._plot.load_tick_history`). The run ends FAILED if the block
     raises, KILLED if a signal stopped the scheduler."""
-    exp = svc.client.get_experiment_by_name(SCHEDULER_EXPERIMENT)
-    location = svc.settings.artifact_location and f"{svc.settings.artifact_location}/scheduler"
-    if exp is None:
-        exp_id = svc.client.create_experiment(SCHEDULER_EXPERIMENT, location)
-    else:
-        exp_id = exp.experiment_id
+    exp_id = ensure_scheduler_experiment(svc.client, svc.settings.artifact_location)
     progress.losses = load_tick_history(svc.client)
     progress.started = time.monotonic()
     with mlflow.start_run(experiment_id=exp_id, run_name=f"scheduler-{svc.policy}") as run:

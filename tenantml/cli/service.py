@@ -578,8 +578,12 @@ def demo(
             true = ", ".join(str(_plain(y)) for y in d.labels[:5])
             console.print(f"infer {tenant}, 5 examples: predicted {pred}; true {true}")
             break
+        from mlflow_plugin.tracking import experiment_name, runs_page
+
         ui = f".venv/bin/mlflow ui --backend-store-uri {c.settings.tracking_uri}"
-        console.print(f"Open the MLflow UI on this run:\n  {ui}")
+        exp = c.mlflow.get_experiment_by_name(experiment_name(names[0].replace("_", "-")))
+        page = runs_page("http://127.0.0.1:5000", exp.experiment_id) if exp else ""
+        console.print(f"Open the MLflow UI on this run:\n  {ui}\n  {page}")
 
 
 def up(

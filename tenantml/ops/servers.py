@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "MLFLOW_SERVER_ENV",
     "down",
     "executable",
     "flow_processes",
@@ -52,6 +53,10 @@ MOTO_CREDENTIALS = {
     "AWS_SECRET_ACCESS_KEY": "testing",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
+
+
+# What every MLflow server started here gets (`up`, the screenshot script).
+MLFLOW_SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
 def free_port() -> int:
@@ -198,7 +203,9 @@ def up(
             "--workers",
             "1",
         ]
-        mlflow_env = {"MLFLOW_S3_ENDPOINT_URL": s3_endpoint}
+        # MLflow 3's server otherwise starts its GenAI job runner: seven more processes (huey
+        # consumers), each importing MLflow, for judges and prompt jobs this service never runs.
+        mlflow_env = {"MLFLOW_S3_ENDPOINT_URL": s3_endpoint, **MLFLOW_SERVER_ENV}
         if auth:  # store._scoped: nobody sees anything without a grant
             mlflow_cmd += ["--app-name", "basic-auth"]
             auth_env, admin_password = _auth_config(run)

@@ -4,6 +4,7 @@ in one shape, and inference inputs encoded once."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 
 import mlflow
@@ -12,7 +13,14 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from mlflow_plugin import JobRun, ensure_tenant_experiment, job_records, pyfunc_input
-from mlflow_plugin.tracking import EXPERIMENT_KIND, MODEL_TRAINING
+from mlflow_plugin.tracking import (
+    EXPERIMENT_KIND,
+    MODEL_TRAINING,
+    RUNS_VIEW_KEY,
+    RUNS_VIEW_TAG,
+    experiment_name,
+    runs_page,
+)
 from store import BadExampleError, ExampleStore
 from store.schema import DataType, Schema, Tensor
 from tasks._seer import SeerOptions, seer_options_from_params
@@ -113,3 +121,20 @@ def test_trials_are_nested_runs_found_again(tracking: MlflowClient, wine: Exampl
     assert t.data.params == {"lr": "0.1"} and t.data.tags["seer.stage1"] == "final"
     assert tracking.get_run(run.run_id).info.status == "FINISHED"
     assert [r.job_id for r in job_records(tracking, [exp]) if r.job_id == "seer-x"] == ["seer-x"]
+
+
+def test_tenant_experiment_opens_as_model_training_with_accuracy_and_cost_first(
+    tracking: MlflowClient,
+) -> None:
+    """The UI tags: set on a new experiment, and put right on one made before them."""
+    old = tracking.create_experiment(experiment_name("old"), tags={"tenantml.kind": "tenant"})
+    assert ensure_tenant_experiment(tracking, "old", "{}", []) == old
+    for exp in (old, ensure_tenant_experiment(tracking, "new", "{}", [])):
+        tags = tracking.get_experiment(exp).tags
+        assert tags[EXPERIMENT_KIND] == MODEL_TRAINING
+        view = json.loads(tags[RUNS_VIEW_TAG])
+        assert view["selectedColumns"][:2] == ["metrics.`accuracy`", "metrics.`cost_s`"]
+        assert view["orderByKey"] == "metrics.`accuracy`" and view["orderByAsc"] is False
+    page = runs_page("http://127.0.0.1:5000/", old)
+    assert page.startswith(f"http://127.0.0.1:5000/#/experiments/{old}/runs?")
+    assert f"viewStateShareKey={RUNS_VIEW_KEY}" in page and "workflowType=machine_learning" in page
