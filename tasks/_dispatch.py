@@ -162,11 +162,13 @@ class DeploymentDispatcher(_Base):
         deployment: str = "train/train",
         max_attempts: int = 3,
         pin_gpus: bool = True,
+        command: str | None = None,
     ) -> None:
         super().__init__(slots, max_attempts)
         self.env = env
         self.deployment = deployment
         self.pin_gpus = pin_gpus  # False on a cluster: the node's worker decides the GPU
+        self.command = command  # the flow run's command (`tenantml.ops.warm`); None: the pool's
 
     def _start(self, spec: JobSpec) -> Any:
         from prefect.deployments import run_deployment
@@ -174,11 +176,14 @@ class DeploymentDispatcher(_Base):
         env = dict(self.env)
         if self.pin_gpus:
             env["CUDA_VISIBLE_DEVICES"] = str(spec.slot)
+        variables: dict[str, Any] = {"env": env}
+        if self.command:
+            variables["command"] = self.command
         fr = run_deployment(
             self.deployment,
             parameters={"spec": spec.params()},
             timeout=0,
-            job_variables={"env": env},
+            job_variables=variables,
             flow_run_name=f"{spec.tenant}-{spec.job_id}",
         )
         return fr.id  # type: ignore[union-attr]  # sync call: a FlowRun, not a coroutine

@@ -368,10 +368,11 @@ def connect(options: SchedulerOptions, run_train: Callable[[dict[str, Any]], Any
     store = ExampleStore(patient(settings.store().blobs, settings, patience_s))
     dispatch = options.dispatch
     local = dispatch == "local" or (dispatch == "auto" and settings.mode == "embedded")
-    # Prefetch (one waiting job per slot) where slot locks work: one machine (up, or embedded).
+    # Prefetch (jobs waiting warm on each slot's lock) where slot locks work: one machine (up,
+    # or embedded).
     prefetch = options.prefetch
     if prefetch is None:
-        prefetch = slots if (local or settings.pin_gpus) else 0
+        prefetch = slots * settings.prefetch_per_slot if (local or settings.pin_gpus) else 0
     lock_dir = str(settings.home / "slots") if prefetch else None
     planner = Planner(policy, slots, options.seed, prefetch=prefetch, lock_dir=lock_dir)
     dispatcher: Dispatcher
@@ -379,7 +380,9 @@ def connect(options: SchedulerOptions, run_train: Callable[[dict[str, Any]], Any
         dispatcher = LocalDispatcher(planner.capacity, run_train)
     else:
         env = {"TENANTML_HOME": str(settings.home)}
-        dispatcher = DeploymentDispatcher(slots, env, pin_gpus=settings.pin_gpus)
+        dispatcher = DeploymentDispatcher(
+            slots, env, pin_gpus=settings.pin_gpus, command=settings.flow_run_command
+        )
     svc = Service(
         options, settings, policy, slots, patience_s, lock_dir, client, store, planner, dispatcher
     )

@@ -65,6 +65,10 @@ class Settings:
     policy_given: str | None  # TENANTML_POLICY
     server_env: tuple[tuple[str, str], ...] = ()
     pin_gpus: bool = False  # one machine (`tenantml up`): slot i runs on GPU i
+    # Jobs sent per slot beyond its running one, each waiting warm on the slot's lock (where
+    # locks work: one machine): `tenantml up --prefetch`, whose workers take 1 + this many runs.
+    prefetch_per_slot: int = 1
+    flow_run_command: str | None = None  # `tenantml up --warm`: train runs fork, warm
     # A tenant's identity (`store._scoped`): MLflow credentials, and a store confined to it.
     user: str | None = None
     password: str | None = None
@@ -98,6 +102,8 @@ class Settings:
             policy_given=env("TENANTML_POLICY") or None,
             server_env=tuple(sorted(servers.get("env", {}).items())),
             pin_gpus=bool(servers),
+            prefetch_per_slot=int(servers.get("prefetch_per_slot", 1)),
+            flow_run_command=servers.get("flow_run_command"),
             user=env("TENANTML_USER") or None,
             password=env("TENANTML_PASSWORD") or None,
             capacity_prices=env("TENANTML_CAPACITY_PRICES") or None,

@@ -122,7 +122,12 @@ c.feed("dispatch", d.inputs[:200], d.labels[:200])
 
 
 def measure_dispatch(
-    jobs: int = 20, job_seconds: float = 120.0, slots: int = 2, postgres: bool = False
+    jobs: int = 20,
+    job_seconds: float = 120.0,
+    slots: int = 2,
+    postgres: bool = False,
+    warm: bool = False,
+    prefetch: int = 1,
 ) -> dict[str, Any]:
     """Dispatch overhead through real servers (started and stopped here, in a temporary home).
 
@@ -131,7 +136,8 @@ def measure_dispatch(
     job's trainer (``started_at - dispatched_at``; with prefetching this includes the wait for
     the slot). Hand-off gap: on one slot, from a job's end to the next job's first step. Idle
     fraction: 1 - (time the trainers ran) / (slots x the makespan from the first dispatch to the
-    last job's end).
+    last job's end). `warm`: flow runs fork from the node's warm process (`tenantml.ops.warm`);
+    False: each is a new Python process. `prefetch`: jobs sent per slot beyond the running one.
     """
     import os
     import subprocess
@@ -144,16 +150,17 @@ def measure_dispatch(
     from mlflow_plugin.tracking import experiment_name
     from tenantml.ops.servers import down, up
 
-    if jobs < 2 * slots:
-        raise ValueError(f"jobs={jobs} is not valid: use at least 2 x slots = {2 * slots}")
+    if jobs < (1 + prefetch) * slots:
+        least = (1 + prefetch) * slots
+        raise ValueError(f"jobs={jobs} is not valid: use at least (1 + prefetch) x slots = {least}")
     home = Path(tempfile.mkdtemp(prefix="tenantml-dispatch-"))
-    cfg = up(home, slots=slots, postgres=postgres)
+    cfg = up(home, slots=slots, postgres=postgres, warm=warm, prefetch=prefetch)
     try:
         env = {**os.environ, "TENANTML_HOME": str(home), "PREFECT_LOGGING_LEVEL": "ERROR"}
         subprocess.run([sys.executable, "-c", _SETUP], env=env, check=True, capture_output=True)
-        # The first tick fills every slot and queues one prefetched job per slot; each later
-        # tick refills one.
-        ticks = max(1, jobs - 2 * slots + 1)
+        # The first tick fills every slot and queues the prefetched jobs; each later tick
+        # refills one.
+        ticks = max(1, jobs - (1 + prefetch) * slots + 1)
         start = time.monotonic()
         subprocess.run(
             [
@@ -184,13 +191,16 @@ def measure_dispatch(
         m = [r.data.metrics for r in done]
         latency = [x["dispatch_latency_s"] for x in m if "dispatch_latency_s" in x]
         # Hand-off gap: from one job's end to the next job's first step on the same slot.
+        # Steady state: each slot from its first job's first step to its last job's end.
         gaps: list[float] = []
+        span = 0.0
         for slot in {r.data.tags.get("tenantml.slot") for r in done}:
             on = sorted(
                 (r.data.metrics for r in done if r.data.tags.get("tenantml.slot") == slot),
                 key=lambda x: x["started_at"],
             )
             gaps += [b["started_at"] - a["ended_at"] for a, b in zip(on, on[1:], strict=False)]
+            span += max(x["ended_at"] for x in on) - on[0]["started_at"]
         first = min(x["started_at"] - x.get("dispatch_latency_s", 0.0) for x in m)
         makespan = max(x["ended_at"] for x in m) - first
         busy = sum(x["cost_s"] for x in m)
@@ -199,6 +209,8 @@ def measure_dispatch(
             "job_seconds": job_seconds,
             "slots": slots,
             "postgres": postgres,
+            "warm": warm,
+            "prefetch_per_slot": prefetch,
             "latency_s_median": statistics.median(latency),
             "latency_s_max": max(latency),
             "handoff_gap_s_median": statistics.median(gaps) if gaps else None,
@@ -206,6 +218,7 @@ def measure_dispatch(
             "makespan_s": makespan,
             "ideal_makespan_s": job_seconds * len(m) / slots,
             "idle_fraction": 1.0 - busy / (slots * makespan),
+            "busy_fraction_steady": busy / span,
             "scheduler_wall_s": wall,
         }
     finally:

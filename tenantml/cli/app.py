@@ -446,15 +446,20 @@ def bench_dispatch(
     job_seconds: Annotated[float, typer.Option(help="each job sleeps this long")] = 120.0,
     slots: Annotated[int, typer.Option()] = 2,
     postgres: Annotated[bool, typer.Option(help="servers on PostgreSQL")] = False,
+    warm: Annotated[
+        bool,
+        typer.Option("--warm/--cold", help="flow runs fork from a warm process, or start anew"),
+    ] = False,
+    prefetch: Annotated[int, typer.Option(help="jobs sent per slot beyond the running one")] = 1,
     out: Annotated[Path | None, typer.Option(help="directory for dispatch.json")] = None,
 ) -> None:
     """Dispatch latency and GPU-slot idle fraction through real servers (started here)."""
     from tenantml.bench.service import measure_dispatch
 
-    if jobs < 1 or slots < 1 or job_seconds <= 0:
-        raise _fail("--jobs, --slots and --job-seconds must be positive")
+    if jobs < 1 or slots < 1 or job_seconds <= 0 or prefetch < 0:
+        raise _fail("--jobs, --slots and --job-seconds must be positive, --prefetch 0 or more")
     try:
-        r = measure_dispatch(jobs, job_seconds, slots, postgres)
+        r = measure_dispatch(jobs, job_seconds, slots, postgres, warm, prefetch)
     except ValueError as e:
         raise _fail(str(e)) from None
     console.print(
@@ -462,7 +467,8 @@ def bench_dispatch(
         f"latency median {r['latency_s_median']:.2f} s (max {r['latency_s_max']:.2f}); slot "
         f"hand-off gap median {r['handoff_gap_s_median'] or 0:.2f} s; makespan "
         f"{r['makespan_s']:.0f} s vs ideal {r['ideal_makespan_s']:.0f} s; slot idle "
-        f"{r['idle_fraction']:.1%} (target <= 5%)"
+        f"{r['idle_fraction']:.1%} (target <= 5%); busy from each slot's first job on "
+        f"{r['busy_fraction_steady']:.1%} ({'warm' if warm else 'cold'} flow-run processes)"
     )
     _save_json(out, "dispatch.json", r)
 

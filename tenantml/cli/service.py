@@ -593,6 +593,13 @@ def up(
     auth: Annotated[
         bool, typer.Option(help="MLflow's authentication app: per-tenant credentials (grant)")
     ] = False,
+    warm: Annotated[
+        bool,
+        typer.Option("--warm/--cold", help="flow runs fork from a warm process, or start anew"),
+    ] = False,
+    prefetch: Annotated[
+        int, typer.Option(help="jobs sent per slot beyond its running one (short jobs: 3)")
+    ] = 1,
     home: Home = None,
 ) -> None:
     """Start the servers on loopback (S3, MLflow, Prefect, the gpu pool and its workers)."""
@@ -600,7 +607,15 @@ def up(
 
     with _errors():
         root = home or _home()
-        cfg = start(root, slots=slots, postgres=postgres, s3_endpoint=s3_endpoint, auth=auth)
+        cfg = start(
+            root,
+            slots=slots,
+            postgres=postgres,
+            s3_endpoint=s3_endpoint,
+            auth=auth,
+            warm=warm,
+            prefetch=prefetch,
+        )
         console.print(
             f"up for {root.resolve()}:\n  MLflow UI  {cfg['tracking_uri']}\n"
             f"  Prefect UI {cfg['prefect_api_url'][:-4]}\n  S3         "

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tenantml.ops.warm import SOCKET_ENV
+
 __all__ = [
     "MLFLOW_SERVER_ENV",
     "down",
@@ -47,6 +49,7 @@ __all__ = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: flows/ lives here
+PYTHON = sys.executable  # this installation's Python: the servers, workers and flow runs use it
 BUCKET = "tenantml"
 MOTO_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -157,13 +160,21 @@ def up(
     s3_endpoint: str | None = None,
     timeout: float = 120.0,
     auth: bool = False,
+    warm: bool = False,
+    prefetch: int = 1,
 ) -> dict[str, Any]:
-    """Start everything (see the module docstring); returns what ``servers.json`` holds."""
+    """Start everything (see the module docstring); returns what ``servers.json`` holds.
+    `warm`: start the node's warm process (`tenantml.ops.warm`) that flow runs fork from;
+    without it every flow run is a new Python process. `prefetch`: jobs the scheduler sends
+    per slot beyond the running one (each waits, started, on the slot's lock; a slot's worker
+    takes 1 + `prefetch` runs at once): more keeps a slot busy with jobs of a few seconds."""
     home = home.resolve()
     if (home / "servers.json").exists():
         raise ValueError(f"servers are already up for {home}: `tenantml down` first")
     if slots < 1:
         raise ValueError(f"slots={slots} is not valid: use 1 or more")
+    if prefetch < 0:
+        raise ValueError(f"prefetch={prefetch} is not valid: use 0 or more")
     run = _Launcher(home)
     logs = run.dir / "logs"
     env: dict[str, str] = {}
@@ -239,6 +250,10 @@ def up(
             "s3_endpoint_url": s3_endpoint,
             "prefect_api_url": api,
             "gpu_slots": slots,
+            "prefetch_per_slot": prefetch,
+            # The command the scheduler gives its `train` runs (job variable): fork them from
+            # the warm process; None: the pool's default, a new `python -m prefect.engine`.
+            "flow_run_command": f"{PYTHON} -m tenantml.ops.warm run" if warm else None,
             "env": env,
             "postgres": postgres,
             "auth": auth,
@@ -251,6 +266,8 @@ def up(
             "PREFECT_WORKER_QUERY_SECONDS": "1",
             "PREFECT_WORKER_PREFETCH_SECONDS": "1",
         }
+        if warm:
+            worker_env[SOCKET_ENV] = _start_warm(run, worker_env, timeout)
         for pool in ("gpu", "control"):
             create = [
                 executable("prefect"),
@@ -304,7 +321,7 @@ def up(
             worker_env,
         )
         for i in range(slots):
-            # --limit 2: the slot's running job plus one prefetched, waiting on the slot's lock
+            # --limit: the slot's running job plus the prefetched ones, waiting on its lock
             cmd = [
                 executable("prefect"),
                 "worker",
@@ -312,7 +329,7 @@ def up(
                 "--pool",
                 "gpu",
                 "--limit",
-                "2",
+                str(1 + prefetch),
                 "--name",
                 f"slot-{i}",
             ]
@@ -324,6 +341,29 @@ def up(
 
 
 AUTOMATIONS = ROOT / "infra" / "prefect-automations.yaml"
+
+
+def _start_warm(run: _Launcher, env: dict[str, str], timeout: float) -> str:
+    """Start the warm process flow runs fork from; its socket path once it listens."""
+    path = run.dir / "warm.sock"
+    if len(str(path)) > 100:  # a Unix socket's path is at most 107 bytes
+        path = Path(tempfile.mkdtemp(prefix="tenantml-warm-")) / "warm.sock"
+    path.unlink(missing_ok=True)
+    cmd = [PYTHON, "-m", "tenantml.ops.warm", "serve", "--socket", str(path)]
+    pid = run.start("warm", cmd, env)
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            log = (run.dir / "logs" / "warm.log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(
+                f"the warm process exited while starting; its log ends:\n{log}"
+            ) from None
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the warm process did not listen within {timeout:.0f} s")
+        time.sleep(0.2)
+    return str(path)
 
 
 def post_json(url: str, body: Any, timeout: float = 60.0) -> Any:
@@ -515,9 +555,10 @@ def _stop_postgres(run: _Launcher) -> None:
 
 
 def flow_processes(**env: str) -> list[int]:
-    """PIDs of the Prefect flow-run processes (a process worker's children, ``prefect.engine``)
-    whose environment holds every ``NAME=value`` of `env`, e.g. ``PREFECT__FLOW_RUN_ID=<id>``
-    or ``TENANTML_HOME=<home>``. Reads Linux's /proc; processes of other users are skipped."""
+    """PIDs of the Prefect flow-run processes (a process worker's children: ``prefect.engine``,
+    or ``tenantml.ops.warm run``, whose forked child lives and dies with it) whose environment
+    holds every ``NAME=value`` of `env`, e.g. ``PREFECT__FLOW_RUN_ID=<id>`` or
+    ``TENANTML_HOME=<home>``. Reads Linux's /proc; processes of other users are skipped."""
     want = [f"{k}={v}".encode() for k, v in env.items()]
     pids = []
     for proc in Path("/proc").iterdir():
@@ -528,7 +569,8 @@ def flow_processes(**env: str) -> list[int]:
             environ = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"prefect.engine" in cmdline and all(w in environ for w in want):
+        is_flow_run = b"prefect.engine" in cmdline or b"tenantml.ops.warm\0run" in cmdline
+        if is_flow_run and all(w in environ for w in want):
             pids.append(int(proc.name))
     return pids
 

@@ -1,0 +1,213 @@
+"""A warm process per node: Prefect flow runs that start in milliseconds instead of seconds.
+
+A process worker starts every flow run as a new Python process (``python -m prefect.engine``),
+which spends several CPU-seconds importing Prefect, MLflow, PyTorch and the trainers before the
+job's first step: about 13 s per `train` run on a loaded 2-core machine, longer than a small job.
+Here the imports are paid once:
+
+* ``python -m tenantml.ops.warm serve --socket S`` (started by ``tenantml up``, one per node)
+  imports the engine and the flows, then waits on the Unix socket `S`. For each request it
+  forks; the child takes the requester's standard streams, environment and working directory and
+  runs ``prefect.engine`` as ``python -m prefect.engine`` would (`runpy`), with everything
+  already imported. The parent starts no thread and touches no GPU, so forking it is safe.
+* ``python -m tenantml.ops.warm run`` is the command the ``gpu`` pool's worker starts for a
+  flow run (``command`` in ``infra/prefect.yaml``). It imports only the standard library, hands
+  its streams and environment (``PREFECT__FLOW_RUN_ID``, ``CUDA_VISIBLE_DEVICES``, ...) to the
+  warm process named by ``TENANTML_WARM_SOCKET``, passes SIGTERM/SIGINT on to the child, and
+  exits with the child's exit status. Where no warm process answers (a Kubernetes pod, a node
+  whose warm process died) it becomes ``python -m prefect.engine`` itself (exec): slower, never
+  broken.
+
+A killed `run` (SIGKILL: a node lost, `tenantml chaos`) takes its child with it: the child
+watches its connection and kills itself when the other end closes. So a flow run still lives and
+dies with the process the worker started, as Prefect's heartbeats and cancellation expect.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+from typing import Any, NoReturn
+
+__all__ = ["SOCKET_ENV", "run", "serve"]
+
+SOCKET_ENV = "TENANTML_WARM_SOCKET"
+ENGINE = "prefect.engine"  # what a process worker runs for a flow run: python -m prefect.engine
+PRELOAD = ("prefect.flow_engine", "flows.train", "flows.seer")  # what the flow runs execute
+_HEADER = struct.Struct("!I")  # a message: its length, then that many bytes of JSON
+_STREAMS = 3  # stdin, stdout, stderr
+
+
+def _send(conn: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+    data = json.dumps(message).encode()
+    packet = _HEADER.pack(len(data)) + data
+    if fds:
+        socket.send_fds(conn, [packet], fds)
+    else:
+        conn.sendall(packet)
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    chunks = b""
+    while len(chunks) < n:
+        chunk = conn.recv(n - len(chunks))
+        if not chunk:
+            raise EOFError("the other end closed the connection")
+        chunks += chunk
+    return chunks
+
+
+def _recv(conn: socket.socket, max_fds: int = 0) -> tuple[dict[str, Any], list[int]]:
+    """One message and the file descriptors sent with it (with its first bytes)."""
+    fds: list[int] = []
+    if max_fds:
+        head, fds, _, _ = socket.recv_fds(conn, _HEADER.size, max_fds)
+        if len(head) < _HEADER.size:
+            head += _recv_exact(conn, _HEADER.size - len(head))
+    else:
+        head = _recv_exact(conn, _HEADER.size)
+    (size,) = _HEADER.unpack(head)
+    return dict(json.loads(_recv_exact(conn, size))), fds
+
+
+# -- the client: what the worker starts ---------------------------------------------------------
+
+
+def run(argv: list[str]) -> NoReturn:
+    """Run the flow run of this process's environment in the warm process; exit with its
+    status. Without one, become ``python -m prefect.engine`` (`argv` is passed to it)."""
+    cold = [sys.executable, "-m", ENGINE, *argv]
+    path = os.environ.get(SOCKET_ENV)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        if not path:
+            raise FileNotFoundError(f"{SOCKET_ENV} is not set")
+        conn.connect(path)
+        request = {"env": dict(os.environ), "cwd": os.getcwd(), "argv": argv}
+        _send(conn, request, list(range(_STREAMS)))
+        child = int(_recv(conn)[0]["pid"])
+    except (OSError, EOFError) as e:
+        conn.close()
+        print(f"tenantml warm: no warm process ({e}); starting cold", file=sys.stderr, flush=True)
+        os.execv(sys.executable, cold)
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    try:
+        status = int(_recv(conn)[0]["exit"])
+    except (OSError, EOFError):
+        status = 128 + signal.SIGKILL  # the child died without a word: killed
+    os._exit(status)
+
+
+# -- the warm process -----------------------------------------------------------------------------
+
+
+def serve(path: str, preload: tuple[str, ...] = PRELOAD, module: str = ENGINE) -> NoReturn:
+    """Import `module` (what each child runs as ``python -m module``) and `preload`, then fork
+    one child per request on the Unix socket `path`, forever (until a signal ends it)."""
+    import gc
+    import importlib
+    import threading
+
+    for name in (module, *preload):
+        importlib.import_module(name)  # here, once, for every child
+    extra = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    if extra:  # a thread does not survive fork; whatever it guards could be left locked
+        print(f"tenantml warm: threads after imports: {extra}", file=sys.stderr, flush=True)
+    gc.freeze()  # the imported objects stay shared with the children (copy-on-write)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    if os.path.exists(path):
+        os.unlink(path)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(64)
+    print(f"tenantml warm: ready on {path} (pid {os.getpid()})", file=sys.stderr, flush=True)
+    while True:
+        conn, _ = server.accept()
+        if os.fork() == 0:
+            server.close()
+            _child(conn, module)
+        conn.close()
+
+
+def _child(conn: socket.socket, module: str) -> NoReturn:
+    """Become the requester's ``python -m <module>``; report its exit status."""
+    import atexit
+    import runpy
+    import threading
+    import traceback
+    import warnings
+
+    status = 1
+    try:
+        request, fds = _recv(conn, _STREAMS)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a job's own subprocesses are waited for
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        if "prefect" in sys.modules:  # Prefect read its settings at import, in the parent
+            from prefect.context import refresh_global_settings_context
+
+            refresh_global_settings_context()
+        _send(conn, {"pid": os.getpid()})
+        threading.Thread(target=_die_with, args=(conn,), daemon=True, name="warm-watch").start()
+        sys.argv = [module, *request["argv"]]
+        # runpy warns that the module it runs as __main__ is imported already: here, on purpose.
+        warnings.filterwarnings("ignore", f"'{module}' found in sys.modules", RuntimeWarning)
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            status = 0
+        except SystemExit as e:
+            status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        atexit._run_exitfuncs()  # what a process's exit would run (Prefect drains its logs)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            _send(conn, {"exit": status})
+        except OSError:
+            pass
+        os._exit(status)
+
+
+def _die_with(conn: socket.socket) -> None:
+    """Kill this process when the client's end of `conn` closes (the client was killed)."""
+    try:
+        while conn.recv(1):
+            pass
+    except OSError:
+        pass
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["run"]:
+        run(argv[1:])
+    if argv[:1] == ["serve"] and len(argv) in (3, 5) and argv[1] == "--socket":
+        if len(argv) == 5 and argv[3] == "--module":
+            serve(argv[2], preload=(), module=argv[4])
+        if len(argv) == 3:
+            serve(argv[2])
+    raise SystemExit(
+        "usage: python -m tenantml.ops.warm serve --socket PATH [--module M] | run [FLOW_RUN_ID]"
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

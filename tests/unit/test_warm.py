@@ -1,0 +1,117 @@
+"""The warm process (`tenantml.ops.warm`): a real server process on a Unix socket, real clients,
+real signals. The children run tests/warm_target.py instead of Prefect's engine; the engine path
+itself runs in tests/integration/test_servers.py, whose servers fork every flow run this way."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tenantml.ops.servers import stop_pid
+from tenantml.ops.warm import SOCKET_ENV
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def warm(tmp_path: Path) -> Iterator[Path]:
+    sock = tmp_path / "warm.sock"
+    cmd = [sys.executable, "-m", "tenantml.ops.warm", "serve", "--socket", str(sock)]
+    proc = subprocess.Popen(
+        [*cmd, "--module", "tests.warm_target"], cwd=ROOT, start_new_session=True
+    )
+    deadline = time.monotonic() + 60
+    while not sock.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, (
+            "the warm process never listened"
+        )
+        time.sleep(0.05)
+    yield sock
+    stop_pid(proc.pid)
+
+
+def _client(sock: Path | None, cwd: Path, **env: str) -> subprocess.Popen[str]:
+    full = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    full.pop(SOCKET_ENV, None)
+    if sock is not None:
+        full[SOCKET_ENV] = str(sock)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tenantml.ops.warm", "run", "flow-run-1"],
+        cwd=cwd,
+        env=full,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_a_child_gets_the_clients_streams_environment_and_directory_and_its_exit_status(
+    warm: Path, tmp_path: Path
+) -> None:
+    client = _client(warm, tmp_path, WARM_PROBE="probe-1", WARM_EXIT="3")
+    out, err = client.communicate("hello\n", timeout=60)
+    assert client.returncode == 3
+    lines = out.splitlines()
+    assert lines[0] == f"argv=['flow-run-1'] env=probe-1 cwd={tmp_path}"
+    assert lines[1].startswith("stdin=hello pid=")
+    assert int(lines[1].split("pid=")[1]) != client.pid  # it ran in the warm process's child
+    assert "to stderr" in err
+
+
+def test_children_are_independent_and_start_fast(warm: Path, tmp_path: Path) -> None:
+    clients = [_client(warm, tmp_path, WARM_PROBE=str(i)) for i in range(4)]
+    outs = [c.communicate("x\n", timeout=60)[0] for c in clients]
+    assert [c.returncode for c in clients] == [0, 0, 0, 0]
+    assert [o.splitlines()[0].split()[1] for o in outs] == [f"env={i}" for i in range(4)]
+
+
+def _sleeping(warm: Path, tmp_path: Path) -> tuple[subprocess.Popen[str], int]:
+    """A client whose child sleeps a minute, and the child's PID (once it runs)."""
+    client = _client(warm, tmp_path, WARM_SLEEP="60")
+    assert client.stdout is not None and client.stdin is not None
+    client.stdin.write("x\n")
+    client.stdin.flush()
+    client.stdout.readline()
+    return client, int(client.stdout.readline().split("pid=")[1])
+
+
+def test_a_signal_to_the_client_reaches_the_child(warm: Path, tmp_path: Path) -> None:
+    client, child = _sleeping(warm, tmp_path)
+    client.send_signal(signal.SIGTERM)  # caught by the client and passed on
+    _gone(child)  # the child, whose SIGTERM is Python's default, ended...
+    assert client.wait(timeout=30) == 128 + signal.SIGKILL  # ...without a word: "killed"
+
+
+def test_a_killed_client_takes_its_child_along(warm: Path, tmp_path: Path) -> None:
+    """SIGKILL cannot be passed on: the child sees its connection close and ends itself."""
+    client, child = _sleeping(warm, tmp_path)
+    client.kill()
+    client.wait(timeout=30)
+    _gone(child)
+
+
+def test_without_a_warm_process_the_client_runs_the_engine_itself(tmp_path: Path) -> None:
+    client = _client(tmp_path / "nothing.sock", tmp_path)
+    _, err = client.communicate("", timeout=120)
+    assert "no warm process" in err and "starting cold" in err
+    assert "Invalid flow run id" in err  # prefect.engine itself, given "flow-run-1"
+    assert client.returncode == 1
+
+
+def _gone(pid: int, within_s: float = 10.0) -> None:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"the child {pid} outlived its client")
