@@ -13,14 +13,13 @@ first ``max(2, floor(theta L))`` points and predict the metric at step L. Report
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from policy.seer.tuning import Curves
 from policy.spot.earlycurve import predict_final
+from tenantml.bench._pool import in_order
 
 __all__ = ["DEFAULT_THETAS", "evaluate"]
 
@@ -54,19 +53,6 @@ def _predict_theta(args: tuple[Curves, float, bool, float, float]) -> dict[str, 
     return out
 
 
-def _predict_all(
-    work: Sequence[tuple[Curves, float, bool, float, float]], jobs: int | None
-) -> Iterator[dict[str, np.ndarray]]:
-    """`_predict_theta` of each item of ``work``, in order, as each result arrives; in ``jobs``
-    processes (default: all cores) when there is more than one item."""
-    workers = min(len(work), jobs or os.cpu_count() or 1)
-    if workers > 1:
-        with ProcessPoolExecutor(workers) as pool:
-            yield from pool.map(_predict_theta, work)
-    else:
-        yield from map(_predict_theta, work)
-
-
 def _predict_groups(
     sets: dict[str, Curves],
     thetas: Sequence[float],
@@ -85,7 +71,7 @@ def _predict_groups(
         out.append(group | {name: np.empty((len(thetas), len(ys))) for name in _METHODS})
     keys = [(g, a) for g in range(len(sets)) for a in range(len(thetas))]
     work = [(c, theta, maximize, xi, epsilon) for c in sets.values() for theta in thetas]
-    for (g, a), row in zip(keys, _predict_all(work, jobs), strict=True):
+    for (g, a), row in zip(keys, in_order(_predict_theta, work, jobs), strict=True):
         for name in _METHODS:
             out[g][name][a] = row[name]
         on_step()

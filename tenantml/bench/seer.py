@@ -12,10 +12,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,6 +21,7 @@ import numpy as np
 
 from policy.seer import PlanError, plan
 from policy.seer.tuning import METHODS, Curves, TuningSettings, run_method
+from tenantml.bench._pool import in_order
 
 __all__ = ["PLAN_GRID", "SimulationResult", "parse_amount", "simulate", "time_planner"]
 
@@ -147,27 +146,13 @@ def simulate(
     ]
     started = time.perf_counter()
     values: dict[str, dict[str, list[float]]] = {g: {m: [] for m in methods} for g in deadlines}
-    for (group, _), finals in zip(runs, _run_seeds(work, jobs), strict=True):
+    for (group, _), finals in zip(runs, in_order(_one_seed, work, jobs), strict=True):
         for m, v in finals.items():
             values[group][m].append(v)
         step()
     return SimulationResult(
         name, deadlines, budgets, t_mins, values, time.perf_counter() - started, skipped
     )
-
-
-def _run_seeds(
-    work: Sequence[tuple[Curves, Sequence[str], float, float, int, TuningSettings, float]],
-    jobs: int | None,
-) -> Iterator[dict[str, float]]:
-    """`_one_seed` of each item of ``work``, in order, as each result arrives; in ``jobs``
-    processes (default: all cores) when there is more than one item."""
-    workers = min(len(work), jobs or os.cpu_count() or 1)
-    if workers > 1:
-        with ProcessPoolExecutor(workers) as pool:
-            yield from pool.map(_one_seed, work)
-    else:
-        yield from map(_one_seed, work)
 
 
 def time_planner(*, on_step: Callable[[], None] | None = None) -> dict[str, object]:
