@@ -26,7 +26,7 @@ types: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q --durations=30 tests
 
 test: lint types unit
 
