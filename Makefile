@@ -31,7 +31,7 @@ unit: $(STAMP)
 test: lint types unit
 
 bench: $(STAMP)
-	$(BIN)/tenantml bench --data-set delgado179 --out results/bench-delgado179
+	$(BIN)/tenantml bench delgado179 --out results/bench-delgado179
 
 bench-overhead: $(STAMP)
 	$(BIN)/tenantml bench-overhead --out results/overhead

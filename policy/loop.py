@@ -9,7 +9,7 @@ trainer on a :class:`SimClock`. Both therefore exercise the very same decision c
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -17,8 +17,12 @@ import numpy as np
 from policy._types import Assignment, Decision, History, Observation, Problem, Snapshot
 from policy.costs import CostEstimator
 from policy.policies import Policy
+from policy.prior import OnlinePrior
 
-__all__ = ["Clock", "SchedulerLoop", "SimClock"]
+__all__ = ["DEFAULT_LIMIT_FACTOR", "Clock", "SchedulerLoop", "SimClock"]
+
+#: a job is stopped after this many times its expected cost (costs predicted; see SchedulerLoop)
+DEFAULT_LIMIT_FACTOR = 16.0
 
 
 class Clock(Protocol):
@@ -50,6 +54,11 @@ class SchedulerLoop:
     from every finished job). Without a limit one job whose cost the model underestimates by orders
     of magnitude (heavy tails, measured on lcdb) would hold its device for the whole budget.
     With known costs there is no limit.
+
+    ``online_prior``: when set, every finished job is also a result for the GP prior, and once
+    it says a refit is due, :meth:`fill` swaps ``problem.prior`` for the refitted one before
+    deciding (the policies rebuild their per-tenant posteriors from the history on a new
+    problem). The live service and the replay's ``--prior online`` both run this.
     """
 
     problem: Problem
@@ -60,7 +69,9 @@ class SchedulerLoop:
     pending: tuple[Assignment, ...] = ()
     state: Any = None
     last_decision: Decision | None = None
-    limit_factor: float = 16.0
+    limit_factor: float = DEFAULT_LIMIT_FACTOR
+    online_prior: OnlinePrior | None = None
+    refits: int = 0
     _costs: CostEstimator | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -69,6 +80,8 @@ class SchedulerLoop:
             self._costs = CostEstimator(self.problem.cost_prior, arms, self.problem.sizes)
             for obs in self.history.log:
                 self._observe_cost(obs)
+        if self.online_prior is not None:  # ``problem.prior`` already stands for the history
+            self.online_prior.observe(self.history.log, count=False)
 
     def _observe_cost(self, obs: Observation) -> None:
         if self._costs is not None and np.isfinite(obs.cost) and obs.cost > 0:
@@ -89,6 +102,9 @@ class SchedulerLoop:
 
     def finished(self, observations: Iterable[Observation]) -> None:
         """Record finished jobs (each must match one pending assignment, if any is pending)."""
+        observations = list(observations)
+        if self.online_prior is not None:
+            self.online_prior.observe(observations)
         for obs in observations:
             self._observe_cost(obs)
             key = Assignment(obs.tenant, obs.arm)
@@ -102,6 +118,9 @@ class SchedulerLoop:
         free = self.slots - len(self.pending)
         if free <= 0:
             return ()
+        if self.online_prior is not None and self.online_prior.due():
+            self.problem = replace(self.problem, prior=self.online_prior.fit())
+            self.refits += 1
         snap = Snapshot(self.problem, self.history, self.pending, free)
         decision = self.policy.decide(snap, self.state, self.rng)
         self.state = decision.state

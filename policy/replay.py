@@ -18,6 +18,7 @@ import numpy as np
 from policy._types import FloatArray, Observation, Problem
 from policy.loop import SchedulerLoop, SimClock
 from policy.policies import Policy
+from policy.prior import OnlinePrior
 
 __all__ = ["ReplayResult", "replay", "sublinear_speedup"]
 
@@ -49,14 +50,19 @@ def replay(
     rng: np.random.Generator | None = None,
     time_limits: bool = True,
     limit_factor: float = 16.0,
+    online_prior: OnlinePrior | None = None,
 ) -> ReplayResult:
     """Run ``policy`` on ``problem`` until ``horizon`` (simulated wall clock).
 
     ``quality``/``cost`` (n, M): the truth the simulated trainer reports (``cost`` in device-time
     at speed 1). The policy sees only ``problem`` (its expected costs) and the observations.
+    ``online_prior``: refit the GP prior from the results as they come (the live service's way,
+    :class:`~policy.loop.SchedulerLoop`).
     """
     clock = SimClock()
-    loop = SchedulerLoop(problem, policy, slots, rng or np.random.default_rng(0))
+    loop = SchedulerLoop(
+        problem, policy, slots, rng or np.random.default_rng(0), online_prior=online_prior
+    )
     loop.limit_factor = limit_factor if time_limits else float("inf")
     # (finish, seq, tenant, arm, device-time charged, completed)
     running: list[tuple[float, int, int, int, float, bool]] = []

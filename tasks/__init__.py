@@ -62,6 +62,7 @@ if TYPE_CHECKING:
         load_state,
         register_tenant,
         run_job,
+        state_of,
         tick_metrics,
     )
 
@@ -108,6 +109,7 @@ __all__ = [
     "register_tenant",
     "release_dispatcher",
     "resume_orphans",
+    "state_of",
     "run_job",
     "scheduler_run",
     "seer_options_from_params",
@@ -153,6 +155,7 @@ _HOME: dict[str, str] = {
     "dispatch_tick": "tasks._loop",
     "listen": "tasks._loop",
     "load_state": "tasks._service",
+    "state_of": "tasks._service",
     "log_summary": "tasks._loop",
     "log_tick": "tasks._loop",
     "pause": "tasks._loop",

@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,6 +31,7 @@ from mlflow_plugin.tracking import (
     tenant_experiments,
 )
 from policy import (
+    ArmPrior,
     Assignment,
     History,
     ModelMeta,
@@ -42,11 +43,12 @@ from policy import (
     make_policy,
 )
 from policy.costs import CostPrior, prior_costs
+from policy.prior import REFIT_EVERY, OnlinePrior
 from store import ExampleStore
 from store.schema import Schema
 from tasks._seer import SeerOptions, derive_seer, train_seer
 from trainers import LR_GRID, ZOO, Candidate, TrainJob, TrainResult, candidates, train
-from trainers.zoo import RELATIVE_COST
+from trainers.zoo import RELATIVE_COST, prior_quality
 
 T = TypeVar("T")
 
@@ -61,6 +63,7 @@ __all__ = [
     "record_finished",
     "register_tenant",
     "run_job",
+    "state_of",
 ]
 
 
@@ -138,6 +141,30 @@ class ServiceState:
     def running(self) -> list[JobRecord]:
         return [r for r in self.records if r.status == "RUNNING"]
 
+    def online_prior(self) -> OnlinePrior:
+        """The GP prior's data: the shipped matrix over this catalogue (`trainers.zoo`) and every
+        tenant's finished jobs (`policy.prior`); the same construction as the replay's `live`."""
+        source = OnlinePrior(prior_quality(self.catalogue), len(self.tenants))
+        source.observe(self.history().log, count=False)
+        return source
+
+    def with_learnt_prior(self) -> ServiceState:
+        """This state with `problem.prior` learnt from `online_prior`. Refitted, as the planner's
+        loop does, once `policy.prior.REFIT_EVERY` results have arrived since the last fit for
+        the same tenants and catalogue (a scheduler refreshes its state every few seconds)."""
+        key = (tuple(t.name for t in self.tenants), self.catalogue)
+        n_results = sum(o.completed for o in self.history().log)
+        cached = _FITS.get(key)
+        if cached is None or not 0 <= n_results - cached[0] < REFIT_EVERY:
+            cached = _FITS[key] = (n_results, self.online_prior().fit())
+            while len(_FITS) > 8:
+                del _FITS[next(iter(_FITS))]
+        return replace(self, problem=replace(self.problem, prior=cached[1]))
+
+
+#: the last fits: (tenant names, catalogue) -> (results they saw, prior)
+_FITS: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[int, ArmPrior]] = {}
+
 
 def register_tenant(
     client: MlflowClient,
@@ -199,15 +226,27 @@ def load_state(
     records = job_records(client, [t.experiment_id for t in tenants])
     catalogue = tuple(dict.fromkeys(c for t in tenants for c in t.candidates))
     usd = capacity_prices(capacity_prices_spec, catalogue)
-    problem, catalogue = build_problem(tenants, usd)
-    return ServiceState(tenants, records, problem, catalogue, usd)
+    return state_of(tenants, records, usd)
+
+
+def state_of(
+    tenants: list[TenantInfo],
+    records: list[JobRecord],
+    usd_per_s: Sequence[float] | None = None,
+) -> ServiceState:
+    """The service's state from its tenants and job records: the problem (`build_problem`) with
+    the prior learnt across tenants (`ServiceState.with_learnt_prior`)."""
+    problem, catalogue = build_problem(tenants, usd_per_s)
+    usd = None if usd_per_s is None else tuple(usd_per_s)
+    return ServiceState(tenants, records, problem, catalogue, usd).with_learnt_prior()
 
 
 def build_problem(
     tenants: Sequence[TenantInfo], usd_per_s: Sequence[float] | None = None
 ) -> tuple[Problem, tuple[str, ...]]:
     """The policy's view: availability, predicted costs (prior from `RELATIVE_COST`, refined by
-    `policy.costs.CostEstimator` from finished jobs), an independent GP prior, model metadata."""
+    `policy.costs.CostEstimator` from finished jobs), model metadata, and an independent GP
+    prior that `ServiceState.with_learnt_prior` replaces with the one learnt across tenants."""
     catalogue = tuple(dict.fromkeys(c for t in tenants for c in t.candidates))
     n, m = len(tenants), len(catalogue)
     available = np.zeros((n, m), dtype=bool)
@@ -279,12 +318,15 @@ class Planner:
         key = (tuple(t.name for t in state.tenants), state.catalogue)
         done = [r for r in state.records if r.status in ("FINISHED", "FAILED")]
         if self.loop is None or key != self._key:
+            # The loop refits the prior every `policy.prior.REFIT_EVERY` new results, as the
+            # replay's `live` column does; it starts from the state's (fitted on this history).
             self.loop = SchedulerLoop(
                 state.problem,
                 make_policy(self.policy),
                 slots=self.capacity,
                 rng=self.rng,
                 history=state.history(),
+                online_prior=state.online_prior(),
             )
             self._key, self._seen = key, {r.run_id for r in done}
         else:

@@ -8,10 +8,18 @@ They only order the MostCited baseline, so their precision does not matter.
 
 from __future__ import annotations
 
+import csv
+import gzip
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from typing import Literal
 
-__all__ = ["RELATIVE_COST", "ZOO", "ModelSpec"]
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["RELATIVE_COST", "ZOO", "ModelSpec", "prior_quality"]
 
 Family = Literal["cnn", "autoencoder", "rnn", "sklearn"]
 
@@ -88,3 +96,33 @@ RELATIVE_COST: dict[str, float] = {
     "knn": 0.01,
     "mlp": 0.5,
 }
+
+
+#: The catalogue's qualities on real data sets, the live GP prior's starting point: LCDB (248
+#: OpenML data sets) for the tabular arms, the ease.ml authors' CNN matrix (18 data sets) for the
+#: image arms. Rebuilt by ``infra/scripts/build_live_prior.py``; sources and licenses in
+#: ``tenantml/data/README.md``.
+PRIOR_FILE = "zoo_prior.csv.gz"
+
+
+@cache
+def _prior_cells() -> tuple[tuple[str, str, float], ...]:
+    with resources.files("trainers").joinpath(PRIOR_FILE).open("rb") as raw:
+        with gzip.open(raw, "rt", newline="") as f:
+            return tuple(
+                (f"{r['source']}/{r['dataset']}", r["candidate"], float(r["quality"]))
+                for r in csv.DictReader(f)
+            )
+
+
+def prior_quality(candidates: Sequence[str]) -> NDArray[np.float64]:
+    """(M, n0) quality of each candidate (``model`` or ``model+fk``) on each shipped data set
+    that measured at least one of them; NaN where not measured (``+fk`` variants: never)."""
+    row = {c: k for k, c in enumerate(candidates)}
+    cells = [(d, row[c], q) for d, c, q in _prior_cells() if c in row]
+    datasets = sorted({d for d, _, _ in cells})
+    col = {d: j for j, d in enumerate(datasets)}
+    out = np.full((len(candidates), len(datasets)), np.nan)
+    for d, k, q in cells:
+        out[k, col[d]] = q
+    return out

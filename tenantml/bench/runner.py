@@ -23,6 +23,7 @@ cost axis then, so ratios compare wall-clock time on the same cluster.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -32,7 +33,9 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from policy import (
+    DEFAULT_POLICY,
     POLICY_NAMES,
+    ArmPrior,
     CostScale,
     FloatArray,
     Oracle,
@@ -49,7 +52,9 @@ from policy import (
 from policy.acquisition import BetaRule
 from policy.costs import fit_cost_prior, prior_costs
 from policy.gp import KernelMethod
+from policy.loop import DEFAULT_LIMIT_FACTOR
 from policy.policies import ABLATION_NAMES
+from policy.prior import OnlinePrior
 from tenantml.bench.datasets import BenchInputError, QualityTable
 
 __all__ = [
@@ -64,6 +69,9 @@ __all__ = [
 ]
 
 LOSS_LEVELS = (0.05, 0.02, 0.01)
+
+#: the replay column that is the live service's configuration (see :func:`run_repeat`)
+LIVE = "live"
 
 #: where the policies' costs come from: the table's, or :mod:`policy.costs`' predictions
 CostSource = Literal["given", "predicted"]
@@ -119,6 +127,10 @@ class Protocol:
                 raise BenchInputError(f"{option} {value!r}; valid: {valid}")
         if self.costs == "predicted" and self.cost_oblivious:
             raise BenchInputError("--costs predicted needs the cost-aware protocol")
+        if LIVE in self.policies and self.cost_oblivious:
+            raise BenchInputError(
+                f"policy {LIVE!r} (the live service) is cost-aware; drop --cost-oblivious"
+            )
         if not self.policies:
             raise BenchInputError(
                 "--policies names none; valid: a comma list of "
@@ -166,6 +178,7 @@ def all_policy_names(table: QualityTable, gpus: int = 1) -> tuple[str, ...]:
     names = [
         p for p in POLICY_NAMES if table.meta is not None or p not in ("mostcited", "mostrecent")
     ]
+    names.append(LIVE)
     if _optuna_available():
         names.append("optuna")
     names.append("oracle")
@@ -176,7 +189,7 @@ def all_policy_names(table: QualityTable, gpus: int = 1) -> tuple[str, ...]:
 
 def check_policies(names: Sequence[str], table: QualityTable, gpus: int) -> tuple[str, ...]:
     valid = all_policy_names(table, gpus)
-    known = (*POLICY_NAMES, *ABLATION_NAMES, "optuna", "oracle", "hybrid-pooled")
+    known = (*POLICY_NAMES, *ABLATION_NAMES, LIVE, "optuna", "oracle", "hybrid-pooled")
     valid = (*valid, *ABLATION_NAMES)
     for name in names:
         if name not in known:
@@ -203,6 +216,8 @@ def table_costs(table: QualityTable, seed: int) -> FloatArray:
 def _build_policy(name: str, proto: Protocol, quality: FloatArray, cost: FloatArray) -> Policy:
     if name == "oracle":
         return Oracle(quality, cost)
+    if name == LIVE:
+        return make_policy(DEFAULT_POLICY)
     if name == "optuna":
         from tenantml.bench.optuna_peer import OptunaPeer
 
@@ -234,25 +249,37 @@ def run_repeat(table: QualityTable, cost: FloatArray, proto: Protocol, r: int) -
         random_state=r,
         method=proto.kernel,  # type: ignore[arg-type]
     )
-    believed, cost_prior, sizes = c1, None, None
-    if proto.costs == "predicted":  # the policies see predictions; the clock charges c1
-        sizes = None if table.sizes is None else table.sizes[test]
+    sizes = None if table.sizes is None else table.sizes[test]
+    cost_prior = None
+    if proto.costs == "predicted" or LIVE in proto.policies:
         cost_prior = fit_cost_prior(
             cost[train], None if table.sizes is None else table.sizes[train]
         )
-        believed = np.where(avail, prior_costs(cost_prior, avail, sizes), 1.0)
-    problem = validate_problem(
-        Problem.create(
-            [table.tenants[i] for i in test],
-            table.models,
-            avail,
-            believed,
-            prior=prior,
-            meta=table.meta,
-            cost_prior=cost_prior,
-            sizes=sizes if proto.costs == "predicted" else None,
+
+    def problem_of(predicted: bool, prior: ArmPrior) -> Problem:
+        believed = c1
+        if predicted:
+            assert cost_prior is not None
+            believed = np.where(avail, prior_costs(cost_prior, avail, sizes), 1.0)
+        return validate_problem(
+            Problem.create(
+                [table.tenants[i] for i in test],
+                table.models,
+                avail,
+                believed,
+                prior=prior,
+                meta=table.meta,
+                cost_prior=cost_prior if predicted else None,
+                sizes=sizes if predicted else None,
+            )
         )
-    )
+
+    problem = problem_of(proto.costs == "predicted", prior)
+    # The live service's configuration (tasks._service): its default policy on predicted
+    # costs, the prior learnt by policy.prior from the other tenants and refitted online from
+    # the test tenants' own results, the scheduler loop's default time limits.
+    live_source = OnlinePrior(table.quality[train].T, len(test))
+    live_problem = problem_of(True, live_source.fit()) if LIVE in proto.policies else problem
     best_possible = np.where(avail, q, -np.inf).max(axis=1)
     budget = proto.budget * float(c1[avail].sum())
     speed = sublinear_speedup(proto.gpus, proto.lambda_exp) if proto.gpus > 1 else 1.0
@@ -262,8 +289,9 @@ def run_repeat(table: QualityTable, cost: FloatArray, proto: Protocol, r: int) -
     for p_idx, name in enumerate(proto.policies):
         policy = _build_policy(name, proto, q0, c1)
         pooled = name == "hybrid-pooled" or proto.gpus == 1
+        live = name == LIVE
         res = replay(
-            problem,
+            live_problem if live else problem,
             q0,
             c1,
             policy,
@@ -272,7 +300,8 @@ def run_repeat(table: QualityTable, cost: FloatArray, proto: Protocol, r: int) -
             speed=speed if pooled else 1.0,
             rng=np.random.default_rng([proto.seed, r, p_idx]),
             time_limits=name != "oracle",
-            limit_factor=proto.limit_factor,
+            limit_factor=DEFAULT_LIMIT_FACTOR if live else proto.limit_factor,
+            online_prior=copy.deepcopy(live_source) if live else None,
         )
         lc = loss_curves(res.trace, best_possible, grid, problem.weights)
         out.curves[name] = {

@@ -434,8 +434,10 @@ def bench_service(
         f"{tenants} tenants x {models} models, {obs} finished jobs each, {slots} slots, {policy}: "
         f"CPU per pass median {r['tick_cpu_s_median'] * 1000:.0f} ms (problem "
         f"{med['build'] * 1000:.1f}, decide {med['decide'] * 1000:.1f}, metrics "
-        f"{med['metrics'] * 1000:.1f}); first pass decide {first['decide'] * 1000:.0f} ms "
-        "(target: tick < 1 s)"
+        f"{med['metrics'] * 1000:.1f}); first pass decide {first['decide'] * 1000:.0f} ms; "
+        f"slowest later pass {r['tick_cpu_s_max_later'] * 1000:.0f} ms; the planner refitted "
+        "the GP prior "
+        f"{r['prior_refits']} times (target: tick < 1 s)"
     )
     _save_json(out, "service.json", r)
 
