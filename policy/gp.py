@@ -176,6 +176,12 @@ class TenantPosterior:
     def sigma(self) -> FloatArray:
         return np.sqrt(self.var)
 
+    def cov(self) -> FloatArray:
+        """(K, K) posterior latent covariance ``Sigma - V^T V`` (Alg. 1 line 7, jointly)."""
+        v = self._v[: self.t]
+        out = self._cov - v.T @ v
+        return (out + out.T) / 2.0
+
     @property
     def noise(self) -> float:
         """Observation-noise variance ``sigma^2`` (``var + noise``: the variance of a new y)."""

@@ -5,7 +5,8 @@ The scheduler logs it as ``loss.png`` to its MLflow run (`tasks._loop.log_tick`)
 read the per-tick metrics of `tasks._service.tick_metrics`, logged at step ``t`` (the tick):
 
 * ``loss_estimate.<tenant>``: the tenant's estimated accuracy loss (`policy.loss_estimates`:
-  the expected improvement of its most promising untried model; 0 once all were tried);
+  the posterior expected gain of training all its untried models over its best; 0 once all
+  were tried);
 * ``regret_estimate``: the total, the sum over tenants.
 
 A `TickHistory` maps each metric to its ``(tick, value)`` points, ticks ascending. Tick numbers

@@ -1,0 +1,43 @@
+"""The loss estimate the service shows: the posterior expected loss E[max(0, max_k f_k - b)]."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.stats import norm
+
+from policy import ArmPrior, TenantPosterior, independent_prior
+from policy.estimates import expected_loss
+
+
+def _ei(mu: float, sd: float, best: float) -> float:
+    z = (mu - best) / sd
+    return float((mu - best) * norm.cdf(z) + sd * norm.pdf(z))
+
+
+def test_one_model_is_its_expected_improvement() -> None:
+    rng = np.random.default_rng(0)
+    got = expected_loss(np.array([0.8]), np.array([[0.01]]), 0.75, rng, samples=200_000)
+    assert abs(got - _ei(0.8, 0.1, 0.75)) < 1e-3
+
+
+def test_several_models_add_up_beyond_the_best_single_one() -> None:
+    rng = np.random.default_rng(1)
+    mu, sd, best = np.array([0.8, 0.8]), 0.1, 0.8
+    both = expected_loss(mu, np.eye(2) * sd**2, best, rng, samples=200_000)
+    assert both > _ei(0.8, sd, best) + 0.01  # two independent chances
+    same = expected_loss(mu, np.full((2, 2), sd**2), best, rng, samples=200_000)
+    assert abs(same - _ei(0.8, sd, best)) < 1e-3  # perfectly correlated: one chance
+    assert expected_loss(np.zeros(0), np.zeros((0, 0)), best, rng) == 0.0
+
+
+def test_posterior_covariance_is_the_joint_update() -> None:
+    prior = independent_prior(np.full(3, 0.5), variance=0.04)
+    cov = prior.cov + 0.02 * (1 - np.eye(3))
+    post = TenantPosterior(ArmPrior.create(prior.mean, cov, 1e-4), np.arange(3))
+    post.update(0, 0.9)
+    post.update(2, 0.3)
+    c = post.cov()
+    assert np.allclose(np.diag(c), post.var)
+    k_obs = cov[np.ix_([0, 2], [0, 2])] + 1e-4 * np.eye(2)
+    expect = cov - cov[:, [0, 2]] @ np.linalg.solve(k_obs, cov[[0, 2], :])
+    assert np.allclose(c, expect, atol=1e-9)
