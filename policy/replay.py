@@ -31,11 +31,13 @@ def sublinear_speedup(gpus: int, exponent: float = 0.8) -> float:
 @dataclass(frozen=True)
 class ReplayResult:
     """``trace``: observations in completion order (``finished_at`` = simulated wall clock).
-    ``busy``: device-time spent by jobs that started before the horizon."""
+    ``busy``: device-time spent by jobs that started before the horizon. ``problem``: the
+    loop's problem at the end (its prior refitted, with ``online_prior``)."""
 
     trace: tuple[Observation, ...]
     horizon: float
     busy: float
+    problem: Problem
 
 
 def replay(
@@ -86,4 +88,4 @@ def replay(
         obs = Observation(i, k, float(quality[i, k]) if done else 0.0, charged, finish, done)
         trace.append(obs)
         loop.finished([obs])
-    return ReplayResult(tuple(trace), horizon, busy)
+    return ReplayResult(tuple(trace), horizon, busy, loop.problem)

@@ -61,6 +61,17 @@ def summarize(
             "regret_R_prime": float(regret[:, 1].mean()),
             "jobs_mean": float(np.mean([r.jobs[name] for r in results])),
         }
+        if all(name in r.calibration for r in results):
+            pred = np.concatenate([r.calibration[name][0] for r in results])
+            real = np.concatenate([r.calibration[name][1] for r in results])
+            # The service's "loss estimate" at the end of the run against the loss that was
+            # left (best of the tenant's models minus the best found), over tenants x repeats.
+            policies[name]["loss_estimate"] = {
+                "predicted_mean": float(pred.mean()),
+                "realised_mean": float(real.mean()),
+                "mean_abs_error": float(np.abs(pred - real).mean()),
+                "predicted_zero_share": float((pred == 0).mean()),
+            }
     speedups: dict[str, dict[str, float | None]] = {}
     ref = policies.get("hybrid")
     if ref is not None:

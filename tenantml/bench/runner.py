@@ -38,12 +38,14 @@ from policy import (
     ArmPrior,
     CostScale,
     FloatArray,
+    History,
     Oracle,
     Policy,
     Problem,
     cumulative_regret,
     fit_arm_prior,
     loss_curves,
+    loss_estimates,
     make_policy,
     replay,
     sublinear_speedup,
@@ -157,6 +159,8 @@ class RepeatResult:
     curves: dict[str, dict[str, FloatArray]] = field(default_factory=dict)
     regret: dict[str, tuple[float, float]] = field(default_factory=dict)
     jobs: dict[str, int] = field(default_factory=dict)
+    # per policy with a GP prior, per test tenant at the horizon: (loss estimate, realised loss)
+    calibration: dict[str, tuple[FloatArray, FloatArray]] = field(default_factory=dict)
 
 
 def default_test_users(n_eligible: int) -> int:
@@ -313,6 +317,15 @@ def run_repeat(table: QualityTable, cost: FloatArray, proto: Protocol, r: int) -
             res.trace, best_possible, problem.weights, horizon=horizon
         )
         out.jobs[name] = sum(1 for o in res.trace if o.finished_at <= horizon)
+        if res.problem.prior is not None and name != "oracle":
+            seen = History(tuple(o for o in res.trace if o.finished_at <= horizon))
+            found = np.zeros(len(test))
+            for o in seen.log:
+                found[o.tenant] = max(found[o.tenant], o.quality)
+            out.calibration[name] = (
+                loss_estimates(res.problem, seen, seed=r),
+                best_possible - found,
+            )
     return out
 
 

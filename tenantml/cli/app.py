@@ -86,6 +86,7 @@ def _print_summary(summary: dict[str, object], elapsed: float) -> None:
         "cost to 0.02",
         "cost to 0.01",
         "final avg loss",
+        "its estimate",
         "vs hybrid @0.02",
     ):
         table.add_column(col, justify="right" if col != "policy" else "left")
@@ -101,9 +102,15 @@ def _print_summary(summary: dict[str, object], elapsed: float) -> None:
             _fmt(ct["0.02"]),
             _fmt(ct["0.01"]),
             f"{s['final_avg_loss']:.4f}",
+            f"{s['loss_estimate']['predicted_mean']:.4f}" if "loss_estimate" in s else "-",
             _fmt(speedups.get(name, {}).get("0.02"), pct=True),
         )
     console.print(table)
+    if "live" in policies:
+        console.print(
+            "live = the live service's configuration (default policy, predicted costs, the GP "
+            "prior refitted online, policy.prior); its estimate = the loss the service shows"
+        )
     if "hybrid_auc_over_oracle" in summary:
         console.print(f"hybrid AUC / oracle AUC = {summary['hybrid_auc_over_oracle']:.2f}")
     console.print(f"[dim]{elapsed:.1f} s[/]")
