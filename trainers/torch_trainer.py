@@ -14,11 +14,21 @@ position inside the epoch, and the job raises `preemption.Preempted`. Epoch orde
 start), then `_train_rate` for each rate of the grid, which runs `_train_epoch` (raising through
 `_checkpoint_on_notice` on a notice) and `_finish_epoch` (score, best model, what comes next).
 
+Within one rate's run the rate follows a linear warm-up over the first tenth of its steps, then
+a cosine decay to 0 at ``max_epochs`` (Loshchilov & Hutter, ICLR 2017, without restarts; Goyal et
+al. 2017's warm-up). The factor is a function of the step index alone (`lr_factor`), so it needs
+no state in the checkpoint and a resumed job follows the same schedule. The batch size defaults
+to ``n_train / 40`` within [16, 64]: a small data set (1,437 digits) still gets about 40 steps
+per epoch. On digits as 8x8 images (LeNet-5, SGD 0.01, 3 epochs) a constant rate with batches
+of 64 reached 0.51 validation accuracy; the schedule with batches of 35 reaches >= 0.97 in 6
+epochs (`tests/unit/test_trainers.py::test_lenet_learns_digits`).
+
 On CUDA: bf16 autocast and channels-last memory for image nets; `cudnn.benchmark`.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -47,7 +57,33 @@ from trainers.nets import (
 )
 from trainers.templates import Candidate
 
-__all__ = ["LR_GRID", "Stepper", "build_net", "infer_batches", "pick_device", "train_torch"]
+__all__ = [
+    "LR_GRID",
+    "Stepper",
+    "build_net",
+    "default_batch_size",
+    "infer_batches",
+    "lr_factor",
+    "pick_device",
+    "train_torch",
+]
+
+#: share of a rate's steps spent warming up (linear from 1/n_warm to 1)
+WARMUP = 0.1
+
+
+def lr_factor(step: int, total: int) -> float:
+    """Multiplier of the rate at 0-based ``step`` of ``total``: warm-up, then cosine to 0."""
+    warm = max(1, int(WARMUP * total))
+    if step < warm:
+        return (step + 1) / warm
+    span = max(1, total - warm)
+    return 0.5 * (1.0 + math.cos(math.pi * min(step - warm, span) / span))
+
+
+def default_batch_size(n_train: int) -> int:
+    """About 40 steps per epoch, between 16 and 64 examples per batch."""
+    return int(min(64, max(16, n_train // 40)))
 
 
 def pick_device(name: str | None = None) -> torch.device:
@@ -214,7 +250,8 @@ def _prepare(job: TrainJob, store: ExampleStore) -> _PreparedJob:
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
     lrs = (float(job.hyperparameters["lr"]),) if "lr" in job.hyperparameters else LR_GRID
-    batch_size = int(job.hyperparameters.get("batch_size", 64))
+    given = job.hyperparameters.get("batch_size")
+    batch_size = default_batch_size(data.n_train) if given is None else int(given)
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} is not valid: use 1 or more")
     return _PreparedJob(
@@ -323,12 +360,16 @@ def _train_epoch(
     # the loss sum stays on the device: reading it every step would wait for the GPU
     total = torch.full((), start.loss_sum, device=run.device)
     n_batches, steps = start.batches, ck.steps_total
+    per_epoch = -(-len(order) // run.batch_size)
     for bi, s in enumerate(range(0, len(order), run.batch_size)):
         if bi < start.next_batch:
             continue  # run before the notice
         rows = order[s : s + run.batch_size]
         if len(rows) < 2 and len(order) > 1:
             continue  # batch norm needs 2+ examples
+        factor = lr_factor(ck.epoch * per_epoch + bi, run.job.max_epochs * per_epoch)
+        for group in rate.opt.param_groups:
+            group["lr"] = rate.lr * factor
         total += rate.stepper.step(*run.data.train_batch(rows, run.device))
         n_batches += 1
         steps += 1

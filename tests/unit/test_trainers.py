@@ -34,9 +34,11 @@ def digits(tmp_path_factory: pytest.TempPathFactory) -> ExampleStore:
 DIGITS_JOB = TrainJob("digits", "lenet", hyperparameters={"lr": 0.05}, max_epochs=6)
 
 
-def test_small_cnn_learns_digits(digits: ExampleStore) -> None:
+def test_lenet_learns_digits(digits: ExampleStore) -> None:
     r = train(DIGITS_JOB, digits)
-    assert r.accuracy >= 0.9, r.curve
+    # LeNet-5 on the 8x8 digits: >= 0.98 is what the literature reports; the warm-up and cosine
+    # schedule with ~40 steps per epoch gets there in 6 epochs (a constant rate did not: 0.9).
+    assert r.accuracy >= 0.975, r.curve
     assert r.epochs == 6 and [e.epoch for e in r.curve] == [1, 2, 3, 4, 5, 6]
     assert r.cost_s > 0 and r.n_val == 360 and r.device == "cpu"
     d = datasets.load("digits")
