@@ -132,7 +132,7 @@ s = Settings.load().apply()  # before Prefect is imported: it reads PREFECT_API_
 from tasks._dispatch import DeploymentDispatcher
 from tasks._service import JobSpec
 d = DeploymentDispatcher(1, {"TENANTML_HOME": str(s.home)})
-d.submit(JobSpec("digits", "lenet", 1, "lenet-kill-test", 99, "manual", None, 40))
+d.submit(JobSpec("digits", "lenet", 1, "lenet-kill-test", 99, "manual", None, 12))
 while not (done := d.poll()):
     time.sleep(0.2)
 print(json.dumps({"ok": done[0].ok, "attempts": 2}))
