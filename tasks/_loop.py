@@ -265,8 +265,8 @@ class SchedulerOptions:
       while nothing finishes;
     * `seed`: the policy's random generator;
     * `stop_when_idle`: with ``ticks=None``, stop once no tenant has a model left to try;
-    * `dispatch`: ``"local"`` (threads in this process), ``"auto"`` (local in embedded mode),
-      anything else: the Prefect work pool ``gpu``;
+    * `dispatch`: ``"local"`` (threads in this process), ``"pool"`` (the Prefect work pool
+      ``gpu``), ``"auto"`` (local in embedded mode, else the pool);
     * `prefetch`: ``P``, jobs sent beyond the running ones, each waiting warm on its slot's
       lock; None: one per slot where slot locks work (embedded, or `tenantml up` on one
       machine), 0 elsewhere;
@@ -292,6 +292,36 @@ class SchedulerOptions:
     prefetch: int | None
     seer_budget_x: float | None
     outage_patience_s: float | None
+
+    def __post_init__(self) -> None:
+        """A bad parameter (from the Prefect UI, the CLI or the SDK) is named with what would
+        be valid before anything starts."""
+        from policy import POLICY_NAMES
+
+        problems = []
+        if self.dispatch not in DISPATCH_MODES:
+            problems.append(f"dispatch {self.dispatch!r}: use one of {', '.join(DISPATCH_MODES)}")
+        if self.policy is not None and self.policy not in POLICY_NAMES:
+            problems.append(f"policy {self.policy!r}: use one of {', '.join(POLICY_NAMES)}")
+        for name, least in (("ticks", 0), ("slots", 1), ("prefetch", 0)):
+            value = getattr(self, name)
+            if value is not None and value < least:
+                problems.append(f"{name} {value}: use {least} or more (or leave it unset)")
+        if self.max_epochs < 1:
+            problems.append(f"max_epochs {self.max_epochs}: use 1 or more")
+        for name in ("job_budget_s", "sleep_s", "seer_budget_x", "outage_patience_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                problems.append(f"{name} {value}: use a positive number (or leave it unset)")
+        for name in ("poll_s", "refresh_s"):
+            if not getattr(self, name) > 0:
+                problems.append(f"{name} {getattr(self, name)}: use a positive number of seconds")
+        if problems:
+            raise ValueError("scheduler parameters not valid: " + "; ".join(problems))
+
+
+#: where the scheduler's jobs run (`SchedulerOptions.dispatch`)
+DISPATCH_MODES = ("auto", "local", "pool")
 
 
 @dataclass(frozen=True)

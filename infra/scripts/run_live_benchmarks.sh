@@ -7,6 +7,7 @@
 set -euo pipefail
 out=${1:-results/live}
 tm=${TENANTML:-.venv/bin/tenantml}
+export COLUMNS=160  # the logs keep the whole table
 mkdir -p "$out"
 for ds in easeml-dl delgado179 oboe lcdb; do
   "$tm" bench "$ds" --policies live,rate,hybrid --costs predicted --out "$out/$ds" \

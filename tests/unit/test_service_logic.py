@@ -208,3 +208,25 @@ def test_spot_pool_costs_are_expected_dollars() -> None:
     for bad in ("gpu=0.7", "gpu=x,cpu=1", "gpu=0,cpu=1"):
         with pytest.raises(ValueError, match="TENANTML_CAPACITY_PRICES"):
             capacity_prices(bad, cat)
+
+
+def test_scheduler_parameters_are_checked_before_anything_starts() -> None:
+    from tasks import SchedulerOptions
+
+    good = dict(ticks=None, policy=None, slots=None, max_epochs=10, job_budget_s=None,
+                sleep_s=None, poll_s=0.5, refresh_s=5.0, seed=0, stop_when_idle=False,
+                dispatch="auto", prefetch=None, seer_budget_x=None,
+                outage_patience_s=None)  # fmt: skip
+    SchedulerOptions(**good)  # type: ignore[arg-type]
+    for bad, message in [
+        ({"dispatch": "gpu"}, "dispatch 'gpu': use one of auto, local, pool"),
+        ({"policy": ""}, "policy '': use one of"),
+        ({"slots": 0}, "slots 0: use 1 or more"),
+        ({"ticks": -1}, "ticks -1: use 0 or more"),
+        ({"prefetch": -2}, "prefetch -2: use 0 or more"),
+        ({"max_epochs": 0}, "max_epochs 0: use 1 or more"),
+        ({"job_budget_s": 0.0}, "job_budget_s 0.0: use a positive number"),
+        ({"poll_s": 0.0}, "poll_s 0.0: use a positive number of seconds"),
+    ]:
+        with pytest.raises(ValueError, match="scheduler parameters not valid: " + message):
+            SchedulerOptions(**{**good, **bad})  # type: ignore[arg-type]
