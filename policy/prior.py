@@ -43,6 +43,11 @@ DEFAULT_NOISE = 1e-4
 MIN_COVERAGE = 0.2
 
 
+#: the last few fits, by their inputs: the live service's state and its planner's loop refit the
+#: same data in the same pass, the second for free
+_MEMO: dict[bytes, ArmPrior] = {}
+
+
 def learn_prior(
     quality: FloatArray,
     *,
@@ -63,6 +68,22 @@ def learn_prior(
     q = np.asarray(quality, dtype=float)
     if q.ndim != 2:
         raise ValueError(f"quality must be a (models, tenants) matrix, got shape {q.shape}")
+    key = (
+        repr((q.shape, min_tenants, method, random_state)).encode()
+        + np.nan_to_num(q, nan=-1.0).tobytes()
+    )
+    if (memo := _MEMO.get(key)) is not None:
+        return memo
+    prior = _learn(q, min_tenants, method, random_state)
+    _MEMO[key] = prior
+    while len(_MEMO) > 4:
+        del _MEMO[next(iter(_MEMO))]
+    return prior
+
+
+def _learn(
+    q: FloatArray, min_tenants: int, method: KernelMethod, random_state: int | None
+) -> ArmPrior:
     m = q.shape[0]
     mean = np.full(m, DEFAULT_MEAN)
     cov = np.eye(m) * DEFAULT_VAR
