@@ -80,6 +80,7 @@ from tasks.outage import (
     patient,
     ride_out,
     serve_patiently,
+    wait_for_servers,
     wait_or_give_up,
 )
 from tasks.settings import Settings
@@ -390,10 +391,12 @@ def connect(options: SchedulerOptions, run_train: Callable[[dict[str, Any]], Any
     serve_patiently()  # a slow answer (a big upload) is waited for, not failed
     policy = options.policy or settings.policy
     slots = options.slots or settings.gpu_slots
-    # The scheduler waits out server outages (`tasks.outage`) instead of failing.
+    # The scheduler waits out server outages (`tasks.outage`) instead of failing, from its
+    # first step on: started while MLflow, Prefect or S3 is down, it waits for them here.
     patience_s = options.outage_patience_s
     if patience_s is None:
         patience_s = default_patience_s()
+    wait_for_servers(settings, patience_s, say=print)
     client = patient(MlflowClient(settings.tracking_uri), settings, patience_s)
     store = ExampleStore(patient(settings.store().blobs, settings, patience_s))
     dispatch = options.dispatch

@@ -14,7 +14,9 @@ fails within seconds with `ServerUnreachableError` naming the server (no multi-m
 * `ride_out(fn, ...)`: call `fn`, waiting out outages for at most `patience_s`;
 * `patient(obj, ...)`: a proxy whose every method call rides out outages (an `MlflowClient`, a
   blob store);
-* `unreachable_server(settings)`: which configured server does not answer, with its URL.
+* `unreachable_server(settings)`: which configured server does not answer, with its URL;
+* `wait_for_servers(settings, ...)`: block until every configured server answers (a scheduler
+  started during an outage waits, as a running one does, instead of exiting).
 
 Backoff: 1, 2, 4, 8 then 15 s between attempts (``TENANTML_OUTAGE_PATIENCE_S``, default 600 s,
 bounds the total; then `ServerUnreachableError`).
@@ -45,6 +47,7 @@ __all__ = [
     "ride_out",
     "serve_patiently",
     "unreachable_server",
+    "wait_for_servers",
     "wait_or_give_up",
 ]
 
@@ -178,6 +181,23 @@ def wait_or_give_up(
         f"(giving up after {backoff.patience_s:.0f} s)"
     )
     time.sleep(delay)
+
+
+def wait_for_servers(
+    settings: Settings,
+    patience_s: float | None = None,
+    *,
+    what: str = "the scheduler's start",
+    say: Callable[[str], None] | None = None,
+) -> None:
+    """Return once every server of `settings` answers; until then say which one does not and
+    back off as `ride_out` does (the same lines); `ServerUnreachableError` after `patience_s`
+    (default ``TENANTML_OUTAGE_PATIENCE_S``). For the service's processes only: users' commands
+    fail fast instead (`tenantml.client.Client.check_servers`)."""
+    backoff = Backoff(default_patience_s() if patience_s is None else patience_s)
+    while (server := unreachable_server(settings)) is not None:
+        gone = ConnectionRefusedError(f"{server} does not answer")
+        wait_or_give_up(backoff, gone, what, settings, say or log.warning)
 
 
 def ride_out(

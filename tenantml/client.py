@@ -307,11 +307,19 @@ class Client:
         `on_progress` is called with each `tasks.JobDispatched`, `tasks.JobFinished` and
         `tasks.Stopping` as it happens. SIGINT or SIGTERM (Ctrl-C) stops the scheduler after
         the pass it interrupts: the summary's ``interrupted`` names the signal and
-        ``in_flight`` counts the jobs left going, which the next `run` resumes."""
+        ``in_flight`` counts the jobs left going, which the next `run` resumes. Started while a
+        server is unreachable, it waits for it (`tasks.outage.wait_for_servers`); build the
+        client with ``check_servers=False`` to get that far."""
         from flows.scheduler import scheduler
         from tasks import listen
+        from tasks.outage import wait_for_servers
 
         self._operator_only("running the scheduler")
+        if self.settings.mode == "servers":
+            # The scheduler is the service, not a user's short command: started while a server
+            # is down it waits, with the lines and the patience a running scheduler has
+            # (Prefect first of all: the flow run cannot start without it).
+            wait_for_servers(self.settings, options.get("outage_patience_s"), say=print)
         start = time.monotonic()
         with listen(on_progress) if on_progress is not None else nullcontext():
             out: dict[str, Any] = scheduler(ticks=ticks, **options)

@@ -328,7 +328,11 @@ def run(
                 raise ValueError(f"--ticks {ticks} is not valid: use 0 (drain) or more")
             if seer_budget_x is not None and not seer_budget_x >= 1:
                 raise ValueError(f"--seer-budget-x {seer_budget_x} is not valid: use 1 or more")
-            c = _client(home)  # its settings reach the environment before Prefect loads
+            # Its settings reach the environment before Prefect loads. No fail-fast check of the
+            # servers: the scheduler waits for them (`Client.run`).
+            from tenantml.client import Client
+
+            c = Client(home, check_servers=False)
             from tasks import stop_on_signals
 
             # MLflow's "View run ... at URL" lines (servers) would break into the job lines

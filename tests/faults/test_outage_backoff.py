@@ -13,7 +13,7 @@ import boto3
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tasks.outage import Backoff, is_outage, patient, ride_out
+from tasks.outage import Backoff, is_outage, patient, ride_out, wait_for_servers
 from tasks.settings import ServerUnreachableError, Settings
 from tenantml.ops.servers import free_port
 
@@ -71,6 +71,41 @@ def test_ride_out_waits_for_a_server_that_comes_back(tmp_path: Path) -> None:
     assert status == 200
     assert said and all("is unreachable; retry" in s and "giving up after 60 s" in s for s in said)
     assert time.monotonic() - t0 < 30
+
+
+def test_a_service_started_during_an_outage_waits_for_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = free_port()
+    monkeypatch.setenv("TENANTML_TRACKING_URI", f"http://127.0.0.1:{port}")
+    settings = Settings.load(tmp_path)
+    with pytest.raises(
+        ServerUnreachableError, match=f"the MLflow server at http://127.0.0.1:{port}"
+    ):
+        wait_for_servers(settings, patience_s=1.5, say=lambda line: None)
+    server: list[http.server.HTTPServer] = []
+
+    def start_later() -> None:
+        time.sleep(2.5)
+        srv = http.server.HTTPServer(("127.0.0.1", port), http.server.SimpleHTTPRequestHandler)
+        server.append(srv)
+        srv.serve_forever()
+
+    threading.Thread(target=start_later, daemon=True).start()
+    said: list[str] = []
+    t0 = time.monotonic()
+    try:
+        wait_for_servers(settings, patience_s=60, say=said.append)
+    finally:
+        if server:
+            server[0].shutdown()
+    assert time.monotonic() - t0 >= 2.0
+    assert said and all(
+        f"the scheduler's start: the MLflow server at http://127.0.0.1:{port} is unreachable; retry"
+        in line
+        and "giving up after 60 s" in line
+        for line in said
+    ), said
 
 
 def test_ride_out_gives_up_naming_the_server(

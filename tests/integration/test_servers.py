@@ -245,3 +245,29 @@ def test_ctrl_c_stops_run_with_one_line_and_the_next_run_takes_its_jobs_over(hom
     recs = new()
     assert len(recs) == in_flight, [(r.job_id, r.status) for r in recs]
     assert all(r.status == "FINISHED" for r in recs), [(r.job_id, r.status) for r in recs]
+
+
+def test_run_started_during_an_mlflow_outage_waits_and_then_trains(home: Path) -> None:
+    """`tenantml run` started while MLflow is down waits with the running scheduler's lines
+    instead of exiting, and trains once MLflow is back (issue 20, item 3)."""
+    from tenantml.ops.servers import restart, stop
+
+    before = {(r["tenant"], r["job_id"]) for r in _records(home)}
+    assert stop(home, "mlflow")
+    cmd = [sys.executable, "-m", "tenantml.cli", "run", *_BOUNDED, "--ticks", "1"]
+    proc = subprocess.Popen(cmd, env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)  # fmt: skip
+    assert proc.stdout is not None
+    waited = []
+    try:
+        for line in proc.stdout:
+            if "the MLflow server at http://127.0.0.1" in line and "is unreachable; retry" in line:
+                waited.append(line)
+                if len(waited) == 2:  # it waits, and goes on waiting
+                    break
+    finally:
+        restart(home, "mlflow")
+    rest, _ = proc.communicate(timeout=300)
+    assert len(waited) == 2 and proc.returncode == 0, rest
+    new = [r for r in _records(home) if (r["tenant"], r["job_id"]) not in before]
+    assert new and all(r["status"] == "FINISHED" for r in new), new
