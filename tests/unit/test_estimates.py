@@ -41,3 +41,20 @@ def test_posterior_covariance_is_the_joint_update() -> None:
     k_obs = cov[np.ix_([0, 2], [0, 2])] + 1e-4 * np.eye(2)
     expect = cov - cov[:, [0, 2]] @ np.linalg.solve(k_obs, cov[[0, 2], :])
     assert np.allclose(c, expect, atol=1e-9)
+
+
+def test_calibration_narrows_a_tenant_the_prior_predicts_well() -> None:
+    from policy import History, Observation, Problem, loss_estimates
+
+    m = 12
+    cov = 0.01 * (0.5 * np.eye(m) + 0.5)  # correlated arms, s.d. 0.1
+    prior = ArmPrior.create(np.full(m, 0.7), cov, 1e-4)
+    problem = Problem.create(["a"], [f"m{k}" for k in range(m)], np.ones((1, m), dtype=bool),
+                             np.ones((1, m)), prior=prior)  # fmt: skip
+    seen = History(tuple(Observation(0, k, 0.7, 1.0) for k in range(4)))  # just as predicted
+    raw = loss_estimates(problem, seen, calibration=0)[0]
+    calibrated = loss_estimates(problem, seen)[0]
+    assert 0 < calibrated < raw
+    surprised = History(tuple(Observation(0, k, 0.7 + 0.3 * (-1) ** k, 1.0) for k in range(4)))
+    assert loss_estimates(problem, surprised)[0] > loss_estimates(problem, surprised,
+                                                                  calibration=0)[0]  # fmt: skip
