@@ -7,6 +7,8 @@ import http.server
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import boto3
@@ -48,26 +50,33 @@ def test_backoff_is_bounded() -> None:
     assert b.next_delay() is None
 
 
-def test_ride_out_waits_for_a_server_that_comes_back(tmp_path: Path) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/"
+@contextmanager
+def _serving_after(port: int, delay_s: float) -> Iterator[None]:
+    """An HTTP server on `port` from `delay_s` seconds on (a server coming back), until exit."""
     server: list[http.server.HTTPServer] = []
 
     def start_later() -> None:
-        time.sleep(2.5)
+        time.sleep(delay_s)
         srv = http.server.HTTPServer(("127.0.0.1", port), http.server.SimpleHTTPRequestHandler)
         server.append(srv)
         srv.serve_forever()
 
     threading.Thread(target=start_later, daemon=True).start()
-    said: list[str] = []
-    t0 = time.monotonic()
     try:
-        status = ride_out(lambda: urllib.request.urlopen(url, timeout=2).status, what="probe",
-                          patience_s=60, say=said.append)  # fmt: skip
+        yield
     finally:
         if server:
             server[0].shutdown()
+
+
+def test_ride_out_waits_for_a_server_that_comes_back(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    said: list[str] = []
+    t0 = time.monotonic()
+    with _serving_after(port, 2.5):
+        status = ride_out(lambda: urllib.request.urlopen(url, timeout=2).status, what="probe",
+                          patience_s=60, say=said.append)  # fmt: skip
     assert status == 200
     assert said and all("is unreachable; retry" in s and "giving up after 60 s" in s for s in said)
     assert time.monotonic() - t0 < 30
@@ -83,22 +92,10 @@ def test_a_service_started_during_an_outage_waits_for_the_server(
         ServerUnreachableError, match=f"the MLflow server at http://127.0.0.1:{port}"
     ):
         wait_for_servers(settings, patience_s=1.5, say=lambda line: None)
-    server: list[http.server.HTTPServer] = []
-
-    def start_later() -> None:
-        time.sleep(2.5)
-        srv = http.server.HTTPServer(("127.0.0.1", port), http.server.SimpleHTTPRequestHandler)
-        server.append(srv)
-        srv.serve_forever()
-
-    threading.Thread(target=start_later, daemon=True).start()
     said: list[str] = []
     t0 = time.monotonic()
-    try:
+    with _serving_after(port, 2.5):
         wait_for_servers(settings, patience_s=60, say=said.append)
-    finally:
-        if server:
-            server[0].shutdown()
     assert time.monotonic() - t0 >= 2.0
     assert said and all(
         f"the scheduler's start: the MLflow server at http://127.0.0.1:{port} is unreachable; retry"
