@@ -26,7 +26,7 @@ from policy._types import FloatArray, History, Problem
 
 __all__ = ["CALIBRATION", "SAMPLES", "expected_loss", "loss_estimates"]
 
-#: ``nu`` of the calibration: `policy.rate.RatePolicy`'s default
+#: ``nu`` of the calibration, shared with `policy.rate.RatePolicy`'s decisions
 CALIBRATION = 3.0
 
 #: joint posterior draws per tenant: Monte Carlo standard error below 0.003 for losses < 0.1

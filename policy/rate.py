@@ -34,6 +34,7 @@ import numpy as np
 from policy._book import CostScale, TenantBook
 from policy._types import Assignment, Decision, FloatArray, Snapshot
 from policy.acquisition import expected_improvement
+from policy.estimates import CALIBRATION
 
 __all__ = ["RatePolicy"]
 
@@ -55,7 +56,7 @@ class RatePolicy:
     name: str = "rate"
     cost_aware: bool = True
     cost_scale: CostScale = "mean"
-    calibration: float = 3.0
+    calibration: float = CALIBRATION
     predictive: bool = False
     _book: TenantBook | None = field(default=None, init=False, repr=False)
     _gen: int = field(default=-1, init=False, repr=False)
