@@ -377,13 +377,21 @@ def post_json(url: str, body: Any, timeout: float = 60.0) -> Any:
 
 def _ensure_automations(api: str, env: dict[str, str], timeout: float) -> None:
     """Create the automation of `AUTOMATIONS` (zombie runs are CRASHED) unless the server has it
-    already (a second `up` on the same home keeps Prefect's database)."""
-    name = next(
-        line.split(":", 1)[1].strip().strip('"')
-        for line in AUTOMATIONS.read_text().splitlines()
-        if line.startswith("name:")
-    )
-    if name in {a["name"] for a in post_json(f"{api}/automations/filter", {})}:
+    already (a second `up` on the same home keeps Prefect's database). Others of the same name, made
+    by an older tenantml with another trigger (or a second copy), are deleted."""
+    import yaml
+
+    wanted = yaml.safe_load(AUTOMATIONS.read_text())
+    current = False
+    for existing in post_json(f"{api}/automations/filter", {}):
+        if existing["name"] != wanted["name"]:
+            continue
+        if _same_trigger(existing["trigger"], wanted["trigger"]) and not current:
+            current = True
+            continue
+        request = urllib.request.Request(f"{api}/automations/{existing['id']}", method="DELETE")
+        urllib.request.urlopen(request, timeout=timeout).close()
+    if current:
         return
     create = [
         executable("prefect"),
@@ -394,6 +402,17 @@ def _ensure_automations(api: str, env: dict[str, str], timeout: float) -> None:
         str(AUTOMATIONS),
     ]
     subprocess.run(create, env=env, check=True, capture_output=True, timeout=timeout)
+
+
+def _same_trigger(server: dict[str, Any], file: dict[str, Any]) -> bool:
+    """Whether a trigger read back from the server is the one `AUTOMATIONS` declares (the
+    fields we set: the events before and after, the window, the posture)."""
+    return (
+        set(server.get("after", [])) == set(file["after"])
+        and set(server.get("expect", [])) == set(file["expect"])
+        and float(server.get("within", 0)) == float(file["within"])
+        and server.get("posture") == file["posture"]
+    )
 
 
 def _auth_config(run: _Launcher) -> tuple[dict[str, str], str]:

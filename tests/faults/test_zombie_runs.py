@@ -96,3 +96,22 @@ def test_a_run_whose_worker_and_process_died_is_crashed_and_a_finished_one_is_no
     assert "no heartbeat for 120 s" in state["message"], state
     assert time.monotonic() - killed >= 60  # by the heartbeat rule, not by anything sooner
     assert _state(home, finished)["type"] == "COMPLETED"  # an ended run is left alone
+
+
+def test_up_replaces_an_automation_an_older_tenantml_made(home: Path) -> None:
+    """A home made before the rule started at Running keeps its old automation in Prefect's
+    database; the next `up` must replace it, not keep it beside or instead of the new one."""
+    from tenantml.ops.servers import _ensure_automations, post_json
+
+    api = json.loads((home / "servers.json").read_text())["prefect_api_url"]
+    (ours,) = post_json(f"{api}/automations/filter", {})
+    old = {k: ours[k] for k in ("name", "description", "enabled", "actions", "trigger")}
+    old["trigger"] = {**ours["trigger"], "after": ["prefect.flow-run.heartbeat"]}
+    del old["trigger"]["id"]
+    post_json(f"{api}/automations/", old)
+    assert len(post_json(f"{api}/automations/filter", {})) == 2
+
+    _ensure_automations(api, dict(os.environ), 60)
+    (kept,) = post_json(f"{api}/automations/filter", {})
+    assert kept["id"] == ours["id"]
+    assert "prefect.flow-run.Running" in kept["trigger"]["after"]
