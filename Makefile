@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: demo test lint types unit venv clean bench bench-overhead
+.PHONY: demo test test-full test-all lint types unit venv clean bench bench-overhead
 
 $(STAMP):
 	@command -v $(PY) >/dev/null || { echo "need $(PY) on PATH"; exit 1; }
@@ -25,10 +25,19 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(BIN)/mypy
 
+# `make test`: lint, types, unit and contract tests, and the main paths end to end on real
+# servers on loopback (under 10 min on 2 cores). `make test-all` adds the tests marked `full`:
+# the fault drills (chaos, zombie runs, tenant isolation), the kills and restarts, the second
+# signal (about 25 min more). CI (.ci/run) runs both.
 unit: $(STAMP)
-	$(BIN)/pytest -q --durations=30 tests
+	$(BIN)/pytest -q --durations=15 -m "not full" tests
+
+test-full: $(STAMP)
+	$(BIN)/pytest -q --durations=15 -m full tests
 
 test: lint types unit
+
+test-all: test test-full
 
 bench: $(STAMP)
 	$(BIN)/tenantml bench delgado179 --out results/bench-delgado179

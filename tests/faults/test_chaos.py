@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.full,
+    pytest.mark.timeout(1800),
+]
 
 
 def test_chaos_bounded_loses_and_duplicates_nothing(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import pytest
 from tenantml import datasets
 from tenantml.ops.servers import down, up
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.full, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")

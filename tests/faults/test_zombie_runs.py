@@ -22,7 +22,7 @@ import pytest
 
 from tenantml.ops.servers import down, flow_processes, up
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.full, pytest.mark.timeout(900)]
 
 _RUN = """
 import json, sys

@@ -134,6 +134,7 @@ def test_infer_before_any_model_exits_1(home: Path) -> None:
     assert res.exit_code == 1 and "no model yet" in res.output
 
 
+@pytest.mark.full
 def test_kill_the_scheduler_and_restart_loses_and_duplicates_nothing(
     tmp_path: Path,
 ) -> None:
@@ -212,7 +213,9 @@ def signal_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("sig", "to_group"), [(signal.SIGINT, True), (signal.SIGTERM, False)], ids=["ctrl-c", "term"]
+    ("sig", "to_group"),
+    [(signal.SIGINT, True), pytest.param(signal.SIGTERM, False, marks=pytest.mark.full)],
+    ids=["ctrl-c", "term"],
 )
 def test_a_signal_stops_run_with_one_line_and_the_next_run_resumes_its_jobs(
     signal_home: Path, sig: signal.Signals, to_group: bool

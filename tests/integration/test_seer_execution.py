@@ -44,6 +44,7 @@ def _weights(store, key: str):  # type: ignore[no-untyped-def]
     return torch.load(io.BytesIO(store.get_checkpoint("digits", key)), weights_only=True)
 
 
+@pytest.mark.full
 def test_fixed_global_batch_makes_p_2_equal_p_1_and_resumes(home: Path) -> None:
     """Gradient accumulation + DDP averaging: 2 processes take exactly the steps 1 takes."""
     from tasks.settings import Settings

@@ -84,6 +84,25 @@ def _records(home: Path) -> list[dict[str, object]]:
     return list(json.loads(_py(home, _RECORDS).strip().splitlines()[-1]))
 
 
+_TENANTS = """
+from tenantml.client import Client
+from tenantml import datasets
+c = Client()
+for name in ("wine", "digits"):
+    d = datasets.load(name)
+    c.submit(name, d.schema)
+    if c.store.manifest(name).n_examples == 0:
+        c.feed(name, d.inputs, d.labels)
+"""
+
+
+@pytest.fixture()
+def tenants(home: Path) -> None:
+    """`home` with the wine and digits tenants fed (a no-op after the three-tenants test), so
+    each test below also runs alone or in `make test-full` without the first test."""
+    _py(home, _TENANTS)
+
+
 def test_three_tenants_best_models_and_infer(home: Path, tmp_path: Path) -> None:
     cfg = json.loads((home / "servers.json").read_text())
     assert cfg["tracking_uri"].startswith("http://127.0.0.1:") and cfg["store"].startswith("s3://")
@@ -139,7 +158,8 @@ print(json.dumps({"ok": done[0].ok, "attempts": 2}))
 """
 
 
-def test_killed_train_process_resumes_from_its_checkpoint(home: Path) -> None:
+@pytest.mark.full
+def test_killed_train_process_resumes_from_its_checkpoint(home: Path, tenants: None) -> None:
     proc = subprocess.Popen([sys.executable, "-c", _DISPATCH], env=_env(home),
                             stdout=subprocess.PIPE, text=True)  # fmt: skip
     killed = False
@@ -168,7 +188,8 @@ def test_killed_train_process_resumes_from_its_checkpoint(home: Path) -> None:
     assert float(resumed) >= 2  # the retry continued from the checkpoint, not from scratch
 
 
-def test_scheduler_killed_and_restarted_counts_each_job_once(home: Path) -> None:
+@pytest.mark.full
+def test_scheduler_killed_and_restarted_counts_each_job_once(home: Path, tenants: None) -> None:
     before = {(r["tenant"], r["job_id"]) for r in _records(home)}
     cmd = [sys.executable, "-m", "tenantml.cli", "run", *_BOUNDED, "--ticks", "3"]
     proc = subprocess.Popen(cmd, env=_env(home), start_new_session=True,
@@ -191,18 +212,10 @@ def test_scheduler_killed_and_restarted_counts_each_job_once(home: Path) -> None
     assert all(r["status"] == "FINISHED" for r in recs), statuses
 
 
-_WINE = """
-from tenantml.client import Client
-from tenantml import datasets
-c = Client()
-d = datasets.load("wine")
-c.submit("wine", d.schema)
-if c.store.manifest("wine").n_examples == 0:
-    c.feed("wine", d.inputs, d.labels)
-"""
-
-
-def test_ctrl_c_stops_run_with_one_line_and_the_next_run_takes_its_jobs_over(home: Path) -> None:
+@pytest.mark.full
+def test_ctrl_c_stops_run_with_one_line_and_the_next_run_takes_its_jobs_over(
+    home: Path, tenants: None
+) -> None:
     """SIGINT to `tenantml run`'s process group, as a terminal's Ctrl-C: exit code 130, one
     line, no traceback; the jobs go on in the workers and the next `run` takes them over. The
     jobs are sleep-based stand-ins (accuracy 0), so this runs after the tests that train."""
@@ -210,7 +223,6 @@ def test_ctrl_c_stops_run_with_one_line_and_the_next_run_takes_its_jobs_over(hom
 
     from mlflow_plugin.tracking import JobRecord, job_records, tenant_experiments
 
-    _py(home, _WINE)
     client = MlflowClient(json.loads((home / "servers.json").read_text())["tracking_uri"])
 
     def records() -> list[JobRecord]:
@@ -247,7 +259,10 @@ def test_ctrl_c_stops_run_with_one_line_and_the_next_run_takes_its_jobs_over(hom
     assert all(r.status == "FINISHED" for r in recs), [(r.job_id, r.status) for r in recs]
 
 
-def test_run_started_during_an_mlflow_outage_waits_and_then_runs_its_jobs(home: Path) -> None:
+@pytest.mark.full
+def test_run_started_during_an_mlflow_outage_waits_and_then_runs_its_jobs(
+    home: Path, tenants: None
+) -> None:
     """`tenantml run` started while MLflow is down waits with the running scheduler's lines
     instead of exiting, and dispatches and records its jobs once MLflow is back (issue 20,
     item 3). Sleep-based stand-in jobs: what is tested is the start, not training."""

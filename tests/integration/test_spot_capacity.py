@@ -48,6 +48,7 @@ def _volatile_market(minutes: int = 4000) -> Market:
     return Market("local-a", "cpu.small", prices, changed, 0.0, 1, 0, 0.1)
 
 
+@pytest.mark.full
 def test_revoked_workers_checkpoint_to_s3_and_resume(s3_home: dict[str, str]) -> None:
     from tasks.capacity import LocalBackend, run_jobs
     from tasks.settings import Settings
