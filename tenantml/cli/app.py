@@ -449,6 +449,63 @@ def bench_service(
     _save_json(out, "service.json", r)
 
 
+@app.command("bench-live")
+def bench_live(
+    directory: Annotated[
+        Path,
+        typer.Argument(
+            help="NAME.csv files and/or NAME/<label>/*.png folders; demo: the demo tenants"
+        ),
+    ],
+    budget_s: Annotated[float, typer.Option(help="wall clock per system (s)")] = 240.0,
+    slots: Annotated[int, typer.Option(help="GPU slots of the service")] = 1,
+    systems: Annotated[
+        str, typer.Option(help="comma-separated: live (the default policy), any policy, flaml")
+    ] = "live,hybrid,roundrobin,flaml",
+    seed: Annotated[int, typer.Option(help="the train/test split's seed")] = 0,
+    test_fraction: Annotated[float, typer.Option(help="held-out part of each tenant")] = 0.25,
+    label_column: Annotated[
+        str | None, typer.Option(help="the CSVs' label column (default: the last)")
+    ] = None,
+    max_epochs: Annotated[int, typer.Option(help="epochs per learning rate of torch jobs")] = 10,
+    out: Annotated[Path, typer.Option(help="directory for the results")] = Path(
+        "results/bench-live"
+    ),
+) -> None:
+    """The service end to end (`tenantml run`, embedded) against FLAML per tenant on an equal
+    share of the same wall clock: served test accuracy on held-out rows over time."""
+    from tenantml.bench.live import run_bench_live
+
+    try:
+        summary = run_bench_live(
+            directory,
+            out,
+            systems=[s.strip() for s in systems.split(",") if s.strip()],
+            budget_s=budget_s,
+            slots=slots,
+            seed=seed,
+            test_fraction=test_fraction,
+            label_column=label_column,
+            extra_args=("--max-epochs", str(max_epochs)),
+            say=console.print,
+        )
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    table = Table("system", "q25", "q50", "q75", "end", "regret AUC", "jobs", "|est - real|")
+    for name, entry in summary["systems"].items():
+        acc = entry["mean_test_accuracy"]
+        cal = entry.get("loss_estimate")
+        table.add_row(
+            name,
+            *(f"{acc[q]:.3f}" for q in ("q25", "q50", "q75", "q100")),
+            f"{entry['test_regret_auc']:.4f}",
+            str(entry["jobs"]) if name != "flaml" else "-",
+            f"{cal['mean_abs_error']:.3f}" if cal else "-",
+        )
+    console.print(table)
+    console.print(f"mean served test accuracy over {len(summary['tenants'])} tenants; in {out}")
+
+
 @app.command("bench-dispatch")
 def bench_dispatch(
     jobs: Annotated[int, typer.Option()] = 20,

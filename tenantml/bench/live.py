@@ -1,0 +1,427 @@
+"""bench-live: the service itself, end to end, against FLAML per tenant on the same wall clock.
+
+Issue 16, item 5. Each tenant of a directory (``NAME.csv`` with a header and a label column, or
+``NAME/<label>/*.png`` folders) is split into a seeded, stratified train part, which is fed, and
+a test part the service never sees. Then, per system:
+
+* a service system (``live``: the default policy, as `tenantml run` serves; ``hybrid``,
+  ``roundrobin``, any `policy.POLICY_NAMES`) gets a fresh home, its tenants submitted and fed
+  through the SDK, and ``tenantml run --policy P --slots G`` in its own process, stopped with
+  SIGINT (Ctrl-C) after `budget_s` of wall clock. The clock starts when the command starts:
+  its start-up is the service's time too. Afterwards the tenant's registered model versions
+  are the models it served: a version is registered when it becomes ``best`` (`record`), so at
+  time t the served model is the last version created by t. Each is loaded from the registry
+  and scored on the test part.
+* ``flaml`` runs FLAML's AutoML per tenant with an equal share of the same clock,
+  ``budget_s * slots / n`` seconds, one thread; its anytime curve comes from nested budgets (a
+  fit per quarter of the share).
+
+Before a system has a model for a tenant, the tenant is served the most frequent training label
+(what it has without one). Notation: ``A[s][i](t)`` the served test accuracy of system s on
+tenant i at fraction t of the budget; ``best_i = max_s max_t A[s][i](t)``; test regret
+``best_i - A[s][i](t)``; its mean over tenants, integrated over t in [0, 1], is the AUC.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = [
+    "DEMO",
+    "FLAML",
+    "QUARTERS",
+    "LiveTenant",
+    "SystemRun",
+    "load_tenants",
+    "run_flaml",
+    "run_service",
+    "summarize",
+    "write_demo_tenants",
+]
+
+FLAML = "flaml"
+LIVE = "live"  # the service's default policy: what `tenantml run` serves
+QUARTERS = (0.25, 0.5, 0.75, 1.0)
+CURVE_POINTS = 41  # samples of each curve in curves.csv, t = 0, 1/40, ..., 1
+STOP_GRACE_S = 120.0  # the service's stop after SIGINT is waited this long before SIGKILL
+
+
+@dataclass(frozen=True)
+class LiveTenant:
+    """One tenant's data: ``x_*`` (n, *shape) float32, ``y_*`` (n,) str labels."""
+
+    name: str
+    schema: str
+    x_train: NDArray[np.float32]
+    y_train: NDArray[np.str_]
+    x_test: NDArray[np.float32]
+    y_test: NDArray[np.str_]
+
+    @property
+    def chance(self) -> float:
+        """Test accuracy of the most frequent training label (served before any model)."""
+        labels, counts = np.unique(self.y_train, return_counts=True)
+        return float(np.mean(self.y_test == labels[np.argmax(counts)]))
+
+
+@dataclass(frozen=True)
+class SystemRun:
+    """What one system served: per tenant, ``(t, test accuracy)`` steps, t in [0, 1] of the
+    budget, each the accuracy from t on; plus the service's loss estimates at its end."""
+
+    system: str
+    steps: dict[str, list[tuple[float, float]]]
+    loss_estimates: dict[str, float]
+    jobs: int
+    wall_s: float
+
+    def accuracy(self, tenant: LiveTenant, t: float) -> float:
+        served = [acc for at, acc in self.steps.get(tenant.name, []) if at <= t]
+        return served[-1] if served else tenant.chance
+
+
+def _read_csv_tenant(path: Path, label_column: str | None) -> tuple[NDArray[Any], list[str]]:
+    from store.loaders import read_csv_rows
+
+    with open(path, newline="") as f:
+        header = next(csv.reader(f), None)
+    if not header or len(header) < 2:
+        raise ValueError(f"{path}: needs a header with at least one feature and a label column")
+    label = label_column if label_column is not None else header[-1]
+    if label not in header:
+        raise ValueError(f"{path}: no label column {label!r}; columns: {header}")
+    x, labels = read_csv_rows(path, len(header) - 1, label)
+    assert labels is not None
+    return x, labels
+
+
+def _read_image_tenant(path: Path) -> tuple[NDArray[Any], list[str], tuple[int, int, int]]:
+    from PIL import Image
+
+    from store.loaders import load_image
+
+    files = sorted((d.name, f) for d in path.iterdir() if d.is_dir() for f in d.glob("*.png"))
+    if not files:
+        raise ValueError(f"{path}: no <label>/*.png images")
+    with Image.open(files[0][1]) as first:
+        w, h = first.size
+        shape = (h, w, 1 if first.mode in ("L", "1", "I;16") else 3)
+    x = np.stack([load_image(f, shape) for _, f in files]).astype(np.float32)
+    return x, [label for label, _ in files], shape
+
+
+def load_tenants(
+    directory: Path, *, seed: int = 0, test_fraction: float = 0.25, label_column: str | None = None
+) -> list[LiveTenant]:
+    """The tenants of `directory`, each split stratified by label with `seed`."""
+    from sklearn.model_selection import train_test_split
+
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"--test-fraction {test_fraction} is not valid: use 0 < f < 1")
+    if not directory.is_dir():
+        raise ValueError(f"{directory}: not a directory of NAME.csv files or NAME/<label>/ folders")
+    tenants = []
+    for path in sorted(directory.iterdir()):
+        if path.suffix == ".csv":
+            x, labels = _read_csv_tenant(path, label_column)
+            schema = f"{{input: {{[Tensor[{x.shape[1]}]], []}}, output: {{[Tensor[K]], []}}}}"
+        elif path.is_dir():
+            x, labels, (a, b, c) = _read_image_tenant(path)
+            schema = f"{{input: {{[Tensor[{a}, {b}, {c}]], []}}, output: {{[Tensor[K]], []}}}}"
+        else:
+            continue
+        y = np.asarray(labels, dtype=str)
+        classes, counts = np.unique(y, return_counts=True)
+        if len(classes) < 2 or counts.min() < 2:
+            raise ValueError(
+                f"{path}: needs at least 2 labels with 2 examples each to split; "
+                f"has {dict(zip(classes.tolist(), counts.tolist(), strict=True))}"
+            )
+        x_tr, x_te, y_tr, y_te = train_test_split(
+            x, y, test_size=test_fraction, random_state=seed, stratify=y
+        )
+        name = path.stem.lower().replace("_", "-")
+        tenants.append(
+            LiveTenant(name, schema.replace("K", str(len(classes))), x_tr, y_tr, x_te, y_te)
+        )
+    if not tenants:
+        raise ValueError(f"{directory}: no NAME.csv files or NAME/<label>/*.png folders")
+    return tenants
+
+
+DEMO = "demo"  # the directory argument that means the project's own demo tenants
+
+
+def write_demo_tenants(directory: Path) -> Path:
+    """The project's demo data sets as a bench-live directory: ``wine.csv`` and
+    ``breast-cancer.csv`` (label column ``label``) and ``digits/<label>/*.png`` (8x8 grey).
+    Returns `directory`."""
+    from PIL import Image
+
+    from tenantml import datasets
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("wine", "breast_cancer"):
+        d = datasets.load(name)
+        x = np.asarray(d.inputs)
+        with open(directory / f"{name.replace('_', '-')}.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow([*(f"f{j}" for j in range(x.shape[1])), "label"])
+            writer.writerows(
+                [*map(repr, row.tolist()), label] for row, label in zip(x, d.labels, strict=True)
+            )
+    d = datasets.load("digits")
+    for i, (image, label) in enumerate(zip(np.asarray(d.inputs), d.labels, strict=True)):
+        folder = directory / "digits" / str(label)
+        folder.mkdir(parents=True, exist_ok=True)
+        pixels = np.clip(image[:, :, 0] * 16.0, 0, 255).astype(np.uint8)  # 0..16 -> 0..255
+        Image.fromarray(pixels).save(folder / f"{i:04d}.png")
+    return directory
+
+
+def _served_steps(home: Path, tenants: Sequence[LiveTenant], t0: float, budget_s: float) -> Any:
+    """Per tenant, the registered versions as (t, test accuracy), and the jobs' count."""
+    from mlflow_plugin.pyfunc import pyfunc_input
+    from mlflow_plugin.tracking import job_records, tenant_experiments
+    from store.schema import Schema
+    from tenantml.client import Client
+
+    c = Client(home)
+    steps: dict[str, list[tuple[float, float]]] = {}
+    for tenant in tenants:
+        versions = c.mlflow.search_model_versions(f"name = '{tenant.name}'")
+        model_input = pyfunc_input(Schema.parse(tenant.schema), tenant.x_test)
+        points = []
+        for v in sorted(versions, key=lambda v: v.creation_timestamp):
+            t = (v.creation_timestamp / 1000.0 - t0) / budget_s
+            if t > 1.0:
+                continue  # registered after the stop: not served within the budget
+            predicted = np.asarray(c._load_model(tenant.name, str(v.version)).predict(model_input))
+            points.append((max(t, 0.0), float(np.mean(predicted.astype(str) == tenant.y_test))))
+        steps[tenant.name] = points
+    jobs = len(job_records(c.mlflow, tenant_experiments(c.mlflow).values()))
+    return steps, jobs
+
+
+def _last_loss_estimates(home: Path) -> dict[str, float]:
+    from tasks import LOSS_PREFIX, load_tick_history
+    from tenantml.client import Client
+
+    history = load_tick_history(Client(home).mlflow)
+    return {
+        key[len(LOSS_PREFIX) :]: points[-1][1]
+        for key, points in history.items()
+        if key.startswith(LOSS_PREFIX) and points
+    }
+
+
+def run_service(
+    system: str,
+    tenants: Sequence[LiveTenant],
+    home: Path,
+    *,
+    budget_s: float,
+    slots: int = 1,
+    extra_args: Sequence[str] = (),
+) -> SystemRun:
+    """`system` (a policy name, or ``live`` for the default) served for `budget_s` of wall
+    clock by ``tenantml run`` in its own process on a fresh embedded home `home`."""
+    from tenantml.client import Client
+
+    env = {**os.environ, "TENANTML_HOME": str(home)}
+    env.pop("TENANTML_SERVERS", None)
+    c = Client(home)
+    for tenant in tenants:
+        c.submit(tenant.name, tenant.schema)
+        c.feed(tenant.name, tenant.x_train, tenant.y_train.tolist())
+    cmd = [sys.executable, "-m", "tenantml.cli", "run", "--slots", str(slots), *extra_args]
+    if system != LIVE:
+        cmd += ["--policy", system]
+    log = open(home / "run.log", "w")  # noqa: SIM115 (closed below)
+    t0 = time.time()
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+    try:
+        proc.wait(timeout=budget_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the service stops as a user stops it
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    finally:
+        log.close()
+    if proc.returncode not in (0, 130):
+        tail = (home / "run.log").read_text()[-2000:]
+        raise RuntimeError(f"tenantml run ({system}) exited {proc.returncode}:\n{tail}")
+    wall = time.time() - t0
+    steps, jobs = _served_steps(home, tenants, t0, budget_s)
+    return SystemRun(system, steps, _last_loss_estimates(home), jobs, wall)
+
+
+def run_flaml(
+    tenants: Sequence[LiveTenant], *, budget_s: float, slots: int = 1, seed: int = 0
+) -> SystemRun:
+    """FLAML's AutoML per tenant, ``budget_s * slots / n`` seconds each, one thread; its test
+    accuracy at each quarter of that share from a fit with that quarter's budget."""
+    import importlib
+
+    try:  # an optional peer (extra `peers`), typed loosely: its exports differ by install
+        auto_ml: Any = importlib.import_module("flaml").AutoML
+    except (ImportError, AttributeError):
+        raise ValueError(
+            "the flaml system needs FLAML's AutoML: pip install 'tenantml[peers]' (or leave "
+            "flaml out of --systems)"
+        ) from None
+    share = budget_s * slots / len(tenants)
+    start = time.time()
+    steps: dict[str, list[tuple[float, float]]] = {}
+    for tenant in tenants:
+        x_train = tenant.x_train.reshape(len(tenant.x_train), -1)
+        x_test = tenant.x_test.reshape(len(tenant.x_test), -1)
+        points = []
+        for q in QUARTERS:
+            automl = auto_ml()
+            automl.fit(x_train, tenant.y_train, task="classification", time_budget=q * share,
+                       n_jobs=1, seed=seed, verbose=0)  # fmt: skip
+            predicted = np.asarray(automl.predict(x_test)).astype(str)
+            points.append((q, float(np.mean(predicted == tenant.y_test))))
+        steps[tenant.name] = points
+    return SystemRun(FLAML, steps, {}, 0, time.time() - start)
+
+
+def summarize(
+    tenants: Sequence[LiveTenant], runs: Sequence[SystemRun]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(summary, curve rows): per system the mean served test accuracy at each quarter and at
+    the end, the AUC of the mean test regret, and the loss estimates against the realised test
+    loss at the end (``best_i - A[s][i](1)``)."""
+    grid = np.linspace(0.0, 1.0, CURVE_POINTS)
+    acc = {
+        r.system: np.array([[r.accuracy(t, g) for g in grid] for t in tenants]) for r in runs
+    }  # (n, CURVE_POINTS)
+    best = np.max([a.max(axis=1) for a in acc.values()], axis=0)  # (n,)
+    summary: dict[str, Any] = {"tenants": [t.name for t in tenants], "systems": {}}
+    rows = []
+    for r in runs:
+        a = acc[r.system]
+        regret = (best[:, None] - a).mean(axis=0)
+        realised = best - a[:, -1]
+        entry: dict[str, Any] = {
+            "mean_test_accuracy": {
+                f"q{int(q * 100)}": float(a[:, int(round(q * (CURVE_POINTS - 1)))].mean())
+                for q in QUARTERS
+            },
+            "test_regret_auc": float(np.trapezoid(regret, grid)),
+            "final_accuracy": {t.name: float(a[i, -1]) for i, t in enumerate(tenants)},
+            "jobs": r.jobs,
+            "wall_s": r.wall_s,
+        }
+        if r.loss_estimates:
+            pairs = [
+                (r.loss_estimates[t.name], float(realised[i]))
+                for i, t in enumerate(tenants)
+                if t.name in r.loss_estimates
+            ]
+            entry["loss_estimate"] = {
+                "predicted_mean": float(np.mean([p for p, _ in pairs])),
+                "realised_mean": float(np.mean([q for _, q in pairs])),
+                "mean_abs_error": float(np.mean([abs(p - q) for p, q in pairs])),
+            }
+        summary["systems"][r.system] = entry
+        rows += [
+            {
+                "system": r.system,
+                "t": float(g),
+                "mean_test_accuracy": float(a[:, j].mean()),
+                "mean_test_regret": float(regret[j]),
+            }  # fmt: skip
+            for j, g in enumerate(grid)
+        ]
+    return summary, rows
+
+
+def accuracy_picture(rows: Sequence[dict[str, Any]], budget_s: float) -> bytes:
+    """PNG: mean served test accuracy over wall clock, one line per system."""
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for system in dict.fromkeys(r["system"] for r in rows):
+        pts = [(r["t"] * budget_s, r["mean_test_accuracy"]) for r in rows if r["system"] == system]
+        ax.step(*zip(*pts, strict=True), where="post", label=system)
+    ax.set(xlabel="wall clock (s)", ylabel="mean served test accuracy",
+           title="bench-live: what tenants are served")  # fmt: skip
+    ax.legend()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def run_bench_live(
+    directory: Path,
+    out: Path,
+    *,
+    systems: Sequence[str],
+    budget_s: float,
+    slots: int = 1,
+    seed: int = 0,
+    test_fraction: float = 0.25,
+    label_column: str | None = None,
+    extra_args: Sequence[str] = (),
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Every system in turn (one at a time: they share the machine's clock), then the summary:
+    ``summary.json``, ``curves.csv`` and ``accuracy.png`` in `out`."""
+    from policy import POLICY_NAMES
+
+    valid = (LIVE, FLAML, *POLICY_NAMES)
+    for s in systems:
+        if s not in valid:
+            raise ValueError(f"--systems: {s!r} is not valid; valid: {', '.join(valid)}")
+    if budget_s <= 0 or slots < 1:
+        raise ValueError("--budget-s must be positive and --slots 1 or more")
+    if str(directory) == DEMO:
+        directory = write_demo_tenants(out / "tenants")
+    tenants = load_tenants(directory, seed=seed, test_fraction=test_fraction,
+                           label_column=label_column)  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for s in systems:
+        say(f"{s}: {len(tenants)} tenants, {budget_s:g} s x {slots} slot(s)")
+        if s == FLAML:
+            runs.append(run_flaml(tenants, budget_s=budget_s, slots=slots, seed=seed))
+        else:
+            home = out / "homes" / s
+            if home.exists():
+                raise ValueError(f"{home} exists: give a new --out (a run starts from nothing)")
+            home.mkdir(parents=True)
+            runs.append(run_service(s, tenants, home, budget_s=budget_s, slots=slots,
+                                    extra_args=extra_args))  # fmt: skip
+    summary, rows = summarize(tenants, runs)
+    summary.update(budget_s=budget_s, slots=slots, seed=seed, test_fraction=test_fraction)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    with open(out / "curves.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / "accuracy.png").write_bytes(accuracy_picture(rows, budget_s))
+    return summary

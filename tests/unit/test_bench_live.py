@@ -1,0 +1,131 @@
+"""bench-live's parts that need no service: the tenant directory, the split, the summary's maths
+(the end-to-end run is in tests/integration/test_bench_live.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from tenantml.bench.live import (
+    CURVE_POINTS,
+    LiveTenant,
+    SystemRun,
+    load_tenants,
+    summarize,
+)
+from tenantml.cli.app import app
+
+
+def _csv(path: Path, rows: Sequence[Sequence[object]], header: list[str]) -> None:
+    path.write_text("\n".join(",".join(map(str, r)) for r in [header, *rows]) + "\n")
+
+
+def test_csv_and_image_tenants_split_stratified_and_seeded(tmp_path: Path) -> None:
+    rows = [[i, i % 7, "a" if i % 3 else "b"] for i in range(60)]
+    _csv(tmp_path / "Tab_One.csv", rows, ["x", "y", "label"])
+    for label in ("cat", "dog"):
+        (tmp_path / "pics" / label).mkdir(parents=True)
+        for i in range(8):
+            pixels = np.full((6, 5), 30 * i, np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "pics" / label / f"{i}.png")
+    (tmp_path / "notes.txt").write_text("ignored")
+
+    tab, pics = load_tenants(tmp_path, seed=3, test_fraction=0.25)
+    assert tab.name == "tab-one" and pics.name == "pics"
+    assert tab.schema == "{input: {[Tensor[2]], []}, output: {[Tensor[2]], []}}"
+    assert pics.schema == "{input: {[Tensor[6, 5, 1]], []}, output: {[Tensor[2]], []}}"
+    assert tab.x_train.shape == (45, 2) and tab.x_test.shape == (15, 2)
+    assert pics.x_train.shape == (12, 6, 5, 1) and sorted(pics.y_test) == ["cat"] * 2 + ["dog"] * 2
+    # stratified: the test part has the label shares of the whole (20 "b" of 60 -> 5 of 15)
+    assert int(np.sum(tab.y_test == "b")) == 5
+    assert tab.chance == pytest.approx(10 / 15)  # "a" is the most frequent training label
+    again = load_tenants(tmp_path, seed=3, test_fraction=0.25)[0]
+    assert np.array_equal(again.x_test, tab.x_test)
+    other = load_tenants(tmp_path, seed=4, test_fraction=0.25)[0]
+    assert not np.array_equal(other.x_test, tab.x_test)
+
+
+@pytest.mark.parametrize(
+    ("files", "kwargs", "message"),
+    [
+        ({}, {}, "no NAME.csv files"),
+        (
+            {"t.csv": (["x", "label"], [[1, "a"], [2, "b"], [3, "a"], [4, "b"]])},
+            {"label_column": "y"},
+            "no label column 'y'",
+        ),  # fmt: skip
+        ({"t.csv": (["x", "label"], [[1, "a"], [2, "a"], [3, "a"]])}, {}, "at least 2 labels"),
+        (
+            {"t.csv": (["x", "label"], [[1, "a"], [2, "b"], [3, "a"], [4, "b"]])},
+            {"test_fraction": 1.0},
+            "--test-fraction 1.0 is not valid",
+        ),  # fmt: skip
+        ({"t.csv": (["label"], [["a"], ["b"]])}, {}, "at least one feature"),
+    ],
+)
+def test_bad_tenant_directories_are_named(
+    tmp_path: Path,
+    files: dict[str, tuple[list[str], list[list[object]]]],
+    kwargs: dict[str, object],
+    message: str,
+) -> None:
+    for name, (header, rows) in files.items():
+        _csv(tmp_path / name, rows, header)
+    with pytest.raises(ValueError, match=message):
+        load_tenants(tmp_path, **kwargs)  # type: ignore[arg-type]
+
+
+def _tenant(name: str, test: list[str], train: list[str]) -> LiveTenant:
+    x = np.zeros((len(test), 1), np.float32)
+    return LiveTenant(name, "", x, np.array(train), x, np.array(test))
+
+
+def test_summary_quarters_regret_auc_and_loss_calibration() -> None:
+    # chance: a serves "p" (test 1/2 right), b serves "q" (test 1/4 right)
+    a = _tenant("a", ["p", "p", "x", "x"], ["p", "p", "x"])
+    b = _tenant("b", ["q", "x", "x", "x"], ["q", "q", "x"])
+    fast = SystemRun("fast", {"a": [(0.0, 0.75)], "b": [(0.5, 1.0)]}, {"a": 0.1, "b": 0.0}, 3, 9.0)
+    slow = SystemRun("slow", {"a": [(0.5, 1.0)], "b": []}, {}, 0, 9.0)
+    summary, rows = summarize([a, b], [fast, slow])
+
+    f, s = summary["systems"]["fast"], summary["systems"]["slow"]
+    # at t = 0.25: fast serves a 0.75, b chance 0.25; at t >= 0.5 a 0.75, b 1.0
+    assert f["mean_test_accuracy"] == pytest.approx({"q25": 0.5, "q50": 0.875, "q75": 0.875,
+                                                     "q100": 0.875})  # fmt: skip
+    assert s["mean_test_accuracy"]["q25"] == pytest.approx(0.375)  # both at chance
+    assert s["mean_test_accuracy"]["q100"] == pytest.approx((1.0 + 0.25) / 2)
+    # best per tenant over both systems: a 1.0, b 1.0; fast's regret is (0.25 + 0.75) / 2 = 0.5
+    # before t = 0.5 and 0.125 from there on (the grid samples the steps)
+    grid = np.linspace(0, 1, CURVE_POINTS)
+    regret = np.where(grid < 0.5, 0.5, 0.125)
+    assert f["test_regret_auc"] == pytest.approx(float(np.trapezoid(regret, grid)))
+    assert f["test_regret_auc"] < s["test_regret_auc"]
+    # loss estimates at the end (0.1, 0.0) against the realised test loss (0.25, 0.0)
+    assert f["loss_estimate"] == pytest.approx(
+        {"predicted_mean": 0.05, "realised_mean": 0.125, "mean_abs_error": 0.075}
+    )
+    assert "loss_estimate" not in s  # a system that estimates nothing reports nothing
+    assert {r["system"] for r in rows} == {"fast", "slow"} and len(rows) == 2 * CURVE_POINTS
+
+
+def test_cli_names_a_bad_system_and_what_is_valid(tmp_path: Path) -> None:
+    _csv(tmp_path / "t.csv", [[i, "ab"[i % 2]] for i in range(8)], ["x", "label"])
+    out = CliRunner().invoke(
+        app,
+        [
+            "bench-live",
+            str(tmp_path),
+            "--systems",
+            "live,autogluon",
+            "--out",
+            str(tmp_path / "out"),
+        ],  # fmt: skip
+    )
+    assert out.exit_code == 2, out.output
+    assert "'autogluon' is not valid" in out.output and "flaml" in out.output
+    assert not (tmp_path / "out" / "summary.json").exists()
