@@ -120,13 +120,13 @@ class TenantPyfunc(PythonModel):
 
 
 def pip_requirements() -> list[str]:
-    """Pinned to what runs here; passing them skips MLflow's slow requirement inference."""
-    import sklearn
-    import torch
+    """Pinned to what runs here; passing them skips MLflow's slow requirement inference. The
+    versions come from the installed distributions: a tabular job imports no torch for them."""
+    from importlib.metadata import version
 
     return [
-        f"torch=={torch.__version__.split('+')[0]}",
-        f"scikit-learn=={sklearn.__version__}",
+        f"torch=={version('torch').split('+')[0]}",
+        f"scikit-learn=={version('scikit-learn')}",
         f"mlflow=={mlflow.__version__}",
         "tenantml",
     ]

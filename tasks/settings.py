@@ -40,10 +40,15 @@ class ServerUnreachableError(RuntimeError):
     """A configured server does not answer; the message says which and how to start it."""
 
 
+_NVIDIA_DRIVER = Path("/proc/driver/nvidia/gpus")  # one entry per GPU where the driver runs
+
+
 def _cuda_devices() -> int:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return len([d for d in visible.split(",") if d.strip()])
+    if sys.platform == "linux" and not _NVIDIA_DRIVER.exists():
+        return 0  # no NVIDIA driver: no CUDA device, and no 3-s import of torch to say so
     try:
         import torch
 
@@ -119,7 +124,7 @@ class Settings:
     @property
     def gpu_slots(self) -> int:
         """G: the slots given, else one per visible CUDA device (at least 1); counting devices
-        imports torch, so only the scheduler asks."""
+        imports torch where an NVIDIA driver runs, so only the scheduler asks."""
         return self.slots or max(1, _cuda_devices())
 
     def prefect_env(self) -> dict[str, str]:

@@ -230,3 +230,29 @@ def test_scheduler_parameters_are_checked_before_anything_starts() -> None:
     ]:
         with pytest.raises(ValueError, match="scheduler parameters not valid: " + message):
             SchedulerOptions(**{**good, **bad})  # type: ignore[arg-type]
+
+
+def test_gpu_count_without_a_driver_needs_no_torch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No NVIDIA driver: no device, said without importing torch (3 s of every start-up)."""
+    import os
+    import subprocess
+    import sys
+
+    import tasks.settings as settings
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(settings, "_NVIDIA_DRIVER", tmp_path / "no-driver")
+    assert settings._cuda_devices() == 0
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,3")
+    assert settings._cuda_devices() == 2
+    code = (
+        "import sys, tasks.settings as s\n"
+        "s._NVIDIA_DRIVER = s.Path('/nonexistent')\n"
+        "print(s.Settings.load(sys.argv[1]).gpu_slots, 'torch' in sys.modules)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env,
+                         capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
+    assert out.stdout.split() == ["1", "False"]
