@@ -330,6 +330,11 @@ def summarize(
             "final_accuracy": {t.name: float(a[i, -1]) for i, t in enumerate(tenants)},
             "jobs": r.jobs,
             "wall_s": r.wall_s,
+            # when each tenant was first served a model, as a fraction of the budget (None:
+            # never); for the service it includes its start-up, as a new installation's would
+            "first_model_t": {
+                t.name: (r.steps[t.name][0][0] if r.steps.get(t.name) else None) for t in tenants
+            },
         }
         if r.loss_estimates:
             pairs = [

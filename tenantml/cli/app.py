@@ -474,6 +474,8 @@ def bench_live(
 ) -> None:
     """The service end to end (`tenantml run`, embedded) against FLAML per tenant on an equal
     share of the same wall clock: served test accuracy on held-out rows over time."""
+    import numpy as np
+
     from tenantml.bench.live import run_bench_live
 
     try:
@@ -491,14 +493,17 @@ def bench_live(
         )
     except ValueError as e:
         raise _fail(str(e)) from None
-    table = Table("system", "q25", "q50", "q75", "end", "regret AUC", "jobs", "|est - real|")
+    table = Table("system", "q25", "q50", "q75", "end", "regret AUC", "first model", "jobs",
+                  "|est - real|")  # fmt: skip
     for name, entry in summary["systems"].items():
         acc = entry["mean_test_accuracy"]
         cal = entry.get("loss_estimate")
+        firsts = [t * budget_s for t in entry["first_model_t"].values() if t is not None]
         table.add_row(
             name,
             *(f"{acc[q]:.3f}" for q in ("q25", "q50", "q75", "q100")),
             f"{entry['test_regret_auc']:.4f}",
+            f"{np.mean(firsts):.0f} s" if firsts else "none",
             str(entry["jobs"]) if name != "flaml" else "-",
             f"{cal['mean_abs_error']:.3f}" if cal else "-",
         )

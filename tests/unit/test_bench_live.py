@@ -110,6 +110,7 @@ def test_summary_quarters_regret_auc_and_loss_calibration() -> None:
         {"predicted_mean": 0.05, "realised_mean": 0.125, "mean_abs_error": 0.075}
     )
     assert "loss_estimate" not in s  # a system that estimates nothing reports nothing
+    assert f["first_model_t"] == {"a": 0.0, "b": 0.5} and s["first_model_t"]["b"] is None
     assert {r["system"] for r in rows} == {"fast", "slow"} and len(rows) == 2 * CURVE_POINTS
 
 
