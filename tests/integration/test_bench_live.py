@@ -21,7 +21,7 @@ def test_bench_live_serves_wine_within_its_budget(tmp_path: Path) -> None:
     (demo / "wine.csv").rename(tmp_path / "tenants" / "wine.csv")
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "tenantml.cli", "bench-live", str(tmp_path / "tenants"),
-           "--budget-s", "45", "--systems", "live,roundrobin", "--out", str(out)]  # fmt: skip
+           "--budget-s", "75", "--systems", "live,roundrobin", "--out", str(out)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
 
@@ -31,9 +31,9 @@ def test_bench_live_serves_wine_within_its_budget(tmp_path: Path) -> None:
         assert system["jobs"] >= 1, (name, system)
         # served within the budget, scored on the held-out quarter: well above chance (0.4)
         assert system["final_accuracy"]["wine"] >= 0.8, (name, system)
-        assert system["wall_s"] >= 45
+        assert system["wall_s"] >= 75
         assert 0.0 <= system["loss_estimate"]["predicted_mean"] <= 1.0
     curves = (out / "curves.csv").read_text().splitlines()
     assert curves[0] == "system,t,mean_test_accuracy,mean_test_regret" and len(curves) == 83
     assert (out / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
-    assert "live" in done.stdout and "regret AUC" in done.stdout
+    assert "mean served test accuracy over 1 tenants" in done.stdout  # after the table
