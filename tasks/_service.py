@@ -131,6 +131,13 @@ class ServiceState:
             ok = r.status == "FINISHED" and r.accuracy is not None
             quality = float(r.accuracy or 0.0) if ok else 0.0
             cost = float(r.cost_s or 1e-3)
+            if r.end_time is not None:
+                # What the slot paid: the run's span (MLflow's run, the model's logging, the
+                # registry: 0.2-5 s) when it exceeds the training time reported. Counting only
+                # training made 0.01-s tabular jobs look 1000x cheaper than a LeNet, so `rate`
+                # served tenants that had a model before one that had none (bench-live, 240 s:
+                # digits' first model at 72 s; 49 s with this; docs/live.md).
+                cost = max(cost, r.end_time - r.start_time)
             if self.usd_per_s is not None:
                 cost *= self.usd_per_s[mi[r.candidate]]
             log.append(

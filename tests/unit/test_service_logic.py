@@ -256,3 +256,16 @@ def test_gpu_count_without_a_driver_needs_no_torch(
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env,
                          capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
     assert out.stdout.split() == ["1", "False"]
+
+
+def test_a_jobs_cost_is_the_time_it_held_its_slot() -> None:
+    """The policy's cost of a finished job is what its slot paid: the MLflow run's span (the
+    run, the model's logging, the registry) when it exceeds the training time it reports."""
+    import dataclasses
+
+    quick = dataclasses.replace(_record("a", "knn"), cost_s=0.01, start_time=100.0, end_time=102.5)
+    slow = dataclasses.replace(_record("a", "svm"), cost_s=7.0, start_time=100.0, end_time=103.0)
+    open_ = dataclasses.replace(_record("a", "mlp"), cost_s=0.5, end_time=None)
+    s = _state([_tenant("a", TAB)], [quick, slow, open_])
+    costs = {s.catalogue[o.arm]: o.cost for o in s.history().log}
+    assert costs == {"knn": 2.5, "svm": 7.0, "mlp": 0.5}
