@@ -57,6 +57,8 @@ LIVE = "live"  # the service's default policy: what `tenantml run` serves
 QUARTERS = (0.25, 0.5, 0.75, 1.0)
 CURVE_POINTS = 41  # samples of each curve in curves.csv, t = 0, 1/40, ..., 1
 STOP_GRACE_S = 120.0  # the service's stop after SIGINT is waited this long before SIGKILL
+# settings that point a home at servers (tasks.settings): bench-live's homes are embedded
+_SERVER_OVERRIDES = ("TENANTML_TRACKING_URI", "TENANTML_STORE", "PREFECT_API_URL")
 
 
 @dataclass(frozen=True)
@@ -241,8 +243,12 @@ def run_service(
     clock by ``tenantml run`` in its own process on a fresh embedded home `home`."""
     from tenantml.client import Client
 
+    overrides = [v for v in _SERVER_OVERRIDES if os.environ.get(v)]
+    if overrides:  # they would send the fresh home's tenants and jobs to someone's servers
+        raise ValueError(
+            f"bench-live runs the service embedded on fresh homes; unset {', '.join(overrides)}"
+        )
     env = {**os.environ, "TENANTML_HOME": str(home)}
-    env.pop("TENANTML_SERVERS", None)
     c = Client(home)
     for tenant in tenants:
         c.submit(tenant.name, tenant.schema)

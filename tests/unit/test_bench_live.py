@@ -130,3 +130,16 @@ def test_cli_names_a_bad_system_and_what_is_valid(tmp_path: Path) -> None:
     assert out.exit_code == 2, out.output
     assert "'autogluon' is not valid" in out.output and "flaml" in out.output
     assert not (tmp_path / "out" / "summary.json").exists()
+
+
+def test_a_home_pointed_at_servers_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench-live's homes are fresh and embedded: an override that would send their tenants
+    to someone's MLflow server is named, and nothing is created."""
+    from tenantml.bench.live import run_service
+
+    monkeypatch.setenv("TENANTML_TRACKING_URI", "http://127.0.0.1:1")
+    with pytest.raises(ValueError, match="unset TENANTML_TRACKING_URI"):
+        run_service("live", [], tmp_path / "home", budget_s=1.0)
+    assert not (tmp_path / "home").exists()
