@@ -1,15 +1,32 @@
 #!/usr/bin/env bash
-# SEER vs the Sec. 6.3 baselines on every built-in curve set at the paper's budget ratios
-# (budget = 4x and 16x the deadline in GPU-minutes), deadline = a quarter of a median full run.
-# Usage: infra/scripts/run_seer_benchmarks.sh [OUT_DIR]   (about 10 min on 2 cores)
+# SEER, SEER with its plan filled, and the Sec. 6.3 baselines on every built-in curve set at the
+# paper's budget ratios (budget = 4x and 16x the deadline in GPU-minutes), deadlines of a quarter
+# of and one median full run. With syne-tune installed (pip install 'tenantml[peers]'), Syne
+# Tune's ASHA and BOHB run beside ours on the same problems (LCDB: its first 50 groups).
+# Usage: infra/scripts/run_seer_benchmarks.sh [OUT_DIR]   (about 25 min on 2 cores, 10 without
+# the peer; DEADLINES="0.25x" for the quarter only, JOBS=N processes)
 set -euo pipefail
 out=${1:-results/seer}
 tenantml=${TENANTML:-.venv/bin/tenantml}
+python=${PYTHON:-.venv/bin/python}
+jobs=${JOBS:-2}
 $tenantml seer bench-plan --out "$out"
-for curves in opda-alexnet opda-convnext opda-deberta lcdb; do
-  for budget in 4x 16x; do
-    $tenantml seer simulate --curves "$curves" --deadline 0.25x --budget "$budget" \
-      --seeds 20 --out "$out/$curves-$budget"
+peer=0
+$python -c "import syne_tune" 2>/dev/null && peer=1
+for deadline in ${DEADLINES:-0.25x 1x}; do
+  for curves in opda-alexnet opda-convnext opda-deberta lcdb; do
+    for budget in 4x 16x; do
+      run="$curves-$budget-$deadline"
+      $tenantml seer simulate --curves "$curves" --deadline "$deadline" --budget "$budget" \
+        --seeds 20 --jobs "$jobs" --out "$out/$run"
+      if [ "$peer" = 1 ]; then
+        groups=()
+        [ "$curves" = lcdb ] && groups=(--groups 50)
+        $tenantml seer simulate --curves "$curves" --deadline "$deadline" --budget "$budget" \
+          --seeds 20 --jobs "$jobs" --methods asha,bohb --peer synetune "${groups[@]}" \
+          --out "$out/peer/$run"
+      fi
+    done
   done
 done
-python3 infra/scripts/seer_table.py "$out"
+$python infra/scripts/seer_table.py "$out"

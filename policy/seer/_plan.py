@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = [
     "BracketParameters",
@@ -30,6 +30,7 @@ __all__ = [
     "compute_bracket_budgets",
     "compute_bracket_parameters",
     "eliminate",
+    "fill",
     "plan",
 ]
 
@@ -125,8 +126,9 @@ class Plan:
 
     @property
     def sampled_trials(self) -> int:
-        """``sum(N)``: configurations sampled at the start (Alg. 1 line 2)."""
-        return sum(self.N)
+        """Configurations sampled at the start: stage 1's trials, ``sum(N)`` (Alg. 1 line 2)
+        unless :func:`fill` added some."""
+        return self.stages[0].trials if self.stages else 0
 
     @property
     def resource_time(self) -> float:
@@ -374,3 +376,53 @@ def eliminate(
         ranked = sorted(trials, key=lambda t: losses[t])
         alive.extend(ranked[: max(0, k)])
     return alive
+
+
+def _fits(left: float, cost: float) -> int:
+    """How many units of ``cost`` the remainder ``left`` pays for (an exact fit counts)."""
+    return max(0, int(math.floor(left / cost + _EPS)))
+
+
+def fill(p: Plan) -> Plan:
+    """``p`` with the budget Alg. 1's floors leave unspent given to trials that can use it.
+
+    Alg. 1 line 6 runs ``floor(N[i] / eta**(k-1))`` trials of bracket i in stage k; with short
+    deadlines (T / t_min around 10) the floors drop whole brackets and a third of ``B`` is never
+    spent (issue 19). The remainder ``B - p.resource_time`` is handed out stage by stage from the
+    last (the best trials) to the first:
+
+    1. the stage's top bracket (most resources per trial, where the lowest-loss trials land)
+       gets one more resource per trial, up to ``p_max``, while the stage can pay for it;
+    2. then one more trial at a time, top bracket first, while the stage keeps no more trials
+       than the stage before it ran (stage 1 samples new configurations).
+
+    Stage times are unchanged, so the plan still ends by ``T`` (Fact 1) and never spends more
+    than ``B``; afterwards the remainder is below the cheapest stage-1 trial (``min P x t1``).
+    A filled plan runs trials of one stage in more than one bracket than line 9's per-bracket
+    elimination can feed: survivors are the lowest-loss trials of the whole stage.
+    """
+    left = p.B - p.resource_time
+    stages = [list(s.brackets) for s in p.stages]
+    lengths = [s.end - s.start for s in p.stages]
+    for k in range(len(stages) - 1, -1, -1):
+        brackets, length = stages[k], lengths[k]
+        if not brackets:
+            continue
+        top = max(range(len(brackets)), key=lambda i: brackets[i].gpus_per_trial)
+        b = brackets[top]
+        extra = int(min(p.p_max - b.gpus_per_trial, _fits(left, b.trials * length)))
+        if extra > 0:
+            brackets[top] = StageBracket(b.gpus_per_trial + extra, b.trials, b.bracket)
+            left -= extra * b.trials * length
+        cap = sum(x.trials for x in stages[k - 1]) if k > 0 else math.inf
+        for i in sorted(range(len(brackets)), key=lambda i: -brackets[i].gpus_per_trial):
+            b = brackets[i]
+            room = cap - sum(x.trials for x in brackets)
+            more = int(min(room, _fits(left, b.gpus_per_trial * length)))
+            if more > 0:
+                brackets[i] = StageBracket(b.gpus_per_trial, b.trials + more, b.bracket)
+                left -= more * b.gpus_per_trial * length
+    filled = tuple(
+        Stage(s.index, s.start, s.end, tuple(b)) for s, b in zip(p.stages, stages, strict=True)
+    )
+    return replace(p, stages=filled)

@@ -10,6 +10,8 @@ frees its resources.
 Methods, all on this simulator, with deadline ``T`` and budget ``B`` (resource-time):
 
 - ``seer``: :func:`policy.seer.plan` executed stage by stage (Alg. 1);
+- ``seer-fill``: the same with :func:`policy.seer.fill`'s plan, which spends what Alg. 1's
+  floors leave of ``B`` (issue 19, item 2);
 - ``random``: one configuration for all of ``T`` on ``floor(B/T)`` resources;
 - ``asha``: asynchronous successive halving (Li et al. 2020, Alg. 2) on a fixed cluster of
   ``n = floor(B/T)`` workers, rungs in evaluations (epochs);
@@ -38,7 +40,7 @@ from typing import Protocol
 import numpy as np
 
 from policy._types import FloatArray
-from policy.seer._plan import assign_stage, eliminate, plan
+from policy.seer._plan import assign_stage, eliminate, fill, plan
 
 __all__ = [
     "METHODS",
@@ -49,6 +51,7 @@ __all__ = [
     "TuningSettings",
     "PowerScaling",
     "UniformSampler",
+    "max_resource",
     "power_scaling",
     "run_method",
 ]
@@ -116,6 +119,20 @@ class Curves:
     def full_time(self) -> float:
         """Median time of a whole curve (one configuration trained to its end)."""
         return float(np.median([t[-1] for t in self.times]))
+
+    @property
+    def unit_hps(self) -> FloatArray:
+        """(n, d') hyperparameters scaled to [0, 1] for a model-based searcher: log scale for
+        positive ones spanning more than 20x, constant ones dropped; (n, 0) when the set has
+        none or any is missing."""
+        hps = self.hps
+        if hps is None or hps.shape[1] == 0 or not bool(np.all(np.isfinite(hps))):
+            return np.zeros((len(self), 0))
+        log = (hps.min(0) > 0) & (hps.max(0) > 20 * hps.min(0))
+        x = np.where(log, np.log(np.where(hps > 0, hps, 1.0)), hps)
+        lo, hi = x.min(0), x.max(0)
+        keep = hi > lo
+        return np.asarray((x[:, keep] - lo[keep]) / (hi[keep] - lo[keep]), float)
 
     @property
     def max_evals(self) -> int:
@@ -236,9 +253,21 @@ class _Trials:
         return max(ids, key=self.value)
 
 
-def _seer(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSettings) -> Outcome:
+def _seer(
+    c: Curves,
+    T: float,
+    B: float,
+    rng: np.random.Generator,
+    s: TuningSettings,
+    *,
+    filled: bool = False,
+) -> Outcome:
+    """SEER's plan executed stage by stage; ``filled``: :func:`policy.seer.fill`'s plan, whose
+    survivors are the stage's best trials over all brackets (line 9 keeps them per bracket)."""
     t_min = s.t_min or c.epoch_time
     p = plan(T, B, eta=s.eta, v=s.v, p_min=s.p_min, p_max=s.p_max, t_min=t_min)
+    if filled:
+        p = fill(p)
     tr = _Trials(c, s.scaling)
     sampler = UniformSampler(len(c), rng)
     ids = [str(tr.new(sampler.sample())) for _ in range(p.sampled_trials)]
@@ -253,10 +282,14 @@ def _seer(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSett
         losses = {t: -tr.value(int(t)) for g in groups for t in g}
         final = [t for g in groups for t in g]
         if k + 1 < len(p.stages):
-            nxt = {b.bracket: b.trials for b in p.stages[k + 1].brackets}
-            alive = eliminate(groups, losses, [nxt.get(b.bracket, 0) for b in stage.brackets])
+            if filled:  # assign_stage keeps the next stage's best over all brackets
+                alive = final
+            else:
+                nxt = {b.bracket: b.trials for b in p.stages[k + 1].brackets}
+                keep = [nxt.get(b.bracket, 0) for b in stage.brackets]
+                alive = eliminate(groups, losses, keep)
     best = tr.best([int(t) for t in final])
-    return Outcome("seer", tr.value(best), len(ids), tr.paid)
+    return Outcome("seer-fill" if filled else "seer", tr.value(best), len(ids), tr.paid)
 
 
 def _random(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSettings) -> Outcome:
@@ -267,7 +300,7 @@ def _random(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSe
     return Outcome("random", tr.value(t), 1, tr.paid)
 
 
-def _max_resource(c: Curves, T: float, s: TuningSettings) -> int:
+def max_resource(c: Curves, T: float, s: TuningSettings) -> int:
     """Largest evaluation count one worker reaches by the deadline on a median curve: the
     maximum resource R of ASHA, HyperSched and BOHB (their papers set R per experiment; a
     longer R is never reached before ``T``)."""
@@ -298,7 +331,7 @@ def _asha(
     n = max(1, int(B // T))
     tr = _Trials(c, s.scaling)
     sampler = UniformSampler(len(c), rng)
-    rungs = _rungs(_max_resource(c, T, s), s.eta)
+    rungs = _rungs(max_resource(c, T, s), s.eta)
     members: list[list[int]] = [[] for _ in rungs]  # trials recorded at each rung
     promoted: list[set[int]] = [set() for _ in rungs]
     started: dict[int, tuple[float, int]] = {}  # trial -> (start time, target rung)
@@ -413,7 +446,7 @@ def _bohb(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSett
     sampler: ConfigSampler = (
         s.bohb_sampler(c, rng) if s.bohb_sampler else UniformSampler(len(c), rng)
     )
-    cycle = _hyperband_brackets(float(_max_resource(c, T, s)), 1.0, s.eta)
+    cycle = _hyperband_brackets(float(max_resource(c, T, s)), 1.0, s.eta)
     brackets: list[_Bracket] = []
     events: list[tuple[float, int, int, float]] = []  # (end, trial, bracket, start)
 
@@ -511,6 +544,7 @@ _Method = Callable[[Curves, float, float, np.random.Generator, TuningSettings], 
 
 METHODS: dict[str, _Method] = {
     "seer": _seer,
+    "seer-fill": lambda c, T, B, r, s: _seer(c, T, B, r, s, filled=True),
     "random": _random,
     "asha": lambda c, T, B, r, s: _asha(c, T, B, r, s, deadline_aware=False),
     "hypersched": lambda c, T, B, r, s: _asha(c, T, B, r, s, deadline_aware=True),

@@ -14,7 +14,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +22,13 @@ import numpy as np
 from policy.seer import PlanError, plan
 from policy.seer.tuning import METHODS, Curves, TuningSettings, run_method
 from tenantml.bench._pool import in_order
+from tenantml.bench.synetune_peer import (
+    PEER,
+    PEER_METHODS,
+    check_available,
+    peer_column,
+    run_peer,
+)
 
 __all__ = ["PLAN_GRID", "SimulationResult", "parse_amount", "simulate", "time_planner"]
 
@@ -56,7 +63,8 @@ def parse_amount(spec: str, what: str) -> tuple[float, bool]:
 
 @dataclass(frozen=True)
 class SimulationResult:
-    """``values[group][method]``: final metric per seed (original sign)."""
+    """``values[group][method]``: final metric per seed (original sign); ``spent[group][method]``:
+    the fraction of the budget B each run paid for, per seed."""
 
     curves: str
     deadlines: dict[str, float]
@@ -65,6 +73,7 @@ class SimulationResult:
     values: dict[str, dict[str, list[float]]]
     seconds: float
     skipped: dict[str, str]
+    spent: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
     def summary(self) -> dict[str, object]:
         def stats(v: Sequence[float]) -> dict[str, float]:
@@ -74,10 +83,16 @@ class SimulationResult:
 
         methods = list(next(iter(self.values.values())))
         overall = {m: stats([x for g in self.values.values() for x in g[m]]) for m in methods}
+        spent = {
+            m: float(np.mean([x for g in self.spent.values() for x in g[m]]))
+            for m in methods
+            if self.spent
+        }
         return {
             "curves": self.curves,
             "groups": {g: {m: stats(v) for m, v in ms.items()} for g, ms in self.values.items()},
             "overall": overall,
+            "spent": spent,
             "deadline": self.deadlines,
             "budget": self.budgets,
             "t_min": self.t_min,
@@ -88,14 +103,23 @@ class SimulationResult:
 
 def _one_seed(
     args: tuple[Curves, Sequence[str], float, float, int, TuningSettings, float],
-) -> dict[str, float]:
-    """Every method once on one group with one seed: method -> final metric."""
+) -> dict[str, tuple[float, float]]:
+    """Every method once on one group with one seed: method -> (final metric, fraction of the
+    budget paid for)."""
     curves, methods, T, B, seed, settings, sign = args
     if "bohb" in methods and settings.bohb_sampler is None:
         from tenantml.bench.tpe import tpe_sampler
 
         settings = replace(settings, bohb_sampler=tpe_sampler)
-    return {m: sign * run_method(m, curves, T, B, seed, settings).value for m in methods}
+    out: dict[str, tuple[float, float]] = {}
+    for m in methods:
+        if m.startswith(f"{PEER}:"):
+            value, paid = run_peer(m.split(":", 1)[1], curves, T, B, seed, settings)
+        else:
+            outcome = run_method(m, curves, T, B, seed, settings)
+            value, paid = outcome.value, outcome.resource_time
+        out[m] = (sign * value, paid / B)
+    return out
 
 
 def simulate(
@@ -110,16 +134,35 @@ def simulate(
     minimize: bool = False,
     jobs: int | None = None,
     on_step: Callable[[], None] | None = None,
+    peer: str | None = None,
 ) -> SimulationResult:
     """Run ``methods`` x ``seeds`` on every group; the (group, seed) runs are spread over
     ``jobs`` processes (default: all cores).
 
     ``on_step``: called once per (group, seed): as its runs (every method once) finish, in
     order, or at the start for each seed of a group left out (no plan): ``len(curve_sets) x
-    seeds`` times in all."""
+    seeds`` times in all.
+
+    ``peer="synetune"``: Syne Tune's implementation of each of ``asha``/``bohb`` among
+    ``methods`` runs beside ours on the same problems, as column ``synetune:asha`` /
+    ``synetune:bohb`` (:mod:`tenantml.bench.synetune_peer`).
+
+    Raises:
+        ValueError: an unknown method or peer, or a peer with none of its methods chosen.
+        PeerUnavailable: the peer's library is not installed."""
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {', '.join(unknown)}; valid: {', '.join(METHODS)}")
+    if peer is not None:
+        if peer != PEER:
+            raise ValueError(f"unknown peer {peer!r}; valid: {PEER}")
+        compared = [m for m in methods if m in PEER_METHODS]
+        if not compared:
+            raise ValueError(
+                f"--peer {PEER} runs {', '.join(PEER_METHODS)}: add one of them to the methods"
+            )
+        check_available()
+        methods = [*methods, *(peer_column(m) for m in compared)]
     d_value, d_rel = parse_amount(deadline, "deadline")
     b_value, b_rel = parse_amount(budget, "budget")
     deadlines, budgets, t_mins, skipped = {}, {}, {}, {}
@@ -146,12 +189,14 @@ def simulate(
     ]
     started = time.perf_counter()
     values: dict[str, dict[str, list[float]]] = {g: {m: [] for m in methods} for g in deadlines}
+    spent: dict[str, dict[str, list[float]]] = {g: {m: [] for m in methods} for g in deadlines}
     for (group, _), finals in zip(runs, in_order(_one_seed, work, jobs), strict=True):
         for m, v in finals.items():
-            values[group][m].append(v)
+            values[group][m].append(v[0])
+            spent[group][m].append(v[1])
         step()
     return SimulationResult(
-        name, deadlines, budgets, t_mins, values, time.perf_counter() - started, skipped
+        name, deadlines, budgets, t_mins, values, time.perf_counter() - started, skipped, spent
     )
 
 

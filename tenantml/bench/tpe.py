@@ -34,17 +34,7 @@ class TPESampler:
         self._uniform = UniformSampler(len(curves), rng)
         self._used: set[int] = set()
         self._latest: dict[int, tuple[int, float]] = {}  # config -> (evals, value)
-        hps = curves.hps
-        usable = hps is not None and hps.shape[1] > 0 and bool(np.all(np.isfinite(hps)))
-        if usable:
-            assert hps is not None
-            self._log = (hps.min(0) > 0) & (hps.max(0) > 20 * hps.min(0))
-            x = np.where(self._log, np.log(np.where(hps > 0, hps, 1.0)), hps)
-            lo, hi = x.min(0), x.max(0)
-            keep = hi > lo
-            self._x = (x[:, keep] - lo[keep]) / (hi[keep] - lo[keep])
-        else:
-            self._x = np.zeros((len(curves), 0))
+        self._x = curves.unit_hps
 
     @property
     def exhausted(self) -> bool:

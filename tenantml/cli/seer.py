@@ -155,8 +155,11 @@ def simulate_cmd(
         str, typer.Option(help="GPU-minutes or a multiple of the deadline: 16x")
     ] = "16x",
     methods: Annotated[
-        str, typer.Option(help="comma list of seer,random,asha,hypersched,bohb,e-hyperband,e-grid")
-    ] = "seer,random,asha,hypersched,bohb,e-hyperband,e-grid",
+        str,
+        typer.Option(
+            help="comma list of seer,seer-fill,random,asha,hypersched,bohb,e-hyperband,e-grid"
+        ),
+    ] = "seer,seer-fill,random,asha,hypersched,bohb,e-hyperband,e-grid",
     seeds: Annotated[int, typer.Option(min=1)] = 20,
     eta: Eta = None,
     v: V = None,
@@ -167,6 +170,14 @@ def simulate_cmd(
     minimize: Annotated[bool, typer.Option(help="the metric is a loss")] = False,
     groups: Annotated[int | None, typer.Option(help="use only the first N groups")] = None,
     jobs: Annotated[int | None, typer.Option(help="processes (default: all cores)")] = None,
+    peer: Annotated[
+        str | None,
+        typer.Option(
+            help="synetune: also run Syne Tune's ASHA/BOHB (those chosen in --methods) on the "
+            "same problems, as columns synetune:asha, synetune:bohb (pip install "
+            "'tenantml[peers]')"
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option(help="output directory")] = Path("results/seer"),
 ) -> None:
     """Final accuracy (mean and standard error over seeds) per method, like Table 2."""
@@ -174,6 +185,7 @@ def simulate_cmd(
     from policy.seer.tuning import TuningSettings, power_scaling
     from tenantml.bench.curves import CurveFormatError, load_curves
     from tenantml.bench.seer import simulate, write_outputs
+    from tenantml.bench.synetune_peer import PeerUnavailable
     from tenantml.cli._progress import progress_bar
 
     try:
@@ -198,18 +210,21 @@ def simulate_cmd(
                 minimize=minimize,
                 jobs=jobs,
                 on_step=advance,
+                peer=peer,
             )
-    except (CurveFormatError, PlanError, ValueError) as e:
+    except (CurveFormatError, PlanError, ValueError, PeerUnavailable) as e:
         raise _fail(str(e)) from None
     summary = result.summary()
     overall = summary["overall"]
     per_group = summary["groups"]
     assert isinstance(overall, dict) and isinstance(per_group, dict)
     shown = list(per_group)[:3]
-    table = Table("method", *shown, "overall (mean ± s.e.)")
+    spent = summary["spent"]
+    assert isinstance(spent, dict)
+    table = Table("method", *shown, "overall (mean ± s.e.)", "B spent")
     for m, s in overall.items():
         cells = [f"{per_group[g][m]['mean']:.3f}" for g in shown]
-        table.add_row(m, *cells, f"{s['mean']:.4f} ± {s['se']:.4f}")
+        table.add_row(m, *cells, f"{s['mean']:.4f} ± {s['se']:.4f}", f"{spent[m]:.0%}")
     console.print(table)
     path = write_outputs(result, out, settings)
     console.print(

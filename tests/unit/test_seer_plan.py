@@ -14,6 +14,7 @@ from policy.seer import (
     compute_bracket_budgets,
     compute_bracket_parameters,
     eliminate,
+    fill,
     plan,
 )
 
@@ -155,3 +156,70 @@ def test_fact_1_no_plan_exceeds_deadline_or_budget(
         for b in s.brackets:
             assert p_min <= b.gpus_per_trial <= p_max
             assert isinstance(b.gpus_per_trial, int)
+
+
+def _shape(p: object) -> list[list[tuple[int, int]]]:
+    return [[(b.gpus_per_trial, b.trials) for b in s.brackets] for s in p.stages]  # type: ignore[attr-defined]
+
+
+def test_fill_spends_what_the_floors_of_line_6_leave() -> None:
+    """Issue 19's case: T/t_min = 12, B = 4T. Alg. 2 gives K = 2, t1 = 2.4, N = [4, 3],
+    P = [1, 2]; line 6 runs floor(3/4) = 0 trials of the 2-GPU bracket in stage 2, so the plan
+    pays 10 x 2.4 + 1 x 9.6 = 33.6 of B = 48. Filled: stage 2's trial gets a second GPU (9.6),
+    stage 1 a fourth 2-GPU trial (4.8): 48, all of B, same stage times."""
+    p = plan(12, 48, eta=4, p_max=4, t_min=1)
+    assert (p.K, p.t1, p.N, p.P) == (2, pytest.approx(2.4), (4, 3), (1, 2))
+    assert _shape(p) == [[(1, 4), (2, 3)], [(1, 1)]]
+    assert p.resource_time == pytest.approx(33.6)
+    f = fill(p)
+    assert _shape(f) == [[(1, 4), (2, 4)], [(2, 1)]]
+    assert f.resource_time == pytest.approx(48)
+    assert [(s.start, s.end) for s in f.stages] == [(s.start, s.end) for s in p.stages]
+    assert f.sampled_trials == 8 and p.sampled_trials == sum(p.N) == 7
+
+
+def test_fill_on_the_section_3_4_example_gives_the_final_leader_the_rest() -> None:
+    """Sec. 3.4 (T = 10, B = 80, eta = 2): three stages of 16 x 10/7 = 22.86 GPU-minutes each,
+    68.57 in all. The 11.43 left buys the final stage's 2-GPU trial two more GPUs for its 40/7
+    minutes; nothing else changes."""
+    p = plan(10, 80, eta=2, t_min=1)
+    assert p.resource_time == pytest.approx(480 / 7)
+    f = fill(p)
+    assert _shape(f) == [[(1, 8), (2, 4)], [(1, 4), (2, 2)], [(1, 2), (4, 1)]]
+    assert f.resource_time == pytest.approx(80)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    T=st.floats(0.5, 5000),
+    ratio=st.floats(0.01, 200),
+    eta=st.floats(1.2, 8),
+    v=st.floats(1, 4),
+    p_min=st.integers(1, 4),
+    p_max_extra=st.one_of(st.none(), st.integers(0, 32)),
+    t_min=st.floats(0.1, 10),
+)
+def test_fact_1_holds_for_filled_plans_and_they_leave_less_than_one_trial_round(
+    T: float, ratio: float, eta: float, v: float, p_min: int, p_max_extra: int | None, t_min: float
+) -> None:
+    """A filled plan keeps Fact 1 (by T, within B), never drops what the plan had, never runs
+    a stage with more trials than the stage before, and leaves less of B than the cheapest
+    stage-1 trial would use."""
+    B = ratio * T
+    p_max = math.inf if p_max_extra is None else p_min + p_max_extra
+    try:
+        p = plan(T, B, eta=eta, v=v, p_min=p_min, p_max=p_max, t_min=t_min)
+    except PlanError:
+        return
+    f = fill(p)
+    assert f.end <= T * (1 + 1e-9)
+    assert p.resource_time * (1 - 1e-9) <= f.resource_time <= B * (1 + 1e-9)
+    for before, after in zip(p.stages, f.stages, strict=True):
+        assert after.trials >= before.trials and after.gpus >= before.gpus
+        for b in after.brackets:
+            assert p_min <= b.gpus_per_trial <= p_max and isinstance(b.gpus_per_trial, int)
+    for earlier, later in zip(f.stages, f.stages[1:], strict=False):
+        assert later.trials <= earlier.trials
+    first = f.stages[0]
+    cheapest = min(b.gpus_per_trial for b in first.brackets) * (first.end - first.start)
+    assert B - f.resource_time < cheapest * (1 + 1e-6)

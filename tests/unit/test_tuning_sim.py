@@ -117,9 +117,36 @@ def test_every_method_stays_within_budget_and_returns_a_sampled_value(method: st
 )
 def test_no_method_overspends(finals: list[float], T: float, ratio: float, seed: int) -> None:
     c = rising_curves(finals, 30)
-    for method in ("seer", "random", "asha", "hypersched", "bohb", "e-grid", "e-hyperband"):
+    for method in ("seer", "seer-fill", "random", "asha", "hypersched", "bohb", "e-grid"):
         out = run_method(method, c, T, ratio * T, seed, TuningSettings(t_min=1))
         assert out.resource_time <= ratio * T * (1 + 1e-9), method
+
+
+def test_seer_fill_pays_for_the_whole_budget_where_the_paper_plan_leaves_a_third() -> None:
+    """T = 12 epochs, B = 4T (issue 19's 4x case): the paper's plan pays 33.6 of 48, the filled
+    one 48, on curves long enough that no trial ends early."""
+    c = rising_curves(list(np.linspace(0.1, 0.9, 30)), 200)
+    s = TuningSettings(t_min=1)
+    assert run_method("seer", c, 12, 48, 0, s).resource_time == pytest.approx(33.6)
+    filled = run_method("seer-fill", c, 12, 48, 0, s)
+    assert filled.resource_time == pytest.approx(48) and filled.trials == 8
+
+
+def test_seer_fill_keeps_the_stage_leaders_over_all_brackets() -> None:
+    """Stage 2 of the filled plan (T = 12, B = 48) runs one trial: the best of stage 1's eight
+    over both brackets, so on flat curves the best configuration sampled is returned. The
+    paper's line 9 keeps stage 2's one trial from the 1-GPU bracket, and misses the best
+    whenever it sat in the 2-GPU bracket."""
+    levels = list(np.linspace(0.1, 0.9, 40))
+    c = flat_curves(levels, 200)
+    s = TuningSettings(t_min=1)
+    missed = 0
+    for seed in range(8):
+        sampler = UniformSampler(len(c), np.random.default_rng(seed))
+        sampled = [levels[sampler.sample()] for _ in range(8)]  # the paper's plan samples 7
+        assert run_method("seer-fill", c, 12, 48, seed, s).value == max(sampled)
+        missed += run_method("seer", c, 12, 48, seed, s).value < max(sampled[:7])
+    assert missed > 0
 
 
 def test_unknown_method_is_named() -> None:
@@ -205,6 +232,7 @@ def test_cli_simulate_writes_table_2_summary(tmp_path: Path) -> None:
     assert set(s["groups"]) == {"g1", "g2"}
     assert set(s["overall"]) == set(METHODS)
     assert set(s["overall"]["seer"]) == {"mean", "se"}
+    assert s["spent"]["seer-fill"] >= s["spent"]["seer"] and s["spent"]["asha"] == 1.0
     assert (out / "methods.png").stat().st_size > 0 and (out / "seer_plan.png").exists()
     r = runner.invoke(app, [*args[:-1], "lots", "--out", str(out)])
     assert r.exit_code == 2 and "budget 'lots' is not valid" in r.output
