@@ -9,7 +9,9 @@ job id and tagged ``tenantml.kind=job``, ``tenantml.job_id``; it is created when
 (`mlflow_plugin.jobrun.JobRun` writes it). The scheduler rebuilds its whole state from these runs
 at start: FINISHED runs are the observations (one per job id, so none is counted twice), RUNNING
 ones the jobs in flight. Scheduler-level per-tick metrics go to the experiment
-``tenantml/scheduler``.
+``tenantml/scheduler``, and so do the tenants' weights (tag ``tenantml.weight.<tenant>``): a
+tenant holds MANAGE on its own experiment, none on the scheduler's, so only the operator sets
+them.
 
 The names of the tags written on runs and read back by `JobRecord.from_run` are the constants
 below.
@@ -34,8 +36,11 @@ __all__ = [
     "experiment_name",
     "job_records",
     "runs_page",
+    "set_tenant_weight",
     "start_job_run",
     "tenant_experiments",
+    "tenant_weights",
+    "valid_weight",
 ]
 
 SCHEDULER_EXPERIMENT = "tenantml/scheduler"
@@ -121,6 +126,50 @@ def ensure_scheduler_experiment(client: MlflowClient, artifact_location: str | N
     if exp.tags.get(EXPERIMENT_KIND) != MODEL_TRAINING:
         client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND, MODEL_TRAINING)
     return str(exp.experiment_id)
+
+
+WEIGHT_PREFIX = "tenantml.weight."  # + tenant name, on the scheduler experiment
+#: a tenant's weight w_i in the weighted sum of regrets (`policy.Problem.weights`) when unset
+DEFAULT_WEIGHT = 1.0
+
+
+def valid_weight(weight: object) -> float:
+    """``weight`` as a float, or ValueError naming what is valid: a finite number > 0."""
+    try:
+        w = float(weight)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        w = float("nan")
+    if not (0 < w < float("inf")):
+        raise ValueError(
+            f"weight {weight!r} is not valid: give a positive number, e.g. 2 for a tenant whose "
+            f"regret counts twice (default {DEFAULT_WEIGHT:g})"
+        )
+    return w
+
+
+def tenant_weights(client: MlflowClient) -> dict[str, float]:
+    """Tenant name -> weight, for the tenants whose weight the operator set (others: 1)."""
+    exp = client.get_experiment_by_name(SCHEDULER_EXPERIMENT)
+    if exp is None:
+        return {}
+    out = {}
+    for key, value in exp.tags.items():
+        if key.startswith(WEIGHT_PREFIX):
+            try:
+                out[key.removeprefix(WEIGHT_PREFIX)] = valid_weight(value)
+            except ValueError:
+                continue  # a tag edited by hand to nonsense counts as unset
+    return out
+
+
+def set_tenant_weight(
+    client: MlflowClient, tenant: str, weight: float, artifact_location: str | None = None
+) -> float:
+    """Set ``tenant``'s weight (validated first: nothing is written for a bad one)."""
+    w = valid_weight(weight)
+    exp_id = ensure_scheduler_experiment(client, artifact_location)
+    client.set_experiment_tag(exp_id, WEIGHT_PREFIX + tenant, repr(w))
+    return w
 
 
 def tenant_experiments(client: MlflowClient) -> dict[str, str]:

@@ -24,11 +24,13 @@ from mlflow.tracking import MlflowClient
 from mlflow_plugin.jobrun import JobRun
 from mlflow_plugin.registry import BestModel, promote_if_better
 from mlflow_plugin.tracking import (
+    DEFAULT_WEIGHT,
     MODEL_URI,
     JobRecord,
     ensure_tenant_experiment,
     job_records,
     tenant_experiments,
+    tenant_weights,
 )
 from policy import (
     ArmPrior,
@@ -75,6 +77,7 @@ class TenantInfo:
     n_examples: int
     snapshot: int
     experiment_id: str
+    weight: float = 1.0  # w_i: how much the tenant's regret counts (`set_tenant_weight`)
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,7 @@ def load_state(
     """Tenants from the store, jobs from MLflow. `capacity_prices_spec`:
     `Settings.capacity_prices` (costs in expected dollars; None: seconds)."""
     exps = tenant_experiments(client)
+    weights = tenant_weights(client)
     known = set(store.tenants())
     created = {e.experiment_id: e.creation_time for e in client.search_experiments()}
     tenants = []
@@ -229,7 +233,8 @@ def load_state(
         schema = store.schema(name)
         m = store.manifest(name)
         cands = tuple(c.name for c in candidates(schema))
-        tenants.append(TenantInfo(name, schema, cands, m.n_enabled, m.version, exp_id))
+        weight = weights.get(name, DEFAULT_WEIGHT)
+        tenants.append(TenantInfo(name, schema, cands, m.n_enabled, m.version, exp_id, weight))
     records = job_records(client, [t.experiment_id for t in tenants])
     catalogue = tuple(dict.fromkeys(c for t in tenants for c in t.candidates))
     usd = capacity_prices(capacity_prices_spec, catalogue)
@@ -289,6 +294,7 @@ def build_problem(
         meta=meta,
         cost_prior=cost_prior,
         sizes=sizes,
+        weights=np.array([t.weight for t in tenants], float),
     )
     return problem, catalogue
 

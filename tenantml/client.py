@@ -65,6 +65,7 @@ class Leaderboard:
     n_candidates: int
     rows: tuple[LeaderboardRow, ...]
     best_version: str | None
+    weight: float | None = None  # w_i, how much its regret counts; None: not the operator's view
 
     @property
     def best(self) -> LeaderboardRow | None:
@@ -148,14 +149,42 @@ class Client:
         return MlflowClient(self.settings.tracking_uri)
 
     # -- tenants -------------------------------------------------------------------------------
-    def submit(self, name: str, schema: Schema | str) -> Leaderboard:
-        """Declare a task; idempotent for the same schema, an error for a different one."""
+    def submit(
+        self, name: str, schema: Schema | str, *, weight: float | None = None
+    ) -> Leaderboard:
+        """Declare a task; idempotent for the same schema, an error for a different one.
+        `weight` (operator only; default 1): how much the tenant's regret counts when the
+        scheduler shares the pool (`set_weight`)."""
+        from mlflow_plugin.tracking import valid_weight
         from tasks import register_tenant
 
+        if weight is not None:
+            self._operator_only("a tenant's weight")
+            valid_weight(weight)  # before anything is stored
         if isinstance(schema, str):
             schema = Schema.parse(schema)
         register_tenant(self.mlflow, self.store, name, schema, self.settings.artifact_location)
+        if weight is not None:
+            self.set_weight(name, weight)
         return self.status(name)
+
+    def set_weight(self, name: str, weight: float) -> float:
+        """Operator: tenant `name`'s weight w_i, the factor of its regret in the total the `rate`
+        policy reduces (2: its loss counts twice; default 1). Applies from the scheduler's next
+        refresh. Returns the weight set."""
+        from mlflow_plugin.tracking import set_tenant_weight, valid_weight
+
+        self._operator_only("a tenant's weight")
+        w = valid_weight(weight)
+        self.store.schema(name)  # UnknownTenantError naming the known tenants
+        return set_tenant_weight(self.mlflow, name, w, self.settings.artifact_location)
+
+    def weight(self, name: str) -> float:
+        """Operator: tenant `name`'s weight (1 unless `set_weight` changed it)."""
+        from mlflow_plugin.tracking import DEFAULT_WEIGHT, tenant_weights
+
+        self._operator_only("a tenant's weight")
+        return tenant_weights(self.mlflow).get(name, DEFAULT_WEIGHT)
 
     def tenants(self) -> list[str]:
         return self.store.tenants()
@@ -259,6 +288,7 @@ class Client:
             len(candidates(schema)),
             rows,
             version,
+            None if self.settings.user else self.weight(name),
         )
 
     # -- operating -----------------------------------------------------------------------------

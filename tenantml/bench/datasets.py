@@ -29,6 +29,7 @@ __all__ = [
     "read_models_meta",
     "read_quality_csv",
     "read_tenant_sizes",
+    "read_tenant_weights",
 ]
 
 SYN_SETS = {
@@ -55,6 +56,7 @@ class QualityTable:
     kernel_only: BoolArray
     meta: ModelMeta | None = None
     sizes: FloatArray | None = None  # (n,) tenant data sizes for the cost model; NaN = unknown
+    weights: FloatArray | None = None  # (n,) tenant weights w_i (None: all 1)
 
     @property
     def has_cost(self) -> bool:
@@ -188,16 +190,30 @@ def read_models_meta(path: str | Path, models: tuple[str, ...]) -> ModelMeta:
     return ModelMeta(year, cites)
 
 
+def _tenant_values(
+    path: str | Path, tenants: tuple[str, ...], column: str, unlisted: float
+) -> FloatArray:
+    """``tenant,<column>`` with finite values > 0; tenants not listed get ``unlisted``."""
+    values = np.full(len(tenants), unlisted)
+    for i, where, row in _keyed_rows(path, "tenant", (column,), tenants):
+        v = _parse_float((row[column] or "").strip(), column, where)
+        if not (np.isfinite(v) and v > 0):
+            raise BenchInputError(f"{where}: {column} {v!r}; must be finite and > 0")
+        values[i] = v
+    return values
+
+
 def read_tenant_sizes(path: str | Path, tenants: tuple[str, ...]) -> FloatArray:
     """Read ``tenant,size`` (size > 0: how much data, e.g. examples x features); tenants not
     listed stay NaN (unknown). Extra columns are ignored."""
-    sizes = np.full(len(tenants), np.nan)
-    for i, where, row in _keyed_rows(path, "tenant", ("size",), tenants):
-        v = _parse_float((row["size"] or "").strip(), "size", where)
-        if not (np.isfinite(v) and v > 0):
-            raise BenchInputError(f"{where}: size {v!r}; must be finite and > 0")
-        sizes[i] = v
-    return sizes
+    return _tenant_values(path, tenants, "size", np.nan)
+
+
+def read_tenant_weights(path: str | Path, tenants: tuple[str, ...]) -> FloatArray:
+    """Read ``tenant,weight`` (weight > 0: w_i, how much the tenant's regret counts, as the
+    service's `tenantml weight` sets it); tenants not listed weigh 1. Extra columns are
+    ignored."""
+    return _tenant_values(path, tenants, "weight", 1.0)
 
 
 def _builtin_path(name: str) -> Path:

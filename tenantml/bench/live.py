@@ -31,7 +31,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -238,9 +238,11 @@ def run_service(
     budget_s: float,
     slots: int = 1,
     extra_args: Sequence[str] = (),
+    weights: Mapping[str, float] | None = None,
 ) -> SystemRun:
     """`system` (a policy name, or ``live`` for the default) served for `budget_s` of wall
-    clock by ``tenantml run`` in its own process on a fresh embedded home `home`."""
+    clock by ``tenantml run`` in its own process on a fresh embedded home `home`; `weights`:
+    tenant -> w_i, set by the operator at submission (others: 1)."""
     from tenantml.client import Client
 
     overrides = [v for v in _SERVER_OVERRIDES if os.environ.get(v)]
@@ -251,7 +253,7 @@ def run_service(
     env = {**os.environ, "TENANTML_HOME": str(home)}
     c = Client(home)
     for tenant in tenants:
-        c.submit(tenant.name, tenant.schema)
+        c.submit(tenant.name, tenant.schema, weight=(weights or {}).get(tenant.name))
         c.feed(tenant.name, tenant.x_train, tenant.y_train.tolist())
     cmd = [sys.executable, "-m", "tenantml.cli", "run", "--slots", str(slots), *extra_args]
     if system != LIVE:
@@ -311,21 +313,30 @@ def run_flaml(
 
 
 def summarize(
-    tenants: Sequence[LiveTenant], runs: Sequence[SystemRun]
+    tenants: Sequence[LiveTenant],
+    runs: Sequence[SystemRun],
+    weights: Mapping[str, float] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(summary, curve rows): per system the mean served test accuracy at each quarter and at
     the end, the AUC of the mean test regret, and the loss estimates against the realised test
-    loss at the end (``best_i - A[s][i](1)``)."""
+    loss at the end (``best_i - A[s][i](1)``). With `weights` (tenant -> w_i, others 1) the
+    regret is the weighted mean ``sum_i w_i r_i / sum_i w_i``, the total the service reduces."""
     grid = np.linspace(0.0, 1.0, CURVE_POINTS)
+    w = np.array([(weights or {}).get(t.name, 1.0) for t in tenants], float)  # (n,)
+    w = w / w.sum() if len(w) else w
     acc = {
         r.system: np.array([[r.accuracy(t, g) for g in grid] for t in tenants]) for r in runs
     }  # (n, CURVE_POINTS)
     best = np.max([a.max(axis=1) for a in acc.values()], axis=0)  # (n,)
-    summary: dict[str, Any] = {"tenants": [t.name for t in tenants], "systems": {}}
+    summary: dict[str, Any] = {
+        "tenants": [t.name for t in tenants],
+        "weights": {t.name: float((weights or {}).get(t.name, 1.0)) for t in tenants},
+        "systems": {},
+    }
     rows = []
     for r in runs:
         a = acc[r.system]
-        regret = (best[:, None] - a).mean(axis=0)
+        regret = w @ (best[:, None] - a)  # (CURVE_POINTS,) weighted mean over tenants
         realised = best - a[:, -1]
         entry: dict[str, Any] = {
             "mean_test_accuracy": {
@@ -399,9 +410,13 @@ def run_bench_live(
     label_column: str | None = None,
     extra_args: Sequence[str] = (),
     say: Callable[[str], None] = print,
+    weights: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """Every system in turn (one at a time: they share the machine's clock), then the summary:
-    ``summary.json``, ``curves.csv`` and ``accuracy.png`` in `out`."""
+    ``summary.json``, ``curves.csv`` and ``accuracy.png`` in `out`. `weights`: tenant -> w_i
+    (others 1), set at submission in the service's homes and weighting the regret; FLAML gives
+    every tenant an equal share of the clock as before (a per-tenant tool has no weights)."""
+    from mlflow_plugin.tracking import valid_weight
     from policy import POLICY_NAMES
 
     valid = (LIVE, FLAML, *POLICY_NAMES)
@@ -414,6 +429,14 @@ def run_bench_live(
         directory = write_demo_tenants(out / "tenants")
     tenants = load_tenants(directory, seed=seed, test_fraction=test_fraction,
                            label_column=label_column)  # fmt: skip
+    names = [t.name for t in tenants]
+    unknown = sorted(set(weights or {}) - set(names))
+    if unknown:
+        raise ValueError(
+            f"--weights names {', '.join(unknown)}, not a tenant of {directory}; "
+            f"tenants: {', '.join(names)}"
+        )
+    weights = {name: valid_weight(w) for name, w in (weights or {}).items()}
     out.mkdir(parents=True, exist_ok=True)
     runs = []
     for s in systems:
@@ -426,8 +449,8 @@ def run_bench_live(
                 raise ValueError(f"{home} exists: give a new --out (a run starts from nothing)")
             home.mkdir(parents=True)
             runs.append(run_service(s, tenants, home, budget_s=budget_s, slots=slots,
-                                    extra_args=extra_args))  # fmt: skip
-    summary, rows = summarize(tenants, runs)
+                                    extra_args=extra_args, weights=weights))  # fmt: skip
+    summary, rows = summarize(tenants, runs, weights)
     summary.update(budget_s=budget_s, slots=slots, seed=seed, test_fraction=test_fraction)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     with open(out / "curves.csv", "w", newline="") as f:

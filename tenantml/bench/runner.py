@@ -275,6 +275,7 @@ def run_repeat(table: QualityTable, cost: FloatArray, proto: Protocol, r: int) -
                 meta=table.meta,
                 cost_prior=cost_prior if predicted else None,
                 sizes=sizes if predicted else None,
+                weights=None if table.weights is None else table.weights[test],
             )
         )
 

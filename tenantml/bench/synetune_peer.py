@@ -38,6 +38,7 @@ import importlib
 import io
 import logging
 import tempfile
+import warnings
 from typing import Any
 
 import numpy as np
@@ -186,10 +187,15 @@ def run_peer(
     budget: float,
     seed: int,
     settings: TuningSettings,
+    *,
+    brackets: int = 1,
 ) -> tuple[float, float]:
     """Syne Tune's ``method`` (``asha`` or ``bohb``) once on ``curves``: the metric of the best
     model at the deadline (see the module docstring for what is matched to ours) and the
     resource-time paid (its ``n`` workers for all of ``T``, as for ours).
+
+    ``brackets``: Syne Tune's number of brackets (its default, 1, is the most aggressive
+    one, grace period one evaluation; Hyperband's set is ``floor(log_eta R) + 1``).
 
     Raises:
         ValueError: ``method`` is not one the peer runs.
@@ -216,6 +222,7 @@ def run_peer(
         "random_seed": seed,
         "grace_period": 1,
         "reduction_factor": settings.eta,
+        "brackets": brackets,
     }
     scheduler = st["ASHA"](**common) if method == "asha" else st["BOHB"](**common)
 
@@ -259,7 +266,9 @@ def run_peer(
         global_state = np.random.get_state()
         np.random.seed(seed)
         try:
-            with contextlib.redirect_stdout(io.StringIO()):  # its closing summary is print()ed
+            # its closing summary is print()ed; pandas warns about the RandomState its KDE uses
+            with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
                 tuner.run()
         finally:
             np.random.set_state(global_state)

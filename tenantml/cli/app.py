@@ -124,6 +124,10 @@ def bench(
     tenant_sizes: Annotated[
         Path | None, typer.Option(help="CSV: tenant,size (data sizes for --costs predicted)")
     ] = None,
+    tenant_weights: Annotated[
+        Path | None,
+        typer.Option(help="CSV: tenant,weight (w_i in the weighted regret; unlisted: 1)"),
+    ] = None,
     test_users: Annotated[int | None, typer.Option(help="test tenants per repeat")] = None,
     repeats: Annotated[int, typer.Option()] = 50,
     budget: Annotated[
@@ -159,7 +163,7 @@ def bench(
     from tenantml.bench.datasets import BenchInputError
 
     try:
-        table = _bench_table(data_set, data, models_meta, tenant_sizes, seed)
+        table = _bench_table(data_set, data, models_meta, tenant_sizes, seed, tenant_weights)
         proto = _bench_protocol(
             table,
             policies,
@@ -190,9 +194,10 @@ def _bench_table(
     models_meta: Path | None,
     tenant_sizes: Path | None,
     seed: int,
+    tenant_weights: Path | None = None,
 ) -> QualityTable:
-    """The built-in data set or the CSV given (exactly one), with --models-meta and
-    --tenant-sizes attached."""
+    """The built-in data set or the CSV given (exactly one), with --models-meta,
+    --tenant-sizes and --tenant-weights attached."""
     from tenantml.bench.datasets import (
         BUILTIN,
         BenchInputError,
@@ -200,6 +205,7 @@ def _bench_table(
         read_models_meta,
         read_quality_csv,
         read_tenant_sizes,
+        read_tenant_weights,
     )
 
     if data_set is not None and data is None:
@@ -215,6 +221,9 @@ def _bench_table(
         table = dataclasses.replace(table, meta=read_models_meta(models_meta, table.models))
     if tenant_sizes is not None:
         table = dataclasses.replace(table, sizes=read_tenant_sizes(tenant_sizes, table.tenants))
+    if tenant_weights is not None:
+        weights = read_tenant_weights(tenant_weights, table.tenants)
+        table = dataclasses.replace(table, weights=weights)
     return table
 
 
@@ -449,6 +458,25 @@ def bench_service(
     _save_json(out, "service.json", r)
 
 
+def _weights(spec: str | None) -> dict[str, float] | None:
+    """``"digits=2,wine=0.5"`` -> {"digits": "2", ...} as floats; the values are checked by
+    `mlflow_plugin.tracking.valid_weight` where they are used."""
+    if not spec:
+        return None
+    out: dict[str, float] = {}
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        name, sep, value = part.partition("=")
+        if not sep or not name.strip():
+            raise _fail(f"--weights {part!r} is not NAME=WEIGHT (e.g. digits=2,wine=0.5)")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            raise _fail(
+                f"--weights {part!r}: weight {value!r} is not valid: give a positive number"
+            ) from None
+    return out
+
+
 @app.command("bench-live")
 def bench_live(
     directory: Annotated[
@@ -468,6 +496,13 @@ def bench_live(
         str | None, typer.Option(help="the CSVs' label column (default: the last)")
     ] = None,
     max_epochs: Annotated[int, typer.Option(help="epochs per learning rate of torch jobs")] = 10,
+    weights: Annotated[
+        str | None,
+        typer.Option(
+            help="tenant weights, e.g. digits=2,wine=0.5 (others 1): set at submission and "
+            "weighting the regret"
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option(help="directory for the results")] = Path(
         "results/bench-live"
     ),
@@ -482,6 +517,7 @@ def bench_live(
         summary = run_bench_live(
             directory,
             out,
+            weights=_weights(weights),
             systems=[s.strip() for s in systems.split(",") if s.strip()],
             budget_s=budget_s,
             slots=slots,
@@ -555,6 +591,7 @@ def bench_demo(
         data=None,
         models_meta=None,
         tenant_sizes=None,
+        tenant_weights=None,
         test_users=None,
         repeats=repeats,
         budget=None,

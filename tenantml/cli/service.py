@@ -97,13 +97,44 @@ def _paths(files: list[Path] | None) -> list[str]:
 def submit(
     name: Annotated[str, typer.Argument(help="tenant name: [a-z][a-z0-9_-]*")],
     schema: Annotated[str, typer.Argument(help="schema text, or @FILE to read it from a file")],
+    weight: Annotated[
+        float | None,
+        typer.Option(
+            help="operator: how much this tenant's regret counts (default 1; 2 = twice); "
+            "change it later with `tenantml weight`"
+        ),
+    ] = None,
     home: Home = None,
 ) -> None:
     """Declare a task by its input/output schema (ease.ml Fig. 2 syntax)."""
     with _errors():
         text = Path(schema[1:]).read_text() if schema.startswith("@") else schema
-        lb = _client(home).submit(name, text)
-        console.print(f"tenant {name!r}: {lb.schema}; {lb.n_candidates} candidate models")
+        lb = _client(home).submit(name, text, weight=weight)
+        shown = "" if lb.weight is None else f", weight {lb.weight:g}"
+        console.print(f"tenant {name!r}: {lb.schema}; {lb.n_candidates} candidate models{shown}")
+
+
+def weight(
+    name: Annotated[str, typer.Argument(help="tenant")],
+    value: Annotated[
+        str | None,
+        typer.Argument(help="new weight, a positive number (default 1); none: show it"),
+    ] = None,
+    home: Home = None,
+) -> None:
+    """Operator: show or set a tenant's weight, the factor of its regret in the total the
+    scheduler reduces (the `rate` policy serves a tenant of weight 2 as if its loss were
+    twice as large). The scheduler uses it from its next refresh."""
+    with _errors():
+        c = _client(home)
+        if value is None:
+            c.store.schema(name)  # names the known tenants when there is no such one
+            print(f"{name}\t{c.weight(name):g}")
+            return
+        from mlflow_plugin.tracking import valid_weight
+
+        w = c.set_weight(name, valid_weight(value))
+        console.print(f"tenant {name!r}: weight {w:g}", markup=False)
 
 
 def feed(
@@ -253,6 +284,7 @@ def status(
             f"{lb.n_enabled}/{lb.n_examples} examples enabled, snapshot {lb.snapshot}; "
             f"{len(lb.rows)}/{lb.n_candidates} candidates tried; best version "
             f"{lb.best_version or 'none yet'}"
+            + ("" if lb.weight is None else f"; weight {lb.weight:g}")
         )
 
 
@@ -646,6 +678,7 @@ def down(home: Home = None) -> None:
 
 COMMANDS: dict[str, Callable[..., None]] = {
     "submit": submit,
+    "weight": weight,
     "feed": feed,
     "refine": refine,
     "examples": examples,

@@ -221,3 +221,30 @@ def test_demo_runs_the_short_protocol(tmp_path: Path) -> None:
     res = runner.invoke(app, ["bench-demo", "--repeats", "2", "--out", str(tmp_path / "demo")])
     assert res.exit_code == 0, res.output
     assert "hybrid" in res.output and (tmp_path / "demo" / "summary.json").exists()
+
+
+def test_tenant_weights_reach_the_replay(tmp_path: Path) -> None:
+    """`--tenant-weights`: w_i from a CSV (unlisted: 1) weight the replay's regret and steer
+    `rate`; a bad weight is named with its line."""
+    import dataclasses
+
+    from tenantml.bench.datasets import BenchInputError, read_tenant_weights
+
+    table = load_dataset("easeml-dl", 0)
+    path = tmp_path / "w.csv"
+    rows = [f"{t},{w:.3f}" for t, w in zip(table.tenants[::2], np.linspace(0.2, 5, 500))]
+    path.write_text("tenant,weight\n" + "\n".join(rows) + "\n")
+    weights = read_tenant_weights(path, table.tenants)
+    assert weights[0] == pytest.approx(0.2) and weights[1] == 1.0
+    kw = dict(policies=("rate",), test_users=4, repeats=1, grid_points=21)
+    plain = run_protocol(table, Protocol(**kw), jobs=1)  # type: ignore[arg-type]
+    heavy = dataclasses.replace(table, weights=weights)
+    weighted = run_protocol(heavy, Protocol(**kw), jobs=1)  # type: ignore[arg-type]
+    assert not np.array_equal(
+        plain[0].curves["rate"]["avg_loss"], weighted[0].curves["rate"]["avg_loss"]
+    )
+    path.write_text(f"tenant,weight\n{table.tenants[0]},0\n")
+    with pytest.raises(BenchInputError, match="line 2: weight 0.0; must be finite and > 0"):
+        read_tenant_weights(path, table.tenants)
+    res = runner.invoke(app, ["bench", "easeml-dl", "--tenant-weights", str(tmp_path / "none.csv")])
+    assert res.exit_code == 2 and "none.csv: no such file" in res.output

@@ -114,6 +114,39 @@ def test_summary_quarters_regret_auc_and_loss_calibration() -> None:
     assert {r["system"] for r in rows} == {"fast", "slow"} and len(rows) == 2 * CURVE_POINTS
 
 
+def test_weights_weight_the_regret() -> None:
+    """The same runs as above with b's weight 3: fast's regret before t = 0.5 is
+    (1 x 0.25 + 3 x 0.75) / 4 = 0.625, from there on (1 x 0.25 + 3 x 0) / 4 = 0.0625."""
+    a = _tenant("a", ["p", "p", "x", "x"], ["p", "p", "x"])
+    b = _tenant("b", ["q", "x", "x", "x"], ["q", "q", "x"])
+    fast = SystemRun("fast", {"a": [(0.0, 0.75)], "b": [(0.5, 1.0)]}, {}, 3, 9.0)
+    slow = SystemRun("slow", {"a": [(0.5, 1.0)], "b": []}, {}, 0, 9.0)
+    summary, _ = summarize([a, b], [fast, slow], {"b": 3.0})
+    grid = np.linspace(0, 1, CURVE_POINTS)
+    regret = np.where(grid < 0.5, 0.625, 0.0625)
+    auc = summary["systems"]["fast"]["test_regret_auc"]
+    assert auc == pytest.approx(float(np.trapezoid(regret, grid)))
+    assert summary["weights"] == {"a": 1.0, "b": 3.0}
+
+
+@pytest.mark.parametrize(
+    ("weights", "fragment"),
+    [
+        ("zz=2", "--weights names zz, not a tenant"),
+        ("t=0", "weight 0.0 is not valid: give a positive number"),
+        ("t", "--weights 't' is not NAME=WEIGHT"),
+        ("t=lots", "weight 'lots' is not valid"),
+    ],
+)
+def test_cli_names_bad_weights(tmp_path: Path, weights: str, fragment: str) -> None:
+    _csv(tmp_path / "t.csv", [[i, "ab"[i % 2]] for i in range(8)], ["x", "label"])
+    out = CliRunner().invoke(
+        app, ["bench-live", str(tmp_path), "--weights", weights, "--out", str(tmp_path / "o")]
+    )
+    assert out.exit_code == 2 and fragment in out.output, out.output
+    assert not (tmp_path / "o" / "homes").exists()  # refused before any system ran
+
+
 def test_cli_names_a_bad_system_and_what_is_valid(tmp_path: Path) -> None:
     _csv(tmp_path / "t.csv", [[i, "ab"[i % 2]] for i in range(8)], ["x", "label"])
     out = CliRunner().invoke(

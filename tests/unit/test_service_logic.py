@@ -3,6 +3,7 @@ state, prefetch slots), history from job records, loss estimates, settings, slot
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -269,3 +270,15 @@ def test_a_jobs_cost_is_the_time_it_held_its_slot() -> None:
     s = _state([_tenant("a", TAB)], [quick, slow, open_])
     costs = {s.catalogue[o.arm]: o.cost for o in s.history().log}
     assert costs == {"knn": 2.5, "svm": 7.0, "mlp": 0.5}
+
+
+def test_a_tenants_weight_is_its_w_i_and_rate_serves_the_heavier_first() -> None:
+    """Three identical tenants: with weights 1, 1, 1 rate starts with the first; with c at 5
+    (its regret counts five times), with c. The weights reach `Problem.weights` unchanged."""
+    plain = [_tenant("a", TAB), _tenant("b", TAB), _tenant("c", TAB)]
+    heavy = [*plain[:2], dataclasses.replace(plain[2], weight=5.0)]
+    assert _state(heavy, []).problem.weights.tolist() == [1.0, 1.0, 5.0]
+    [first] = Planner("rate", slots=1).decide(_state(plain, []), in_flight=[], tick=0)
+    assert first.tenant == "a"
+    [first] = Planner("rate", slots=1).decide(_state(heavy, []), in_flight=[], tick=0)
+    assert first.tenant == "c"

@@ -77,8 +77,9 @@ def test_the_two_ashas_differ_as_stopping_and_promotion_asha_do() -> None:
     until a rung ranks it out), ours the promotion variant of Li et al. (Alg. 2: at every rung
     the worker takes a promotion or a new trial). Both find a top configuration where one
     evaluation tells it (flat curves: the best of 60 scores 0.88), and ours, which tries more
-    configurations, is at least as good there (means over 10 seeds); where curves keep rising past the deadline (T is
-    half their length) the stopping variant's leaders get further along them and it wins."""
+    configurations, is at least as good there (means over 10 seeds); where curves keep rising
+    past the deadline (T is half their length) the stopping variant's leaders get further along
+    them and it wins."""
     rng = np.random.default_rng(3)
     levels = list(rng.uniform(0.2, 0.9, 60))
     s = TuningSettings(t_min=1)

@@ -1,0 +1,85 @@
+"""Tenant weights (issue 16, item 6): the operator sets w_i from the SDK and the CLI, `status`
+shows it, the scheduler's state reads it; a tenant cannot set its own; bad input changes
+nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tenantml.cli import app
+
+SCHEMA = "{input: {[Tensor[4]], []}, output: {[Tensor[3]], []}}"
+runner = CliRunner()
+
+
+def _cli(home: Path, *args: str) -> tuple[int, str]:
+    res = runner.invoke(app, [*args, "--home", str(home)])
+    return res.exit_code, res.output
+
+
+def test_weights_from_the_cli_reach_status_and_the_scheduler(
+    tmp_path: Path, restore_env: None
+) -> None:
+    from tasks import load_state
+    from tenantml.client import Client
+
+    home = tmp_path / "home"
+    code, out = _cli(home, "submit", "wine", SCHEMA, "--weight", "2.5")
+    assert code == 0 and "weight 2.5" in out, out
+    code, out = _cli(home, "submit", "iris", SCHEMA)
+    assert code == 0 and "weight 1" in out, out
+    assert _cli(home, "weight", "wine") == (0, "wine\t2.5\n")
+    code, out = _cli(home, "weight", "iris", "4")
+    assert code == 0 and "tenant 'iris': weight 4" in out, out
+    code, out = _cli(home, "status", "iris")
+    assert code == 0 and "weight 4" in out, out
+    c = Client(home)
+    assert (c.weight("wine"), c.weight("iris")) == (2.5, 4.0)
+    state = load_state(c.mlflow, c.store)
+    by_name = dict(zip((t.name for t in state.tenants), state.problem.weights, strict=True))
+    assert by_name == {"wine": 2.5, "iris": 4.0}
+    assert c.status("wine").weight == 2.5
+
+
+def test_a_bad_weight_is_named_and_changes_nothing(tmp_path: Path, restore_env: None) -> None:
+    from tenantml.client import Client
+
+    home = tmp_path / "home"
+    assert _cli(home, "submit", "wine", SCHEMA, "--weight", "2")[0] == 0
+    for bad in ("0", "-1", "nan", "inf", "heavy"):
+        # a negative number needs `--` before it on a command line, as for any command
+        res = runner.invoke(app, ["weight", "--home", str(home), "wine", "--", bad])
+        message = f"weight {bad!r} is not valid: give a positive number"
+        assert res.exit_code == 2 and message in res.output, res.output
+        if bad != "heavy":  # typer itself refuses a non-number for --weight
+            code, out = _cli(home, "submit", "iris", SCHEMA, f"--weight={bad}")
+            assert code == 2 and "is not valid: give a positive number" in out, out
+    c = Client(home)
+    assert c.weight("wine") == 2.0 and c.tenants() == ["wine"]  # nothing stored for iris
+    with pytest.raises(ValueError, match="is not valid"):
+        c.set_weight("wine", -1)
+
+
+def test_an_unknown_tenant_is_named(tmp_path: Path, restore_env: None) -> None:
+    home = tmp_path / "home"
+    assert _cli(home, "submit", "wine", SCHEMA)[0] == 0
+    for args in (("weight", "nope", "2"), ("weight", "nope")):
+        code, out = _cli(home, *args)
+        assert code == 2 and "unknown tenant 'nope'" in out and "wine" in out, out
+
+
+def test_a_tenant_cannot_set_its_own_weight(tmp_path: Path, restore_env: None) -> None:
+    from store import TenantAccessError
+    from tenantml.client import Client
+
+    home = tmp_path / "home"
+    Client(home).submit("wine", SCHEMA, weight=3)
+    tenant = Client(home, user="wine", password="x")
+    with pytest.raises(TenantAccessError, match="a tenant's weight is the operator's"):
+        tenant.set_weight("wine", 10)
+    with pytest.raises(TenantAccessError, match="a tenant's weight is the operator's"):
+        tenant.submit("wine", SCHEMA, weight=10)
+    assert Client(home).weight("wine") == 3.0
