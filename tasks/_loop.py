@@ -72,7 +72,7 @@ from tasks._dispatch import DeploymentDispatcher, Dispatcher, Done, LocalDispatc
 from tasks._plot import TickHistory, add_tick, load_tick_history, loss_picture
 from tasks._prefect import decide, record, refresh
 from tasks._seer import seer_options_from_params
-from tasks._service import JobSpec, Planner, ServiceState, tick_metrics
+from tasks._service import PRIORS, JobSpec, Planner, ServiceState, tick_metrics
 from tasks.outage import (
     Backoff,
     default_patience_s,
@@ -274,7 +274,9 @@ class SchedulerOptions:
     * `seer_budget_x`: torch models get a SEER job whose GPU budget is this many times the
       policy's expected job time (None: the fixed learning-rate grid);
     * `outage_patience_s`: seconds a server outage is waited out before the flow fails; None:
-      ``TENANTML_OUTAGE_PATIENCE_S`` (default 600).
+      ``TENANTML_OUTAGE_PATIENCE_S`` (default 600);
+    * `prior`: the policy's GP prior, ``learnt`` across tenants or ``independent`` arms (the
+      ablation; `tasks._service.PRIORS`).
 
     No defaults here: the flow's signature holds them.
     """
@@ -293,6 +295,7 @@ class SchedulerOptions:
     prefetch: int | None
     seer_budget_x: float | None
     outage_patience_s: float | None
+    prior: str
 
     def __post_init__(self) -> None:
         """A bad parameter (from the Prefect UI, the CLI or the SDK) is named with what would
@@ -304,6 +307,8 @@ class SchedulerOptions:
             problems.append(f"dispatch {self.dispatch!r}: use one of {', '.join(DISPATCH_MODES)}")
         if self.policy is not None and self.policy not in POLICY_NAMES:
             problems.append(f"policy {self.policy!r}: use one of {', '.join(POLICY_NAMES)}")
+        if self.prior not in PRIORS:
+            problems.append(f"prior {self.prior!r}: use one of {', '.join(PRIORS)}")
         for name, least in (("ticks", 0), ("slots", 1), ("prefetch", 0)):
             value = getattr(self, name)
             if value is not None and value < least:
@@ -457,7 +462,7 @@ def resume_orphans(svc: Service) -> Progress:
     """Start-up after any stop or crash: the state from MLflow (`refresh`), `redo_promotions`,
     ``t`` = the highest tick recorded, and every job left RUNNING by an earlier scheduler adopted
     (its flow run is still going) or dispatched again, slots taken in turn."""
-    state = refresh(svc.client, svc.store, svc.settings.capacity_prices)
+    state = refresh(svc.client, svc.store, svc.settings.capacity_prices, svc.options.prior)
     refreshed = time.monotonic()
     redo_promotions(svc, state)
     last_tick = max((r.tick or 0 for r in state.records), default=0)
@@ -483,6 +488,7 @@ def scheduler_run(svc: Service, progress: Progress) -> Iterator[mlflow.ActiveRun
         svc.stop.run_id = run.info.run_id
         params = {
             "policy": svc.policy,
+            "prior": svc.options.prior,
             "slots": svc.slots,
             "ticks": svc.options.ticks,
             "max_epochs": svc.options.max_epochs,
@@ -495,7 +501,7 @@ def scheduler_run(svc: Service, progress: Progress) -> Iterator[mlflow.ActiveRun
 
 
 def _refresh(svc: Service, progress: Progress) -> None:
-    progress.state = refresh(svc.client, svc.store, svc.settings.capacity_prices)
+    progress.state = refresh(svc.client, svc.store, svc.settings.capacity_prices, svc.options.prior)
     progress.refreshed = time.monotonic()
 
 

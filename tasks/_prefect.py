@@ -24,11 +24,15 @@ __all__ = ["decide", "record", "refresh", "train_task"]
 
 @task(name="refresh", retries=2, retry_delay_seconds=1, cache_policy=NO_CACHE)
 def refresh(
-    client: MlflowClient, store: ExampleStore, capacity_prices: str | None = None
+    client: MlflowClient,
+    store: ExampleStore,
+    capacity_prices: str | None = None,
+    prior: str = "learnt",
 ) -> ServiceState:
     """Tenants from the store, jobs from MLflow: the scheduler's whole state. `capacity_prices`:
-    `Settings.capacity_prices` (costs in expected dollars on spot capacity; None: seconds)."""
-    return load_state(client, store, capacity_prices)
+    `Settings.capacity_prices` (costs in expected dollars on spot capacity; None: seconds);
+    `prior`: `tasks._service.PRIORS`."""
+    return load_state(client, store, capacity_prices, prior)
 
 
 @task(name="decide", cache_policy=NO_CACHE)

@@ -217,11 +217,21 @@ def capacity_prices(spec: str | None, catalogue: Sequence[str]) -> tuple[float, 
     )
 
 
+#: the GP priors a scheduler can run with (`SchedulerOptions.prior`): ``learnt`` across tenants
+#: (ease.ml App. A, `policy.prior`; the default) or ``independent`` arms (mean 0.5, variance
+#: 0.05: what the service ran before it learnt across tenants; the ablation `bench-live` measures)
+PRIORS = ("learnt", "independent")
+
+
 def load_state(
-    client: MlflowClient, store: ExampleStore, capacity_prices_spec: str | None = None
+    client: MlflowClient,
+    store: ExampleStore,
+    capacity_prices_spec: str | None = None,
+    prior: str = "learnt",
 ) -> ServiceState:
     """Tenants from the store, jobs from MLflow. `capacity_prices_spec`:
-    `Settings.capacity_prices` (costs in expected dollars; None: seconds)."""
+    `Settings.capacity_prices` (costs in expected dollars; None: seconds); `prior`: one of
+    `PRIORS`."""
     exps = tenant_experiments(client)
     weights = tenant_weights(client)
     known = set(store.tenants())
@@ -238,19 +248,24 @@ def load_state(
     records = job_records(client, [t.experiment_id for t in tenants])
     catalogue = tuple(dict.fromkeys(c for t in tenants for c in t.candidates))
     usd = capacity_prices(capacity_prices_spec, catalogue)
-    return state_of(tenants, records, usd)
+    return state_of(tenants, records, usd, prior)
 
 
 def state_of(
     tenants: list[TenantInfo],
     records: list[JobRecord],
     usd_per_s: Sequence[float] | None = None,
+    prior: str = "learnt",
 ) -> ServiceState:
     """The service's state from its tenants and job records: the problem (`build_problem`) with
-    the prior learnt across tenants (`ServiceState.with_learnt_prior`)."""
+    the prior learnt across tenants (`ServiceState.with_learnt_prior`), or with ``prior=
+    "independent"`` the independent arms `build_problem` starts from."""
+    if prior not in PRIORS:
+        raise ValueError(f"prior {prior!r} is not valid; valid: {', '.join(PRIORS)}")
     problem, catalogue = build_problem(tenants, usd_per_s)
     usd = None if usd_per_s is None else tuple(usd_per_s)
-    return ServiceState(tenants, records, problem, catalogue, usd).with_learnt_prior()
+    state = ServiceState(tenants, records, problem, catalogue, usd)
+    return state.with_learnt_prior() if prior == "learnt" else state
 
 
 def build_problem(

@@ -4,14 +4,15 @@ Issue 16, item 5. Each tenant of a directory (``NAME.csv`` with a header and a l
 ``NAME/<label>/*.png`` folders) is split into a seeded, stratified train part, which is fed, and
 a test part the service never sees. Then, per system:
 
-* a service system (``live``: the default policy, as `tenantml run` serves; ``hybrid``,
-  ``roundrobin``, any `policy.POLICY_NAMES`) gets a fresh home, its tenants submitted and fed
-  through the SDK, and ``tenantml run --policy P --slots G`` in its own process, stopped with
-  SIGINT (Ctrl-C) after `budget_s` of wall clock. The clock starts when the command starts:
-  its start-up is the service's time too. Afterwards the tenant's registered model versions
-  are the models it served: a version is registered when it becomes ``best`` (`record`), so at
-  time t the served model is the last version created by t. Each is loaded from the registry
-  and scored on the test part.
+* a service system (``live``: the default policy, as `tenantml run` serves;
+  ``live-independent``: the same with independent arms for its GP prior, the ablation of
+  learning across tenants; ``hybrid``, ``roundrobin``, any `policy.POLICY_NAMES`) gets a
+  fresh home, its tenants submitted and fed through the SDK, and ``tenantml run --policy P
+  --slots G`` in its own process, stopped with SIGINT (Ctrl-C) after `budget_s` of wall
+  clock. The clock starts when the command starts: its start-up is the service's time too.
+  Afterwards the tenant's registered model versions are the models it served: a version is
+  registered when it becomes ``best`` (`record`), so at time t the served model is the last
+  version created by t. Each is loaded from the registry and scored on the test part.
 * ``flaml`` runs FLAML's AutoML per tenant with an equal share of the same clock,
   ``budget_s * slots / n`` seconds, one thread; its anytime curve comes from nested budgets (a
   fit per quarter of the share).
@@ -54,6 +55,9 @@ __all__ = [
 
 FLAML = "flaml"
 LIVE = "live"  # the service's default policy: what `tenantml run` serves
+# the same with the GP prior of independent arms (`tenantml run --prior independent`): what the
+# live service ran before it learnt across tenants (issue 16's ablation)
+INDEPENDENT = "live-independent"
 QUARTERS = (0.25, 0.5, 0.75, 1.0)
 CURVE_POINTS = 41  # samples of each curve in curves.csv, t = 0, 1/40, ..., 1
 STOP_GRACE_S = 120.0  # the service's stop after SIGINT is waited this long before SIGKILL
@@ -256,7 +260,9 @@ def run_service(
         c.submit(tenant.name, tenant.schema, weight=(weights or {}).get(tenant.name))
         c.feed(tenant.name, tenant.x_train, tenant.y_train.tolist())
     cmd = [sys.executable, "-m", "tenantml.cli", "run", "--slots", str(slots), *extra_args]
-    if system != LIVE:
+    if system == INDEPENDENT:
+        cmd += ["--prior", "independent"]
+    elif system != LIVE:
         cmd += ["--policy", system]
     log = open(home / "run.log", "w")  # noqa: SIM115 (closed below)
     t0 = time.time()
@@ -419,7 +425,7 @@ def run_bench_live(
     from mlflow_plugin.tracking import valid_weight
     from policy import POLICY_NAMES
 
-    valid = (LIVE, FLAML, *POLICY_NAMES)
+    valid = (LIVE, INDEPENDENT, FLAML, *POLICY_NAMES)
     for s in systems:
         if s not in valid:
             raise ValueError(f"--systems: {s!r} is not valid; valid: {', '.join(valid)}")

@@ -488,8 +488,12 @@ def bench_live(
     budget_s: Annotated[float, typer.Option(help="wall clock per system (s)")] = 240.0,
     slots: Annotated[int, typer.Option(help="GPU slots of the service")] = 1,
     systems: Annotated[
-        str, typer.Option(help="comma-separated: live (the default policy), any policy, flaml")
-    ] = "live,hybrid,roundrobin,flaml",
+        str,
+        typer.Option(
+            help="comma-separated: live (the default policy), live-independent (the same with "
+            "independent arms, the ablation), any policy, flaml"
+        ),
+    ] = "live,live-independent,hybrid,roundrobin,flaml",
     seed: Annotated[int, typer.Option(help="the train/test split's seed")] = 0,
     test_fraction: Annotated[float, typer.Option(help="held-out part of each tenant")] = 0.25,
     label_column: Annotated[

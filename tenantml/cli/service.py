@@ -333,6 +333,13 @@ def run(
         float | None,
         typer.Option(help="tune torch models with SEER: budget = X x the expected job time"),
     ] = None,
+    prior: Annotated[
+        str,
+        typer.Option(
+            help="the policy's GP prior: learnt (across tenants, the default) or independent "
+            "(arms known nothing about: the ablation)"
+        ),
+    ] = "learnt",
     sleep_job_seconds: Annotated[float | None, typer.Option(hidden=True)] = None,
     home: Home = None,
 ) -> None:
@@ -360,6 +367,8 @@ def run(
                 raise ValueError(f"--ticks {ticks} is not valid: use 0 (drain) or more")
             if seer_budget_x is not None and not seer_budget_x >= 1:
                 raise ValueError(f"--seer-budget-x {seer_budget_x} is not valid: use 1 or more")
+            if prior not in ("learnt", "independent"):  # tasks._service.PRIORS (not loaded yet)
+                raise ValueError(f"--prior {prior!r} is not valid; valid: learnt, independent")
             # Its settings reach the environment before Prefect loads. No fail-fast check of the
             # servers: the scheduler waits for them (`Client.run`).
             from tenantml.client import Client
@@ -380,6 +389,7 @@ def run(
                     job_budget_s=job_budget,
                     sleep_s=sleep_job_seconds,
                     seer_budget_x=seer_budget_x,
+                    prior=prior,
                 )
     except KeyboardInterrupt as e:  # a signal before the handler was armed, or a second one
         stopping = view.stopping if view is not None else None

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from mlflow.tracking import MlflowClient
 
 from tenantml.bench.live import write_demo_tenants
 
@@ -21,12 +22,20 @@ def test_bench_live_serves_wine_within_its_budget(tmp_path: Path) -> None:
     (demo / "wine.csv").rename(tmp_path / "tenants" / "wine.csv")
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "tenantml.cli", "bench-live", str(tmp_path / "tenants"),
-           "--budget-s", "75", "--systems", "live,roundrobin", "--out", str(out)]  # fmt: skip
+           "--budget-s", "75", "--systems", "live,live-independent", "--weights", "wine=2",
+           "--out", str(out)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
 
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["tenants"] == ["wine"] and set(summary["systems"]) == {"live", "roundrobin"}
+    assert summary["tenants"] == ["wine"] and summary["weights"] == {"wine": 2.0}
+    assert set(summary["systems"]) == {"live", "live-independent"}
+    for name, prior in (("live", "learnt"), ("live-independent", "independent")):
+        mlflow = MlflowClient(f"sqlite:///{out / 'homes' / name / 'mlflow.db'}")
+        [run] = mlflow.search_runs(
+            [mlflow.get_experiment_by_name("tenantml/scheduler").experiment_id]
+        )
+        assert run.data.params["prior"] == prior, name
     for name, system in summary["systems"].items():
         assert system["jobs"] >= 1, (name, system)
         # served within the budget, scored on the held-out quarter: well above chance (0.4)

@@ -232,7 +232,8 @@ def test_tenant_weights_reach_the_replay(tmp_path: Path) -> None:
 
     table = load_dataset("easeml-dl", 0)
     path = tmp_path / "w.csv"
-    rows = [f"{t},{w:.3f}" for t, w in zip(table.tenants[::2], np.linspace(0.2, 5, 500))]
+    listed = table.tenants[::2]
+    rows = [f"{t},{w:.3f}" for t, w in zip(listed, np.linspace(0.2, 5, len(listed)), strict=True)]
     path.write_text("tenant,weight\n" + "\n".join(rows) + "\n")
     weights = read_tenant_weights(path, table.tenants)
     assert weights[0] == pytest.approx(0.2) and weights[1] == 1.0

@@ -217,7 +217,7 @@ def test_scheduler_parameters_are_checked_before_anything_starts() -> None:
     good = dict(ticks=None, policy=None, slots=None, max_epochs=10, job_budget_s=None,
                 sleep_s=None, poll_s=0.5, refresh_s=5.0, seed=0, stop_when_idle=False,
                 dispatch="auto", prefetch=None, seer_budget_x=None,
-                outage_patience_s=None)  # fmt: skip
+                outage_patience_s=None, prior="learnt")  # fmt: skip
     SchedulerOptions(**good)  # type: ignore[arg-type]
     for bad, message in [
         ({"dispatch": "gpu"}, "dispatch 'gpu': use one of auto, local, pool"),
@@ -228,6 +228,7 @@ def test_scheduler_parameters_are_checked_before_anything_starts() -> None:
         ({"max_epochs": 0}, "max_epochs 0: use 1 or more"),
         ({"job_budget_s": 0.0}, "job_budget_s 0.0: use a positive number"),
         ({"poll_s": 0.0}, "poll_s 0.0: use a positive number of seconds"),
+        ({"prior": "flat"}, "prior 'flat': use one of learnt, independent"),
     ]:
         with pytest.raises(ValueError, match="scheduler parameters not valid: " + message):
             SchedulerOptions(**{**good, **bad})  # type: ignore[arg-type]
@@ -282,3 +283,21 @@ def test_a_tenants_weight_is_its_w_i_and_rate_serves_the_heavier_first() -> None
     assert first.tenant == "a"
     [first] = Planner("rate", slots=1).decide(_state(heavy, []), in_flight=[], tick=0)
     assert first.tenant == "c"
+
+
+def test_the_independent_prior_ablation_keeps_the_arms_apart() -> None:
+    """``prior="independent"``: the GP prior `build_problem` starts from (every arm mean 0.5,
+    no correlation), whatever the other tenants' results; ``learnt`` (the default) learns
+    from them; anything else is named."""
+    from tasks._service import state_of
+
+    tenants = [_tenant("a", TAB), _tenant("b", TAB)]
+    records = [_record("a", c.name, acc=0.6 + 0.05 * k) for k, c in enumerate(candidates(TAB))]
+    independent = state_of(tenants, records, prior="independent").problem.prior
+    learnt = state_of(tenants, records).problem.prior
+    assert independent is not None and learnt is not None
+    np.testing.assert_allclose(independent.mean, 0.5)
+    assert np.count_nonzero(independent.cov - np.diag(np.diag(independent.cov))) == 0
+    assert not np.allclose(learnt.mean, independent.mean)
+    with pytest.raises(ValueError, match="prior 'flat' is not valid; valid: learnt, independent"):
+        state_of(tenants, records, prior="flat")
