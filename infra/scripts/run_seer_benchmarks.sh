@@ -2,9 +2,10 @@
 # SEER, SEER with its plan filled, and the Sec. 6.3 baselines on every built-in curve set at the
 # paper's budget ratios (budget = 4x and 16x the deadline in GPU-minutes), deadlines of a quarter
 # of and one median full run. With syne-tune installed (pip install 'tenantml[peers]'), Syne
-# Tune's ASHA and BOHB run beside ours on the same problems (LCDB: its first 50 groups).
-# Usage: infra/scripts/run_seer_benchmarks.sh [OUT_DIR]   (about 25 min on 2 cores, 10 without
-# the peer; DEADLINES="0.25x" for the quarter only, JOBS=N processes)
+# Tune's ASHA and BOHB run beside ours on the same problems (LCDB: its first PEER_LCDB_GROUPS
+# groups, default 50: the peer costs about 0.1-1 s a run, so all 248 would take hours).
+# Usage: infra/scripts/run_seer_benchmarks.sh [OUT_DIR]   (our methods: about 5 min on 2 cores;
+# the peer: about 1 h more; DEADLINES="0.25x" for the quarter only, JOBS=N processes)
 set -euo pipefail
 out=${1:-results/seer}
 tenantml=${TENANTML:-.venv/bin/tenantml}
@@ -21,7 +22,7 @@ for deadline in ${DEADLINES:-0.25x 1x}; do
         --seeds 20 --jobs "$jobs" --out "$out/$run"
       if [ "$peer" = 1 ]; then
         groups=()
-        [ "$curves" = lcdb ] && groups=(--groups 50)
+        [ "$curves" = lcdb ] && groups=(--groups "${PEER_LCDB_GROUPS:-50}")
         $tenantml seer simulate --curves "$curves" --deadline "$deadline" --budget "$budget" \
           --seeds 20 --jobs "$jobs" --methods asha,bohb --peer synetune "${groups[@]}" \
           --out "$out/peer/$run"

@@ -127,16 +127,20 @@ def test_p_max_caps_parallelism() -> None:
     assert max(plan(60, 64 * 60, p_max=4).P) <= 4
 
 
+# Fact 1's random inputs: T, B = ratio x T, eta, v, p_min, p_max = p_min + extra (None: inf).
+PLAN_INPUTS = {
+    "T": st.floats(0.5, 5000),
+    "ratio": st.floats(0.01, 200),
+    "eta": st.floats(1.2, 8),
+    "v": st.floats(1, 4),
+    "p_min": st.integers(1, 4),
+    "p_max_extra": st.one_of(st.none(), st.integers(0, 32)),
+    "t_min": st.floats(0.1, 10),
+}
+
+
 @settings(max_examples=400, deadline=None)
-@given(
-    T=st.floats(0.5, 5000),
-    ratio=st.floats(0.01, 200),
-    eta=st.floats(1.2, 8),
-    v=st.floats(1, 4),
-    p_min=st.integers(1, 4),
-    p_max_extra=st.one_of(st.none(), st.integers(0, 32)),
-    t_min=st.floats(0.1, 10),
-)
+@given(**PLAN_INPUTS)
 def test_fact_1_no_plan_exceeds_deadline_or_budget(
     T: float, ratio: float, eta: float, v: float, p_min: int, p_max_extra: int | None, t_min: float
 ) -> None:
@@ -190,15 +194,7 @@ def test_fill_on_the_section_3_4_example_gives_the_final_leader_the_rest() -> No
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    T=st.floats(0.5, 5000),
-    ratio=st.floats(0.01, 200),
-    eta=st.floats(1.2, 8),
-    v=st.floats(1, 4),
-    p_min=st.integers(1, 4),
-    p_max_extra=st.one_of(st.none(), st.integers(0, 32)),
-    t_min=st.floats(0.1, 10),
-)
+@given(**PLAN_INPUTS)
 def test_fact_1_holds_for_filled_plans_and_they_leave_less_than_one_trial_round(
     T: float, ratio: float, eta: float, v: float, p_min: int, p_max_extra: int | None, t_min: float
 ) -> None:

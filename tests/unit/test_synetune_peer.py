@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,22 +15,16 @@ from typer.testing import CliRunner
 from policy.seer.tuning import Curves, TuningSettings, run_method
 from tenantml.bench.synetune_peer import PeerUnavailable, check_available, run_peer
 from tenantml.cli import app
+from tests.unit.test_tuning_sim import flat_curves, rising_curves
 
 runner = CliRunner()
 
 
 def rising(finals: list[float], length: int = 40, hps: bool = False) -> Curves:
-    """Configuration i rises linearly to ``finals[i]``; one evaluation per time unit; with
-    ``hps``, its one hyperparameter is its final value (a searcher can learn it)."""
-    t = np.arange(1.0, length + 1)
-    return Curves(
-        "rising",
-        tuple(str(i) for i in range(len(finals))),
-        tuple(t for _ in finals),
-        tuple(f * t / length for f in finals),
-        np.array(finals)[:, None] if hps else None,
-        ("quality",) if hps else (),
-    )
+    """`rising_curves` (configuration i rises linearly to ``finals[i]``); with ``hps``, its one
+    hyperparameter is its final value (a searcher can learn it)."""
+    c = rising_curves(finals, length)
+    return replace(c, hps=np.array(finals)[:, None], hp_names=("quality",)) if hps else c
 
 
 def test_a_missing_syne_tune_is_named_with_its_install_command(
@@ -61,17 +56,6 @@ def test_peer_returns_the_metric_of_a_sampled_configuration_and_pays_n_workers(
     assert value in {f * j / 40 for f in finals for j in range(1, 41)}
 
 
-def flat(levels: list[float], length: int = 40) -> Curves:
-    """Configuration i scores ``levels[i]`` from its first evaluation on."""
-    t = np.arange(1.0, length + 1)
-    return Curves(
-        "flat",
-        tuple(str(i) for i in range(len(levels))),
-        tuple(t for _ in levels),
-        tuple(np.full(length, v) for v in levels),
-    )
-
-
 def test_the_two_ashas_differ_as_stopping_and_promotion_asha_do() -> None:
     """What the README explains: Syne Tune 0.16's ASHA is the stopping variant (a trial runs on
     until a rung ranks it out), ours the promotion variant of Li et al. (Alg. 2: at every rung
@@ -88,7 +72,7 @@ def test_the_two_ashas_differ_as_stopping_and_promotion_asha_do() -> None:
         ours = [run_method("asha", c, 20, 160, seed, s).value for seed in range(10)]
         return ours, [run_peer("asha", c, 20, 160, seed, s)[0] for seed in range(10)]
 
-    ours, theirs = both(flat(levels))
+    ours, theirs = both(flat_curves(levels, 40))
     assert np.mean(ours) > 0.85 and np.mean(theirs) > 0.8
     assert np.mean(ours) >= np.mean(theirs)
     ours, theirs = both(rising(levels))
