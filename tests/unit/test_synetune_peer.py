@@ -3,6 +3,7 @@ baselines are checked against. Skipped where syne-tune (the `peers` extra) is no
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from dataclasses import replace
@@ -40,9 +41,14 @@ def test_the_peer_runs_only_asha_and_bohb() -> None:
         run_peer("seer", rising([0.5, 0.6]), 10, 40, 0, TuningSettings(t_min=1))
 
 
-syne = pytest.importorskip("syne_tune", reason="syne-tune is an optional peer: tenantml[peers]")
+# The tests below run Syne Tune; `make test` does not install it (the `peers` extra).
+needs_syne_tune = pytest.mark.skipif(
+    importlib.util.find_spec("syne_tune") is None,
+    reason="syne-tune is an optional peer: pip install 'tenantml[peers]'",
+)
 
 
+@needs_syne_tune
 @pytest.mark.parametrize("method", ["asha", "bohb"])
 def test_peer_returns_the_metric_of_a_sampled_configuration_and_pays_n_workers(
     method: str,
@@ -56,6 +62,7 @@ def test_peer_returns_the_metric_of_a_sampled_configuration_and_pays_n_workers(
     assert value in {f * j / 40 for f in finals for j in range(1, 41)}
 
 
+@needs_syne_tune
 def test_the_two_ashas_differ_as_stopping_and_promotion_asha_do() -> None:
     """What the README explains: Syne Tune 0.16's ASHA is the stopping variant (a trial runs on
     until a rung ranks it out), ours the promotion variant of Li et al. (Alg. 2: at every rung
@@ -79,6 +86,7 @@ def test_the_two_ashas_differ_as_stopping_and_promotion_asha_do() -> None:
     assert np.mean(theirs) > np.mean(ours)
 
 
+@needs_syne_tune
 def test_cli_simulate_with_the_peer_adds_its_columns(tmp_path: Path) -> None:
     rows = ["group,curve_id,step,metric"]
     rng = np.random.default_rng(0)
