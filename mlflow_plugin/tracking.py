@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mlflow.entities import Param, Run, RunStatus, RunTag
+from mlflow.entities import Experiment, Param, Run, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 
 __all__ = [
@@ -147,9 +147,16 @@ def valid_weight(weight: object) -> float:
     return w
 
 
-def tenant_weights(client: MlflowClient) -> dict[str, float]:
-    """Tenant name -> weight, for the tenants whose weight the operator set (others: 1)."""
-    exp = client.get_experiment_by_name(SCHEDULER_EXPERIMENT)
+def tenant_weights(
+    client: MlflowClient, experiments: Iterable[Experiment] | None = None
+) -> dict[str, float]:
+    """Tenant name -> weight, for the tenants whose weight the operator set (others: 1).
+    `experiments`: the result of a `search_experiments` the caller made anyway (saves a
+    request); None: ask MLflow."""
+    if experiments is None:
+        exp = client.get_experiment_by_name(SCHEDULER_EXPERIMENT)
+    else:
+        exp = next((e for e in experiments if e.name == SCHEDULER_EXPERIMENT), None)
     if exp is None:
         return {}
     out = {}
@@ -172,10 +179,16 @@ def set_tenant_weight(
     return w
 
 
-def tenant_experiments(client: MlflowClient) -> dict[str, str]:
-    """tenant name -> experiment id, for every submitted tenant."""
-    exps = client.search_experiments(filter_string=f"tags.`{KIND}` = 'tenant'")
-    return {e.tags[TENANT]: str(e.experiment_id) for e in exps}
+def tenant_experiments(
+    client: MlflowClient, experiments: Iterable[Experiment] | None = None
+) -> dict[str, str]:
+    """tenant name -> experiment id, for every submitted tenant. `experiments`: as for
+    `tenant_weights`."""
+    if experiments is None:
+        experiments = client.search_experiments(filter_string=f"tags.`{KIND}` = 'tenant'")
+    return {
+        e.tags[TENANT]: str(e.experiment_id) for e in experiments if e.tags.get(KIND) == "tenant"
+    }
 
 
 @dataclass(frozen=True)

@@ -232,10 +232,11 @@ def load_state(
     """Tenants from the store, jobs from MLflow. `capacity_prices_spec`:
     `Settings.capacity_prices` (costs in expected dollars; None: seconds); `prior`: one of
     `PRIORS`."""
-    exps = tenant_experiments(client)
-    weights = tenant_weights(client)
+    experiments = client.search_experiments()  # one request for the tenants, order, weights
+    exps = tenant_experiments(client, experiments)
+    weights = tenant_weights(client, experiments)
     known = set(store.tenants())
-    created = {e.experiment_id: e.creation_time for e in client.search_experiments()}
+    created = {e.experiment_id: e.creation_time for e in experiments}
     tenants = []
     for name, exp_id in sorted(exps.items(), key=lambda kv: (created.get(kv[1], 0), kv[0])):
         if name not in known:

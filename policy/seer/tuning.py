@@ -35,6 +35,7 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Protocol
 
 import numpy as np
@@ -120,7 +121,7 @@ class Curves:
         """Median time of a whole curve (one configuration trained to its end)."""
         return float(np.median([t[-1] for t in self.times]))
 
-    @property
+    @cached_property
     def unit_hps(self) -> FloatArray:
         """(n, d') hyperparameters scaled to [0, 1] for a model-based searcher: log scale for
         positive ones spanning more than 20x, constant ones dropped; (n, 0) when the set has
@@ -133,6 +134,13 @@ class Curves:
         lo, hi = x.min(0), x.max(0)
         keep = hi > lo
         return np.asarray((x[:, keep] - lo[keep]) / (hi[keep] - lo[keep]), float)
+
+    def nearest_untried(self, target: FloatArray, used: set[int]) -> int:
+        """The configuration nearest ``target`` (a point in :attr:`unit_hps`' space) not in
+        ``used``; the nearest of all when every one is used. A model-based searcher proposes
+        points, a recorded set holds each configuration once."""
+        order = np.argsort(((self.unit_hps - target) ** 2).sum(1), kind="stable")
+        return next((int(c) for c in order if int(c) not in used), int(order[0]))
 
     @property
     def max_evals(self) -> int:

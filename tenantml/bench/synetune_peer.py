@@ -155,8 +155,7 @@ def _backend_class(st: dict[str, Any]) -> type:
                     return proposal
                 return int(self.rng.choice(unused))
             target = np.array([float(config[f"x{j}"]) for j in range(self.x.shape[1])])
-            order = np.argsort(((self.x - target) ** 2).sum(1), kind="stable")
-            return next((int(c) for c in order if int(c) not in used), int(order[0]))
+            return self.curves.nearest_untried(target, used)
 
         def _run_job_and_collect_results(
             self, trial_id: int, config: dict[str, Any] | None = None

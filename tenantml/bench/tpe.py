@@ -56,11 +56,7 @@ class TPESampler:
             proposal = int(params["config"])
             return proposal if proposal not in self._used else self._uniform.sample()
         target = np.array([params[f"x{j}"] for j in range(self._x.shape[1])])
-        order = np.argsort(((self._x - target) ** 2).sum(1))
-        for c in order:
-            if int(c) not in self._used:
-                return int(c)
-        return int(order[0])
+        return self._curves.nearest_untried(target, self._used)
 
     def sample(self) -> int:
         by_budget: dict[int, list[tuple[int, float]]] = defaultdict(list)
