@@ -172,12 +172,12 @@ class Client:
         """Operator: tenant `name`'s weight w_i, the factor of its regret in the total the `rate`
         policy reduces (2: its loss counts twice; default 1). Applies from the scheduler's next
         refresh. Returns the weight set."""
-        from mlflow_plugin.tracking import set_tenant_weight, valid_weight
+        from mlflow_plugin.tracking import set_tenant_weight
 
         self._operator_only("a tenant's weight")
-        w = valid_weight(weight)
         self.store.schema(name)  # UnknownTenantError naming the known tenants
-        return set_tenant_weight(self.mlflow, name, w, self.settings.artifact_location)
+        # validates the weight before it writes anything
+        return set_tenant_weight(self.mlflow, name, weight, self.settings.artifact_location)
 
     def weight(self, name: str) -> float:
         """Operator: tenant `name`'s weight (1 unless `set_weight` changed it)."""

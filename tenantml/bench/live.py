@@ -328,17 +328,14 @@ def summarize(
     loss at the end (``best_i - A[s][i](1)``). With `weights` (tenant -> w_i, others 1) the
     regret is the weighted mean ``sum_i w_i r_i / sum_i w_i``, the total the service reduces."""
     grid = np.linspace(0.0, 1.0, CURVE_POINTS)
-    w = np.array([(weights or {}).get(t.name, 1.0) for t in tenants], float)  # (n,)
+    given = {t.name: float((weights or {}).get(t.name, 1.0)) for t in tenants}
+    w = np.array(list(given.values()))  # (n,)
     w = w / w.sum() if len(w) else w
     acc = {
         r.system: np.array([[r.accuracy(t, g) for g in grid] for t in tenants]) for r in runs
     }  # (n, CURVE_POINTS)
     best = np.max([a.max(axis=1) for a in acc.values()], axis=0)  # (n,)
-    summary: dict[str, Any] = {
-        "tenants": [t.name for t in tenants],
-        "weights": {t.name: float((weights or {}).get(t.name, 1.0)) for t in tenants},
-        "systems": {},
-    }
+    summary: dict[str, Any] = {"tenants": list(given), "weights": given, "systems": {}}
     rows = []
     for r in runs:
         a = acc[r.system]
