@@ -417,9 +417,10 @@ def connect(options: SchedulerOptions, run_train: Callable[[dict[str, Any]], Any
     if local:
         dispatcher = LocalDispatcher(planner.capacity, run_train)
     else:
-        env = {"TENANTML_HOME": str(settings.home)}
+        # No setting of this machine goes with a run: it gets its node's worker's environment
+        # (its own TENANTML_HOME), so a run taken by another node's worker works there too.
         dispatcher = DeploymentDispatcher(
-            slots, env, pin_gpus=settings.pin_gpus, command=settings.flow_run_command
+            slots, {}, pin_gpus=settings.pin_gpus, command=settings.flow_run_command
         )
     svc = Service(
         options, settings, policy, slots, patience_s, lock_dir, client, store, planner, dispatcher

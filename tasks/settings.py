@@ -69,7 +69,9 @@ class Settings:
     slots: int  # TENANTML_GPU_SLOTS or servers.json; 0: one per CUDA device
     policy_given: str | None  # TENANTML_POLICY
     server_env: tuple[tuple[str, str], ...] = ()
-    pin_gpus: bool = False  # one machine (`tenantml up`): slot i runs on GPU i
+    # one machine (`tenantml up`): slot i runs on GPU i; with other nodes (`up --listen`, a
+    # cluster) each node's workers pin their own GPUs
+    pin_gpus: bool = False
     # Jobs sent per slot beyond its running one, each waiting warm on the slot's lock (where
     # locks work: one machine): `tenantml up --prefetch`, whose workers take 1 + this many runs.
     prefetch_per_slot: int = 1
@@ -106,7 +108,7 @@ class Settings:
             slots=slots,
             policy_given=env("TENANTML_POLICY") or None,
             server_env=tuple(sorted(servers.get("env", {}).items())),
-            pin_gpus=bool(servers),
+            pin_gpus=bool(servers) and bool(servers.get("pin_gpus", True)),
             prefetch_per_slot=int(servers.get("prefetch_per_slot", 1)),
             flow_run_command=servers.get("flow_run_command"),
             user=env("TENANTML_USER") or None,

@@ -644,11 +644,20 @@ def up(
         typer.Option("--warm/--cold", help="flow runs fork from a warm process, or start anew"),
     ] = False,
     prefetch: Annotated[
-        int, typer.Option(help="jobs sent per slot beyond its running one (short jobs: 3)")
-    ] = 1,
+        int | None,
+        typer.Option(help="jobs sent per slot beyond its running one (default 1, short jobs: 3)"),
+    ] = None,
+    listen: Annotated[
+        str | None,
+        typer.Option(
+            help="serve other nodes too: listen on this address of the machine (no prefetch); "
+            "`tenantml node-env` prints their settings"
+        ),
+    ] = None,
     home: Home = None,
 ) -> None:
-    """Start the servers on loopback (S3, MLflow, Prefect, the gpu pool and its workers)."""
+    """Start the servers on loopback, or on --listen ADDR for other nodes (S3, MLflow, Prefect,
+    the gpu pool and its workers)."""
     from tenantml.ops.servers import up as start
 
     with _errors():
@@ -661,6 +670,7 @@ def up(
             auth=auth,
             warm=warm,
             prefetch=prefetch,
+            listen=listen,
         )
         console.print(
             f"up for {root.resolve()}:\n  MLflow UI  {cfg['tracking_uri']}\n"
@@ -668,6 +678,18 @@ def up(
             f"{cfg['s3_endpoint_url']}\n  {slots} worker(s) on work pool 'gpu'; "
             "deployments scheduler/scheduler and train/train"
         )
+
+
+def node_env(home: Home = None) -> None:
+    """Operator: the settings by environment another node's workers need to join the servers of
+    `tenantml up --listen ADDR`, as `export` lines (infra/k8s/README.md, step 4)."""
+    import shlex
+
+    from tenantml.ops.servers import node_env as settings_for_nodes
+
+    with _errors():
+        for k, v in settings_for_nodes(home or _home()).items():
+            typer.echo(f"export {k}={shlex.quote(v)}")
 
 
 def grant(name: Annotated[str, typer.Argument()], home: Home = None) -> None:
@@ -698,6 +720,7 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "run": run,
     "demo": demo,
     "up": up,
+    "node-env": node_env,
     "down": down,
     "grant": grant,
 }

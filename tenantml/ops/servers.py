@@ -12,7 +12,14 @@
    ``scheduler`` deployment (started from the Prefect UI), both from ``infra/prefect.yaml``;
 
 then writes ``servers.json``, which `tasks.settings` reads: from then on every command of this
-installation uses the servers. `down` stops every PID it started (TERM, then INT, then KILL:
+installation uses the servers.
+
+``--listen ADDR`` serves other machines too: the servers listen on ADDR (an address of this
+machine that the other nodes reach) instead of 127.0.0.1, each worker pins its own GPU
+(``CUDA_VISIBLE_DEVICES``) and takes one run at a time, and nothing is prefetched (slot locks
+are files on one machine). `node_env` gives the settings by environment that another node's
+workers need (``infra/k8s/README.md``, step 4); `tenantml.ops.nodes` runs such a node in a
+network namespace of this machine. `down` stops every PID it started (TERM, then INT, then KILL:
 the Prefect worker ignores the first TERM) and removes ``servers.json``.
 """
 
@@ -37,6 +44,7 @@ from tenantml.ops.warm import SOCKET_ENV
 __all__ = [
     "MLFLOW_SERVER_ENV",
     "down",
+    "node_env",
     "executable",
     "flow_processes",
     "free_port",
@@ -62,10 +70,25 @@ MOTO_CREDENTIALS = {
 MLFLOW_SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def _listen_address(listen: str) -> str:
+    """`listen` if it is an IPv4 address of this machine; a clear error otherwise."""
+    try:
+        socket.inet_aton(listen)
+        if listen.count(".") != 3:
+            raise OSError
+        free_port(listen)
+    except OSError:
+        raise ValueError(
+            f"listen={listen!r} is not an IPv4 address of this machine: give one of its "
+            "addresses that the other nodes reach (`ip -4 addr`), e.g. 10.0.0.5"
+        ) from None
+    return listen
 
 
 def executable(name: str) -> str:
@@ -161,29 +184,39 @@ def up(
     timeout: float = 120.0,
     auth: bool = False,
     warm: bool = False,
-    prefetch: int = 1,
+    prefetch: int | None = None,
+    listen: str | None = None,
 ) -> dict[str, Any]:
     """Start everything (see the module docstring); returns what ``servers.json`` holds.
     `warm`: start the node's warm process (`tenantml.ops.warm`) that flow runs fork from;
     without it every flow run is a new Python process. `prefetch`: jobs the scheduler sends
     per slot beyond the running one (each waits, started, on the slot's lock; a slot's worker
-    takes 1 + `prefetch` runs at once): more keeps a slot busy with jobs of a few seconds."""
+    takes 1 + `prefetch` runs at once): more keeps a slot busy with jobs of a few seconds;
+    default 1, and 0 with `listen`. `listen`: serve other nodes too (module docstring)."""
     home = home.resolve()
     if (home / "servers.json").exists():
         raise ValueError(f"servers are already up for {home}: `tenantml down` first")
     if slots < 1:
         raise ValueError(f"slots={slots} is not valid: use 1 or more")
+    if prefetch is None:
+        prefetch = 0 if listen else 1
     if prefetch < 0:
         raise ValueError(f"prefetch={prefetch} is not valid: use 0 or more")
+    if listen and prefetch:
+        raise ValueError(
+            f"prefetch={prefetch} with listen={listen!r} is not valid: a prefetched job waits on "
+            "a lock file of this machine, which other nodes cannot see; use prefetch 0"
+        )
+    host = _listen_address(listen) if listen else "127.0.0.1"
     run = _Launcher(home)
     logs = run.dir / "logs"
     env: dict[str, str] = {}
     try:
         # 1. S3
         if s3_endpoint is None:
-            port = free_port()
-            pid = run.start("s3", [executable("moto_server"), "-H", "127.0.0.1", "-p", str(port)])
-            s3_endpoint = f"http://127.0.0.1:{port}"
+            port = free_port(host)
+            pid = run.start("s3", [executable("moto_server"), "-H", host, "-p", str(port)])
+            s3_endpoint = f"http://{host}:{port}"
             wait_http(s3_endpoint, timeout, "the S3 server (moto)", pid, logs / "s3.log")
             env.update(MOTO_CREDENTIALS)
         os.environ.update({k: v for k, v in env.items() if k not in os.environ})
@@ -198,8 +231,8 @@ def up(
         if postgres:
             mlflow_db, prefect_db = _start_postgres(run, timeout)
         # 3. MLflow
-        port = free_port()
-        tracking = f"http://127.0.0.1:{port}"
+        port = free_port(host)
+        tracking = f"http://{host}:{port}"
         mlflow_cmd = [
             executable("mlflow"),
             "server",
@@ -208,7 +241,7 @@ def up(
             "--artifacts-destination",
             f"s3://{BUCKET}/mlflow",
             "--host",
-            "127.0.0.1",
+            host,
             "--port",
             str(port),
             "--workers",
@@ -228,8 +261,8 @@ def up(
         pid = run.start("mlflow", mlflow_cmd, {**env, **mlflow_env})
         wait_http(f"{tracking}/health", timeout, "the MLflow server", pid, logs / "mlflow.log")
         # 4. Prefect
-        port = free_port()
-        api = f"http://127.0.0.1:{port}/api"
+        port = free_port(host)
+        api = f"http://{host}:{port}/api"
         pf_env = {
             "PREFECT_HOME": str(run.dir / "prefect"),
             "PREFECT_API_URL": api,
@@ -240,7 +273,7 @@ def up(
             pf_env["PREFECT_API_DATABASE_CONNECTION_URL"] = prefect_db
         pid = run.start(
             "prefect",
-            [executable("prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+            [executable("prefect"), "server", "start", "--host", host, "--port", str(port)],
             pf_env,
         )
         wait_http(f"{api}/health", timeout, "the Prefect server", pid, logs / "prefect.log")
@@ -251,6 +284,10 @@ def up(
             "prefect_api_url": api,
             "gpu_slots": slots,
             "prefetch_per_slot": prefetch,
+            # One machine: the scheduler pins slot i's runs to GPU i. Serving other nodes: each
+            # node's workers pin their own GPU, as on a cluster.
+            "listen": listen,
+            "pin_gpus": listen is None,
             # The command the scheduler gives its `train` runs (job variable): fork them from
             # the warm process; None: the pool's default, a new `python -m prefect.engine`.
             "flow_run_command": f"{PYTHON} -m tenantml.ops.warm run" if warm else None,
@@ -333,7 +370,8 @@ def up(
                 "--name",
                 f"slot-{i}",
             ]
-            run.start(f"worker-{i}", cmd, worker_env)
+            pinned = {"CUDA_VISIBLE_DEVICES": str(i)} if listen else {}
+            run.start(f"worker-{i}", cmd, {**worker_env, **pinned})
         return config
     except BaseException:
         down(home)
@@ -549,15 +587,38 @@ def restart(home: Path, name: str, timeout: float = 120.0) -> int:
     cmd = commands[name]["cmd"]
     pid = run.start(name, cmd, commands[name]["env"])
     health = {
-        "mlflow": ("--port", "/health"),
-        "prefect": ("--port", "/api/health"),
-        "s3": ("-p", ""),
+        "mlflow": ("--host", "--port", "/health"),
+        "prefect": ("--host", "--port", "/api/health"),
+        "s3": ("-H", "-p", ""),
     }
     if name in health:
-        flag, path = health[name]
-        url = f"http://127.0.0.1:{cmd[cmd.index(flag) + 1]}{path}"
+        host, port, path = health[name]
+        url = f"http://{cmd[cmd.index(host) + 1]}:{cmd[cmd.index(port) + 1]}{path}"
         wait_http(url, timeout, f"the {name} server", pid, run.dir / "logs" / f"{name}.log")
     return pid
+
+
+def node_env(home: Path) -> dict[str, str]:
+    """The settings by environment that another node's processes need to join the servers `up`
+    started with `listen` for `home` (``infra/k8s/README.md``, step 4): the MLflow, Prefect and
+    S3 URLs, the store, and the credentials `up` made (the bundled S3 server's dummy keys, the
+    operator's MLflow login with ``--auth``). No path of this machine is in it."""
+    cfg_file = home.resolve() / "servers.json"
+    if not cfg_file.exists():
+        raise ValueError(f"no servers are up for {home}: `tenantml up --listen ADDR` first")
+    cfg = json.loads(cfg_file.read_text())
+    if not cfg.get("listen"):
+        raise ValueError(
+            f"the servers of {home} listen on 127.0.0.1 only, which other nodes cannot reach: "
+            "`tenantml down`, then `tenantml up --listen ADDR` with an address they reach"
+        )
+    return {
+        "TENANTML_TRACKING_URI": cfg["tracking_uri"],
+        "TENANTML_STORE": cfg["store"],
+        "TENANTML_S3_ENDPOINT_URL": cfg["s3_endpoint_url"],
+        "PREFECT_API_URL": cfg["prefect_api_url"],
+        **cfg.get("env", {}),
+    }
 
 
 def _stop_postgres(run: _Launcher) -> None:
