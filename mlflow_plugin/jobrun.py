@@ -14,7 +14,8 @@ Every tag of a job's runs is set here, once (the names are `mlflow_plugin.tracki
 
 * a job's run: ``tenantml.kind = job``, ``tenantml.job_id``, ``tenantml.tenant``; this
   attempt's ``tenantml.tick``, ``tenantml.policy``, ``tenantml.slot`` and
-  ``tenantml.flow_run_id`` (when there is a Prefect flow run); ``tenantml.model_uri`` once the
+  ``tenantml.flow_run_id`` (when there is a Prefect flow run) and ``tenantml.node`` (the host
+  name of the machine it runs on); ``tenantml.model_uri`` once the
   model is logged. MLflow's logged model gets the tenant, policy and tick.
 * a trial's run: ``mlflow.parentRunId`` (the job's run), ``tenantml.kind = seer-trial``,
   ``tenantml.seer_trial = <job id>/<trial>``, ``tenantml.job_id``; the caller's per-stage tags.
@@ -30,6 +31,7 @@ thread's active run (MLflow logs a model into the active run) and logging the mo
 from __future__ import annotations
 
 import math
+import socket
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -46,6 +48,7 @@ from mlflow_plugin.tracking import (
     JOB_ID,
     KIND,
     MODEL_URI,
+    NODE,
     POLICY,
     SEER_TRIAL,
     SLOT,
@@ -116,7 +119,7 @@ class JobRun:
         """The run of training job `job_id`, RUNNING and this thread's active MLflow run until
         `end`: the run of an earlier attempt (its checkpoint is what the trainer resumes from),
         else a new one. `params`: more params than ``model``, ``snapshot``, ``policy``."""
-        tags = {TICK: str(tick), POLICY: policy, SLOT: str(slot)}
+        tags = {TICK: str(tick), POLICY: policy, SLOT: str(slot), NODE: socket.gethostname()}
         if flow_run_id:
             tags[FLOW_RUN_ID] = flow_run_id
         all_params = {"model": candidate, "snapshot": snapshot, "policy": policy, **(params or {})}

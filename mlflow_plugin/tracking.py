@@ -48,6 +48,7 @@ SCHEDULER_EXPERIMENT = "tenantml/scheduler"
 KIND, JOB_ID, TENANT = "tenantml.kind", "tenantml.job_id", "tenantml.tenant"
 TICK, POLICY, SLOT = "tenantml.tick", "tenantml.policy", "tenantml.slot"
 FLOW_RUN_ID, MODEL_URI = "tenantml.flow_run_id", "tenantml.model_uri"
+NODE = "tenantml.node"  # the host name of the machine that runs (ran) the job's latest attempt
 SEER_TRIAL = "tenantml.seer_trial"  # ``<job id>/<trial>`` of a SEER trial's nested run
 JOB_KIND, TRIAL_KIND = "job", "seer-trial"  # values of KIND on runs
 # MLflow 3's UI picks the training view (not the GenAI one) by this experiment tag.
@@ -207,6 +208,7 @@ class JobRecord:
     start_time: float
     end_time: float | None
     flow_run_id: str | None
+    node: str | None = None  # NODE: where its latest attempt runs (ran)
 
     @staticmethod
     def from_run(run: Run) -> JobRecord:
@@ -226,6 +228,7 @@ class JobRecord:
             run.info.start_time / 1000.0,
             None if run.info.end_time is None else run.info.end_time / 1000.0,
             tags.get(FLOW_RUN_ID),
+            tags.get(NODE),
         )
 
 

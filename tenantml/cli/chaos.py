@@ -36,6 +36,12 @@ def chaos(
     ] = None,
     seed: Annotated[int, typer.Option(help="seeds the order and moments of the faults")] = 0,
     postgres: Annotated[bool, typer.Option(help="run MLflow and Prefect on PostgreSQL")] = False,
+    nodes: Annotated[
+        int,
+        typer.Option(
+            help="2: a second node (a network namespace, root) whose whole loss is a fault too"
+        ),
+    ] = 1,
     home: Annotated[
         Path | None, typer.Option(help="a fresh TENANTML_HOME (default: temporary)")
     ] = None,
@@ -54,7 +60,9 @@ def chaos(
     if (root / "servers.json").exists():
         console.print(f"error: {root} has servers up already; give a fresh --home")
         raise typer.Exit(2)
-    total = chaos_steps(kills=kills, outage_s=outage_s, tenants=tenants, batches=batches)
+    total = chaos_steps(
+        kills=kills, outage_s=outage_s, tenants=tenants, batches=batches, nodes=nodes
+    )
     try:
         with progress_bar("faults and feeds", total) as advance:
             rep = run_chaos(
@@ -65,6 +73,7 @@ def chaos(
                 batches=batches,
                 seed=seed,
                 postgres=postgres,
+                nodes=nodes,
                 say=console.print,
                 on_step=advance,
             )
@@ -87,6 +96,7 @@ def chaos(
             "duplicates",
             "max epochs lost",
             "CLI fails in",
+            "training again in",
         ):
             table.add_column(col)
         for row in rep.table():
@@ -98,6 +108,7 @@ def chaos(
                 str(row["duplicates"]),
                 "-" if row["max_epochs_lost"] is None else f"{row['max_epochs_lost']:g}",
                 "-" if row["cli_fail_s_max"] is None else f"{row['cli_fail_s_max']:.1f} s",
+                "-" if row["back_s_max"] is None else f"{row['back_s_max']:.0f} s (max)",
             )
         console.print(table)
         c = rep.concurrency
@@ -109,6 +120,8 @@ def chaos(
                 f"inconsistent manifests {len(c['inconsistent_manifests'])}, "
                 f"errors {len(c['errors'])}"
             )
+        if rep.nodes > 1:
+            console.print(f"jobs finished per node: {rep.jobs_by_node}")
         if rep.zombies:
             console.print(
                 "runs crashed by the heartbeat rule (worker and process both gone), "

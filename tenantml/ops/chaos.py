@@ -20,6 +20,17 @@ One run, seeded and bounded in count and time:
    highest-accuracy version; no two versions share a run, none lacks its run; every killed job
    resumed from its checkpoint (``epochs done at the kill - resumed_from_epoch``, goal <= 1).
 
+With ``nodes=2`` the pool spans two machines (`tenantml.ops.nodes`): the servers listen on a
+link to node B, a network namespace with its own address, host name and empty directory, no view
+of this installation's home, and one worker on the ``gpu`` pool (the scheduler fills three
+slots). Its jobs go through S3 and MLflow only. A fourth fault joins the kills, ``lose-node``:
+once node B trains a job that has logged an epoch (>= 2 for a torch job, as ``kill-train``),
+every process of node B gets SIGKILL at once and its directory is deleted; after a seeded pause
+it comes back empty. The heartbeat rule crashes the lost runs, the scheduler dispatches them
+again, and a worker on either node resumes each from its checkpoint in S3. Per loss the report
+gives the epochs lost and ``back_s``, from the kill to the job training again (its next
+``started_at``).
+
 The summary is printed as a table and saved as ``chaos.json``.
 """
 
@@ -41,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from tenantml.ops import nodes as node_ops
 from tenantml.ops import servers
 
 __all__ = ["ChaosReport", "chaos_steps", "run_chaos"]
@@ -59,10 +71,11 @@ TENANTS = {
 # 60 s per job: once the 45 small and mid-sized CNN jobs are done (a full run gets there), the
 # picker moves to ResNet-18 and GoogLeNet, whose first epoch on digits takes 10-20 s on a loaded
 # 2-core machine: at 20 s they logged no epoch, and 6 of 20 kill-train waits found nothing.
+SLOTS = 2  # workers on this machine; node B (nodes=2) adds one
 SCHEDULER_ARGS = (
     "run",
     "--slots",
-    "2",
+    str(SLOTS),
     "--policy",
     "roundrobin",
     "--max-epochs",
@@ -74,14 +87,16 @@ SCHEDULER_ARGS = (
 
 @dataclass
 class Fault:
-    kind: str  # kill-scheduler | kill-worker | kill-train | outage-mlflow | ...
+    kind: str  # kill-scheduler | kill-worker | kill-train | lose-node | outage-mlflow | ...
     at_s: float
     detail: str = ""
     injected: bool = True
-    job: str | None = None  # tenant/job_id of a killed training process
+    job: str | None = None  # tenant/job_id of a killed training process (or lost node's job)
     epochs_at_kill: int | None = None
     lost_epochs: float | None = None
     cli_fail_s: float | None = None  # outages: how long a CLI call took to fail
+    killed_at: float | None = None  # lose-node: wall-clock time of the kill
+    back_s: float | None = None  # lose-node: from the kill to the job training again
 
 
 @dataclass
@@ -89,6 +104,9 @@ class ChaosReport:
     seed: int
     faults: list[Fault] = field(default_factory=list)
     jobs: int = 0
+    nodes: int = 1
+    # host name -> finished jobs whose last attempt ran there
+    jobs_by_node: dict[str, int] = field(default_factory=dict)
     lost: list[str] = field(default_factory=list)  # jobs not FINISHED after the drain
     duplicates: list[str] = field(default_factory=list)  # jobs with more than one run
     best_wrong: list[str] = field(default_factory=list)  # tenants whose `best` is not the max
@@ -110,6 +128,7 @@ class ChaosReport:
             fs = [f for f in self.faults if f.kind == kind and f.injected]
             lost = [f.lost_epochs for f in fs if f.lost_epochs is not None]
             cli = [f.cli_fail_s for f in fs if f.cli_fail_s is not None]
+            back = [f.back_s for f in fs if f.back_s is not None]
             rows.append(
                 {
                     "fault": kind,
@@ -119,6 +138,7 @@ class ChaosReport:
                     "duplicates": len(self.duplicates),
                     "max_epochs_lost": max(lost) if lost else None,
                     "cli_fail_s_max": max(cli) if cli else None,
+                    "back_s_max": max(back) if back else None,
                 }
             )
         return rows
@@ -126,8 +146,11 @@ class ChaosReport:
     @property
     def ok(self) -> bool:
         lost = [f.lost_epochs for f in self.faults if f.lost_epochs is not None]
+        # a lost node's job that never trained again is lost work, even if a drain recorded it
+        stuck = [f for f in self.faults if f.kind == "lose-node" and f.job and f.back_s is None]
         return not (
-            self.lost
+            stuck
+            or self.lost
             or self.duplicates
             or self.best_wrong
             or self.version_problems
@@ -144,9 +167,10 @@ class ChaosReport:
 class _Service:
     """The installation under test: its servers, the scheduler process, MLflow reads."""
 
-    def __init__(self, home: Path, say: Callable[[str], None]) -> None:
+    def __init__(self, home: Path, say: Callable[[str], None], slots: int = SLOTS) -> None:
         self.home = home
         self.say = say
+        self.args = ("run", "--slots", str(slots), *SCHEDULER_ARGS[3:])
         self.env = {
             **os.environ,
             "TENANTML_HOME": str(home),
@@ -168,7 +192,7 @@ class _Service:
     def start_scheduler(self) -> None:
         with open(self.log, "ab") as out:
             self.scheduler = subprocess.Popen(
-                [sys.executable, "-m", "tenantml.cli", *SCHEDULER_ARGS],
+                [sys.executable, "-m", "tenantml.cli", *self.args],
                 env=self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -252,6 +276,41 @@ def _kill_train(svc: _Service, killed_jobs: set[str], deadline: float) -> Fault 
     return None
 
 
+def _lose_node(
+    svc: _Service, node: node_ops.Node, lost_jobs: set[str], deadline: float, rng: random.Random
+) -> Fault | None:
+    """Lose node B while it trains a job not lost before that has logged an epoch (>= 2 for a
+    torch job until half the wait is over), then bring it back empty after 1-5 s."""
+    c = svc.client()
+    start = time.monotonic()
+    while time.monotonic() < deadline:
+        patient = time.monotonic() - start < (deadline - start) / 2
+        for r in svc.records():
+            key = f"{r.tenant}/{r.job_id}"
+            if r.status != "RUNNING" or r.node != node.name or key in lost_jobs:
+                continue
+            epochs = len(c.mlflow.get_metric_history(r.run_id, "val_accuracy"))
+            if epochs < (2 if patient and _is_torch(r.candidate) else 1):
+                continue
+            killed_at = time.time()
+            processes = node.lose()
+            lost_jobs.add(key)
+            pause = rng.uniform(1.0, 5.0)
+            time.sleep(pause)
+            node.start_worker()
+            return Fault(
+                "lose-node",
+                0.0,
+                f"SIGKILL {processes} processes of {node.name}, its directory deleted; "
+                f"back empty after {pause:.0f} s",
+                job=key,
+                epochs_at_kill=epochs,
+                killed_at=killed_at,
+            )
+        time.sleep(0.3)
+    return None
+
+
 def _kills(
     svc: _Service,
     rep: ChaosReport,
@@ -259,10 +318,13 @@ def _kills(
     rng: random.Random,
     t0: float,
     on_step: Callable[[], None],
+    node: node_ops.Node | None = None,
 ) -> None:
-    order = ["kill-scheduler", "kill-worker", "kill-train"] * kills
+    kinds = ["kill-scheduler", "kill-worker", "kill-train"] + (["lose-node"] if node else [])
+    order = kinds * kills
     rng.shuffle(order)
     killed_jobs: set[str] = set()
+    lost_jobs: set[str] = set()
     for i, kind in enumerate(order):
         time.sleep(rng.uniform(1.0, 6.0))
         at = time.monotonic() - t0
@@ -271,8 +333,14 @@ def _kills(
             svc.kill_scheduler()
             svc.start_scheduler()
             fault = Fault(kind, at, "SIGKILL the scheduler's process group, start a new one")
+        elif kind == "lose-node":
+            assert node is not None
+            fault = _lose_node(svc, node, lost_jobs, time.monotonic() + 300, rng)
+            if fault is None:
+                fault = Fault(kind, at, f"{node.name} trained no job for 300 s", injected=False)
+            fault.at_s = at
         elif kind == "kill-worker":
-            name = f"worker-{rng.randrange(2)}"
+            name = f"worker-{rng.randrange(SLOTS)}"
             pid = int(json.loads((svc.home / "servers" / "pids.json").read_text())[name])
             os.kill(pid, signal.SIGKILL)
             servers.restart(svc.home, name)
@@ -434,8 +502,11 @@ def _check(svc: _Service, rep: ChaosReport) -> None:
             for v in versions
             if v.run_id not in by_run
         ]
+    for r in recs:
+        if r.status == "FINISHED" and r.node:
+            rep.jobs_by_node[r.node] = rep.jobs_by_node.get(r.node, 0) + 1
     for f in rep.faults:
-        if f.kind != "kill-train" or f.job is None:
+        if f.kind not in ("kill-train", "lose-node") or f.job is None:
             continue
         tenant, job_id = f.job.split("/", 1)
         r = next((r for r in recs if r.tenant == tenant and r.job_id == job_id), None)
@@ -443,12 +514,16 @@ def _check(svc: _Service, rep: ChaosReport) -> None:
             continue  # counted as lost above
         resumed = c.mlflow.get_run(r.run_id).data.metrics.get("resumed_from_epoch", 0.0)
         f.lost_epochs = max(0.0, float(f.epochs_at_kill or 0) - resumed)
+        if f.killed_at is not None:  # the next attempt's start: training again
+            starts = c.mlflow.get_metric_history(r.run_id, "started_at")
+            after = [m.value for m in starts if m.value > f.killed_at]
+            f.back_s = min(after) - f.killed_at if after else None
 
 
-def chaos_steps(*, kills: int, outage_s: float, tenants: int, batches: int) -> int:
-    """How many times `run_chaos` with these counts calls ``on_step``: each kill of each kind,
-    each of the three outages, each tenant's each feed batch."""
-    return 3 * kills + (3 if outage_s else 0) + tenants * batches
+def chaos_steps(*, kills: int, outage_s: float, tenants: int, batches: int, nodes: int = 1) -> int:
+    """How many times `run_chaos` with these counts calls ``on_step``: each kill of each kind
+    (node losses too with two nodes), each of the three outages, each tenant's each batch."""
+    return (3 + (nodes == 2)) * kills + (3 if outage_s else 0) + tenants * batches
 
 
 def run_chaos(
@@ -460,6 +535,7 @@ def run_chaos(
     batches: int = 5,
     seed: int = 0,
     postgres: bool = False,
+    nodes: int = 1,
     say: Callable[[str], None] = print,
     on_step: Callable[[], None] | None = None,
 ) -> ChaosReport:
@@ -468,7 +544,8 @@ def run_chaos(
     ``on_step``: called as each fault is done, a unit being one kill (of any kind), one server's
     outage, or one feed batch (with its inference) of one concurrency tenant; `chaos_steps`
     times in all when nothing fails. The batches' calls come from the tenants' threads, at
-    the same time. Starting the servers, the drain and the checks are not steps."""
+    the same time. Starting the servers, the drain and the checks are not steps. `nodes`: 1, or
+    2 for a pool across two machines with node losses (module docstring)."""
     step = on_step or (lambda: None)
     from tenantml import datasets
 
@@ -477,14 +554,31 @@ def run_chaos(
             f"kills={kills}, outage_s={outage_s}, tenants={tenants}, batches={batches}: "
             "use kills, outage and tenants >= 0 and batches >= 1"
         )
+    if nodes not in (1, 2):
+        raise ValueError(f"nodes={nodes} is not valid: use 1, or 2 (node B on this machine)")
+    if nodes == 2 and (reason := node_ops.unavailable()):
+        raise ValueError(f"nodes=2 needs a second node, which this machine cannot make: {reason}")
     home = home.resolve()
     rng = random.Random(seed)
-    rep = ChaosReport(seed)
+    rep = ChaosReport(seed, nodes=nodes)
     t0 = time.monotonic()
     say(f"starting the servers under {home}")
-    servers.up(home, slots=2, postgres=postgres)
-    svc = _Service(home, say)
+    link = node_ops.create_link(random.Random(seed)) if nodes == 2 else None
+    node: node_ops.Node | None = None
     try:
+        servers.up(home, slots=SLOTS, postgres=postgres, listen=link.address if link else None)
+    except BaseException:
+        if link:
+            node_ops.remove_link(link)
+        raise
+    svc = _Service(home, say, slots=SLOTS + (nodes == 2))
+    try:
+        if link:
+            node = node_ops.Node(
+                "node-b", link, servers.node_env(home), (home,), home / "servers" / "logs"
+            )
+            node.start_worker()
+            say(f"node B: {link.node_address}, its own directory {node.workdir}")
         c = svc.client()
         for name, data in TENANTS.items():
             d = datasets.load(data)
@@ -492,14 +586,14 @@ def run_chaos(
             c.feed(name, d.inputs, d.labels)
         svc.start_scheduler()
         if kills:
-            _kills(svc, rep, kills, rng, t0, step)
+            _kills(svc, rep, kills, rng, t0, step, node)
         if outage_s:
             _outages(svc, rep, outage_s, t0, step)
         if tenants:
             _concurrency(svc, rep, tenants, batches, step)
         svc.kill_scheduler()
         say("draining: `tenantml run --ticks 0` finishes every job left in flight")
-        drain = svc.cli("run", *SCHEDULER_ARGS[1:], "--ticks", "0", timeout=1200)
+        drain = svc.cli(*svc.args, "--ticks", "0", timeout=1200)
         if drain.returncode != 0:
             raise RuntimeError(f"the drain failed: {drain.stderr[-2000:]}")
         text = svc.log.read_text(errors="replace")
@@ -513,6 +607,10 @@ def run_chaos(
         rep.zombies = svc.zombies()
     finally:
         svc.kill_scheduler()
+        if node is not None:
+            node.remove()
+        elif link is not None:
+            node_ops.remove_link(link)
         servers.down(home)
     rep.wall_s = time.monotonic() - t0
     return rep
