@@ -10,7 +10,7 @@ $(STAMP):
 	@command -v $(PY) >/dev/null || { echo "need $(PY) on PATH"; exit 1; }
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,bench,service,ml]'
+	$(BIN)/pip install -q -e '.[dev,bench,service,ml,k8s]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 venv: $(STAMP)
