@@ -45,7 +45,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -249,30 +249,41 @@ def _is_torch(candidate: str) -> bool:
     return spec is not None and spec.family != "sklearn"
 
 
-def _kill_train(svc: _Service, killed_jobs: set[str], deadline: float) -> Fault | None:
-    """SIGKILL the training process of a running job not killed before: a torch job with >= 2
-    epochs done (its resume from the checkpoint shows), or after half the wait any job with
-    >= 1 epoch (a scikit-learn job has no epochs to keep: it starts again)."""
+def _running_jobs(
+    svc: _Service, deadline: float, skip: Callable[[Any, str], bool]
+) -> Iterator[tuple[Any, str, int, bool]]:
+    """RUNNING jobs as MLflow shows them, polled until `deadline`: (record, ``tenant/job_id``,
+    epochs logged, patient) for each not skipped by ``skip(record, key)``; `patient` is True in
+    the first half of the wait (a fault may hold out for a torch job with >= 2 epochs)."""
     c = svc.client()
     start = time.monotonic()
     while time.monotonic() < deadline:
         patient = time.monotonic() - start < (deadline - start) / 2
         for r in svc.records():
             key = f"{r.tenant}/{r.job_id}"
-            if r.status != "RUNNING" or key in killed_jobs or not r.flow_run_id:
+            if r.status != "RUNNING" or skip(r, key):
                 continue
-            torch_job = _is_torch(r.candidate)
-            if patient and not torch_job:
-                continue
-            pid = next(iter(servers.flow_processes(PREFECT__FLOW_RUN_ID=r.flow_run_id)), None)
-            epochs = len(c.mlflow.get_metric_history(r.run_id, "val_accuracy"))
-            if pid is None or epochs < (2 if torch_job else 1):
-                continue
-            os.kill(pid, signal.SIGKILL)
-            killed_jobs.add(key)
-            family = "torch" if torch_job else "scikit-learn"
-            return Fault("kill-train", 0.0, f"pid {pid}, {family}", job=key, epochs_at_kill=epochs)
+            yield r, key, len(c.mlflow.get_metric_history(r.run_id, "val_accuracy")), patient
         time.sleep(0.3)
+
+
+def _kill_train(svc: _Service, killed_jobs: set[str], deadline: float) -> Fault | None:
+    """SIGKILL the training process of a running job not killed before: a torch job with >= 2
+    epochs done (its resume from the checkpoint shows), or after half the wait any job with
+    >= 1 epoch (a scikit-learn job has no epochs to keep: it starts again)."""
+    for r, key, epochs, patient in _running_jobs(
+        svc, deadline, lambda r, key: key in killed_jobs or not r.flow_run_id
+    ):
+        torch_job = _is_torch(r.candidate)
+        if patient and not torch_job:
+            continue
+        pid = next(iter(servers.flow_processes(PREFECT__FLOW_RUN_ID=r.flow_run_id)), None)
+        if pid is None or epochs < (2 if torch_job else 1):
+            continue
+        os.kill(pid, signal.SIGKILL)
+        killed_jobs.add(key)
+        family = "torch" if torch_job else "scikit-learn"
+        return Fault("kill-train", 0.0, f"pid {pid}, {family}", job=key, epochs_at_kill=epochs)
     return None
 
 
@@ -281,33 +292,26 @@ def _lose_node(
 ) -> Fault | None:
     """Lose node B while it trains a job not lost before that has logged an epoch (>= 2 for a
     torch job until half the wait is over), then bring it back empty after 1-5 s."""
-    c = svc.client()
-    start = time.monotonic()
-    while time.monotonic() < deadline:
-        patient = time.monotonic() - start < (deadline - start) / 2
-        for r in svc.records():
-            key = f"{r.tenant}/{r.job_id}"
-            if r.status != "RUNNING" or r.node != node.name or key in lost_jobs:
-                continue
-            epochs = len(c.mlflow.get_metric_history(r.run_id, "val_accuracy"))
-            if epochs < (2 if patient and _is_torch(r.candidate) else 1):
-                continue
-            killed_at = time.time()
-            processes = node.lose()
-            lost_jobs.add(key)
-            pause = rng.uniform(1.0, 5.0)
-            time.sleep(pause)
-            node.start_worker()
-            return Fault(
-                "lose-node",
-                0.0,
-                f"SIGKILL {processes} processes of {node.name}, its directory deleted; "
-                f"back empty after {pause:.0f} s",
-                job=key,
-                epochs_at_kill=epochs,
-                killed_at=killed_at,
-            )
-        time.sleep(0.3)
+    for r, key, epochs, patient in _running_jobs(
+        svc, deadline, lambda r, key: r.node != node.name or key in lost_jobs
+    ):
+        if epochs < (2 if patient and _is_torch(r.candidate) else 1):
+            continue
+        killed_at = time.time()
+        processes = node.lose()
+        lost_jobs.add(key)
+        pause = rng.uniform(1.0, 5.0)
+        time.sleep(pause)
+        node.start_worker()
+        return Fault(
+            "lose-node",
+            0.0,
+            f"SIGKILL {processes} processes of {node.name}, its directory deleted; "
+            f"back empty after {pause:.0f} s",
+            job=key,
+            epochs_at_kill=epochs,
+            killed_at=killed_at,
+        )
     return None
 
 
