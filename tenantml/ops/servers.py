@@ -25,6 +25,7 @@ the Prefect worker ignores the first TERM) and removes ``servers.json``.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -44,10 +45,10 @@ from tenantml.ops.warm import SOCKET_ENV
 __all__ = [
     "MLFLOW_SERVER_ENV",
     "down",
-    "node_env",
     "executable",
     "flow_processes",
     "free_port",
+    "node_env",
     "post_json",
     "restart",
     "stop",
@@ -79,11 +80,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 def _listen_address(listen: str) -> str:
     """`listen` if it is an IPv4 address of this machine; a clear error otherwise."""
     try:
-        socket.inet_aton(listen)
-        if listen.count(".") != 3:
-            raise OSError
+        ipaddress.IPv4Address(listen)
         free_port(listen)
-    except OSError:
+    except (ValueError, OSError):
         raise ValueError(
             f"listen={listen!r} is not an IPv4 address of this machine: give one of its "
             "addresses that the other nodes reach (`ip -4 addr`), e.g. 10.0.0.5"
