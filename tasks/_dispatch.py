@@ -60,6 +60,11 @@ class Dispatcher(Protocol):
         starting a new one; False when this back-end cannot (the caller then submits `spec`)."""
         ...
 
+    def left_going(self) -> list[tuple[JobSpec, str]]:
+        """The jobs an earlier scheduler sent that the back-end still holds, not ended, as
+        (spec, flow run id): those it sent before their MLflow run existed are known only here."""
+        ...
+
     def poll(self) -> list[Done]:
         """The jobs that ended since the last poll; a failed one is first started again, up to
         the back-end's attempts, and reported only when those are spent."""
@@ -98,6 +103,10 @@ class _Base:
     def adopt(self, spec: JobSpec, flow_run_id: str) -> bool:
         """Nothing to adopt unless a back-end says otherwise: False (the caller submits)."""
         return False
+
+    def left_going(self) -> list[tuple[JobSpec, str]]:
+        """None unless a back-end keeps jobs beyond its scheduler's life."""
+        return []
 
     def _start(self, spec: JobSpec) -> Any:
         raise NotImplementedError
@@ -193,6 +202,37 @@ class DeploymentDispatcher(_Base):
         `poll` reports it when it ends, and sends it again if it failed."""
         self.jobs[self._key(spec)] = _Job(spec, flow_run_id, time.monotonic())
         return True
+
+    def left_going(self) -> list[tuple[JobSpec, str]]:
+        """The deployment's flow runs not yet final (scheduled, pending, running, ...), each with
+        the spec it was sent with; one whose ``spec`` parameter no longer fits `JobSpec` (sent by
+        another version) is left alone with a log line."""
+        from prefect.client.orchestration import get_client
+        from prefect.client.schemas.filters import (
+            FlowRunFilter,
+            FlowRunFilterDeploymentId,
+            FlowRunFilterState,
+            FlowRunFilterStateType,
+        )
+        from prefect.client.schemas.objects import TERMINAL_STATES
+
+        with get_client(sync_client=True) as client:
+            deployment = client.read_deployment_by_name(self.deployment)
+            runs = client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(
+                    deployment_id=FlowRunFilterDeploymentId(any_=[deployment.id]),
+                    state=FlowRunFilterState(
+                        type=FlowRunFilterStateType(not_any_=list(TERMINAL_STATES))
+                    ),
+                )
+            )
+        out = []
+        for fr in runs:
+            try:
+                out.append((JobSpec(**fr.parameters["spec"]), str(fr.id)))
+            except (KeyError, TypeError) as err:
+                print(f"flow run {fr.name} ({fr.id}) left alone: its spec does not fit ({err})")
+        return out
 
     def _state(self, handle: Any) -> tuple[bool, bool, str]:
         from prefect.client.orchestration import get_client

@@ -11,8 +11,9 @@ Start-up:
   (both wait out server outages), build the `Planner` (the policy) and the `Dispatcher`;
 * `resume_orphans`: rebuild the state from MLflow, redo the promotions a crash skipped
   (`redo_promotions`, through the `record` task: idempotent), and take over the jobs a previous
-  scheduler left RUNNING: adopted where their flow run is still going (servers), sent again with
-  the same job id otherwise (they resume from their checkpoints);
+  scheduler left going: the flow runs Prefect still holds are adopted (servers; some have no
+  MLflow run yet), and jobs left RUNNING in MLflow otherwise are sent again with the same job id
+  (they resume from their checkpoints);
 * `scheduler_run`: the scheduler's own MLflow run (experiment ``tenantml/scheduler``).
 
 Each pass:
@@ -461,19 +462,38 @@ def _orphan_spec(svc: Service, job: JobRecord, slot: int, last_tick: int) -> Job
 
 def resume_orphans(svc: Service) -> Progress:
     """Start-up after any stop or crash: the state from MLflow (`refresh`), `redo_promotions`,
-    ``t`` = the highest tick recorded, and every job left RUNNING by an earlier scheduler adopted
-    (its flow run is still going) or dispatched again, slots taken in turn."""
+    ``t`` = the highest tick recorded or sent, and every job an earlier scheduler left going
+    taken over: first the runs the back-end still holds (`Dispatcher.left_going`: a scheduler
+    killed just after sending a job leaves a flow run with no MLflow run yet), adopted as they
+    are; then each job left RUNNING in MLflow and not among those, adopted (its flow run is still
+    going) or dispatched again, slots taken in turn."""
     state = refresh(svc.client, svc.store, svc.settings.capacity_prices, svc.options.prior)
     refreshed = time.monotonic()
     redo_promotions(svc, state)
     last_tick = max((r.tick or 0 for r in state.records), default=0)
+    taken: set[tuple[str, str]] = set()
+    patience = svc.patience_s
+    held = ride_out(svc.dispatcher.left_going, what="scheduler", settings=svc.settings,
+                    patience_s=patience)  # fmt: skip
+    for spec, flow_run_id in held:
+        if (spec.tenant, spec.job_id) in taken or not svc.dispatcher.adopt(spec, flow_run_id):
+            continue
+        taken.add((spec.tenant, spec.job_id))
+        last_tick = max(last_tick, spec.tick)
+        _resumed(spec)
     for job in state.running():
+        if (job.tenant, job.job_id) in taken:
+            continue
         spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
         if not (job.flow_run_id and svc.dispatcher.adopt(spec, job.flow_run_id)):
             svc.dispatcher.submit(spec)
-        print(f"resuming {job.tenant}/{job.job_id} left running by an earlier scheduler")
-        _emit(JobDispatched(spec.tick, spec.tenant, spec.candidate, spec.job_id, resumed=True))
+        _resumed(spec)
     return Progress(state, refreshed, last_tick, Backoff(svc.patience_s))
+
+
+def _resumed(spec: JobSpec) -> None:
+    print(f"resuming {spec.tenant}/{spec.job_id} left running by an earlier scheduler")
+    _emit(JobDispatched(spec.tick, spec.tenant, spec.candidate, spec.job_id, resumed=True))
 
 
 @contextmanager

@@ -158,6 +158,34 @@ print(json.dumps({"ok": done[0].ok, "attempts": 2}))
 """
 
 
+# A `train` run as a scheduler sends it, due in 20 s: until a worker starts it, only Prefect knows
+# of the job (no MLflow run), as when a scheduler is killed right after dispatching.
+_SENT_ONLY = """
+import datetime
+from tasks.settings import Settings
+s = Settings.load().apply()
+from prefect.deployments import run_deployment
+from tasks._service import JobSpec
+spec = JobSpec("wine", "logistic_regression", 1, "sent-before-mlflow", 98, "manual", None, 2,
+               sleep_s=1.0)
+at = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=20)
+fr = run_deployment("train/train", parameters={"spec": spec.params()}, timeout=0,
+                    scheduled_time=at, flow_run_name="wine-sent-before-mlflow")
+print(fr.id)
+"""
+
+
+def test_a_job_sent_before_its_mlflow_run_existed_is_drained(home: Path, tenants: None) -> None:
+    """A drain (`run --ticks 0`) adopts the flow runs Prefect still holds, not only the jobs
+    MLflow shows RUNNING, and returns once they are recorded (issue 20: a scheduler killed just
+    after dispatching left a job the next drain did not wait for)."""
+    _py(home, _SENT_ONLY)
+    drain = _cli(home, "run", *_RUN, "--ticks", "0", timeout=300)
+    assert "resumed wine logistic_regression" in drain and "1 jobs" in drain, drain
+    recs = [r for r in _records(home) if r["job_id"] == "sent-before-mlflow"]
+    assert [r["status"] for r in recs] == ["FINISHED"], recs
+
+
 @pytest.mark.full
 def test_killed_train_process_resumes_from_its_checkpoint(home: Path, tenants: None) -> None:
     proc = subprocess.Popen([sys.executable, "-c", _DISPATCH], env=_env(home),
