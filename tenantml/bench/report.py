@@ -203,9 +203,13 @@ def log_to_mlflow(
 
     _, agg = summarize(summary["dataset"], proto, results)
     client = mlflow.MlflowClient()
-    mlflow.set_experiment(f"bench-{summary['dataset']}")
+    # An explicit experiment, not `mlflow.set_experiment`: that one is process-wide and would
+    # steer the next `start_run` of this process (a scheduler's, a job's) to this experiment.
+    experiment = f"bench-{summary['dataset']}"
+    exp = client.get_experiment_by_name(experiment)
+    exp_id = exp.experiment_id if exp is not None else client.create_experiment(experiment)
     for name, stats in summary["policies"].items():
-        with mlflow.start_run(run_name=name) as run:
+        with mlflow.start_run(run_name=name, experiment_id=exp_id) as run:
             mlflow.log_params(
                 {**summary["protocol"], "policy": name, "dataset": summary["dataset"]}
             )
