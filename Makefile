@@ -29,9 +29,15 @@ types: $(STAMP)
 # servers on loopback (under 10 min on 2 cores). `make test-all` adds the tests marked `full`:
 # the fault drills (chaos, zombie runs, tenant isolation), the kills and restarts, the second
 # signal (about 25 min more). CI (.ci/run) runs both.
-unit: $(STAMP)
-	$(BIN)/pytest -q --durations=15 -m "not full" tests
+# TEST_WORKERS pytest processes (pytest-xdist), one test file each at a time: the files' server
+# fixtures are module-scoped, and the integration tests spend most of their time waiting.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadfile
 
+unit: $(STAMP)
+	$(PYTEST) -m "not full" tests
+
+# The fault drills one at a time: each times kills and heartbeats on a loaded machine.
 test-full: $(STAMP)
 	$(BIN)/pytest -q --durations=15 -m full tests
 
