@@ -12,18 +12,24 @@ import pytest
 @pytest.fixture(scope="module")
 def tracking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """An `MlflowClient` on a fresh SQLite tracking and registry store (one per module)."""
-    import mlflow
     from mlflow.tracking import MlflowClient
 
     root = tmp_path_factory.mktemp("mlflow")
-    old, cwd = mlflow.get_tracking_uri(), os.getcwd()
+    # By environment, as `Settings.apply` does, not `mlflow.set_tracking_uri`: that pins a
+    # process-wide URI which outranks the environment, so a later test in the same process
+    # (pytest-xdist) would write to this store while its `Client` reads its own home's.
+    names = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
+    saved, cwd = {k: os.environ.get(k) for k in names}, os.getcwd()
     os.chdir(root)  # SQLite tracking puts default artifacts in ./mlruns: keep them here
-    mlflow.set_tracking_uri(f"sqlite:///{root / 'mlflow.db'}")
-    mlflow.set_registry_uri(f"sqlite:///{root / 'mlflow.db'}")
+    os.environ.update(dict.fromkeys(names, f"sqlite:///{root / 'mlflow.db'}"))
     try:
         yield MlflowClient()
     finally:
-        mlflow.set_tracking_uri(old)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         os.chdir(cwd)
 
 
