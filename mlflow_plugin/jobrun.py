@@ -14,8 +14,9 @@ Every tag of a job's runs is set here, once (the names are `mlflow_plugin.tracki
 
 * a job's run: ``tenantml.kind = job``, ``tenantml.job_id``, ``tenantml.tenant``; this
   attempt's ``tenantml.tick``, ``tenantml.policy``, ``tenantml.slot`` and
-  ``tenantml.flow_run_id`` (when there is a Prefect flow run) and ``tenantml.node`` (the host
-  name of the machine it runs on); ``tenantml.model_uri`` once the
+  ``tenantml.flow_run_id`` (when there is a Prefect flow run), ``tenantml.node`` (the host
+  name of the machine it runs on) and ``tenantml.gpu`` (its ``CUDA_VISIBLE_DEVICES``, where
+  set); ``tenantml.model_uri`` once the
   model is logged. MLflow's logged model gets the tenant, policy and tick.
 * a trial's run: ``mlflow.parentRunId`` (the job's run), ``tenantml.kind = seer-trial``,
   ``tenantml.seer_trial = <job id>/<trial>``, ``tenantml.job_id``; the caller's per-stage tags.
@@ -31,6 +32,7 @@ thread's active run (MLflow logs a model into the active run) and logging the mo
 from __future__ import annotations
 
 import math
+import os
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -45,6 +47,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from mlflow_plugin.pyfunc import log_trained_model
 from mlflow_plugin.tracking import (
     FLOW_RUN_ID,
+    GPU,
     JOB_ID,
     KIND,
     MODEL_URI,
@@ -120,6 +123,8 @@ class JobRun:
         `end`: the run of an earlier attempt (its checkpoint is what the trainer resumes from),
         else a new one. `params`: more params than ``model``, ``snapshot``, ``policy``."""
         tags = {TICK: str(tick), POLICY: policy, SLOT: str(slot), NODE: socket.gethostname()}
+        if gpu := os.environ.get("CUDA_VISIBLE_DEVICES"):  # a worker's process: one GPU, pinned
+            tags[GPU] = gpu
         if flow_run_id:
             tags[FLOW_RUN_ID] = flow_run_id
         all_params = {"model": candidate, "snapshot": snapshot, "policy": policy, **(params or {})}

@@ -49,6 +49,7 @@ KIND, JOB_ID, TENANT = "tenantml.kind", "tenantml.job_id", "tenantml.tenant"
 TICK, POLICY, SLOT = "tenantml.tick", "tenantml.policy", "tenantml.slot"
 FLOW_RUN_ID, MODEL_URI = "tenantml.flow_run_id", "tenantml.model_uri"
 NODE = "tenantml.node"  # the host name of the machine that runs (ran) the job's latest attempt
+GPU = "tenantml.gpu"  # its CUDA_VISIBLE_DEVICES there, where set: with NODE, the GPU it used
 SEER_TRIAL = "tenantml.seer_trial"  # ``<job id>/<trial>`` of a SEER trial's nested run
 JOB_KIND, TRIAL_KIND = "job", "seer-trial"  # values of KIND on runs
 # MLflow 3's UI picks the training view (not the GenAI one) by this experiment tag.

@@ -1,7 +1,7 @@
 """The steps of the `scheduler` flow's loop (`flows.scheduler`), each a small typed function.
 
-Notation: ``G`` = `Service.slots` (GPU slots), ``P`` = prefetched jobs (one waiting, warm, per
-slot where slot locks work), capacity ``G + P`` = the most jobs in flight (`Planner.capacity`).
+Notation: ``G`` = `Service.slots` (GPU slots), ``P`` = prefetched jobs (by default one waiting,
+warm, per slot), capacity ``G + P`` = the most jobs in flight (`Planner.capacity`).
 Passes follow each other ``poll_s`` seconds apart; a *tick* is a pass in which the policy sent
 jobs; ``t`` = `Progress.tick`, the number of the last tick (carried on from MLflow at restarts).
 
@@ -269,9 +269,9 @@ class SchedulerOptions:
     * `stop_when_idle`: with ``ticks=None``, stop once no tenant has a model left to try;
     * `dispatch`: ``"local"`` (threads in this process), ``"pool"`` (the Prefect work pool
       ``gpu``), ``"auto"`` (local in embedded mode, else the pool);
-    * `prefetch`: ``P``, jobs sent beyond the running ones, each waiting warm on its slot's
-      lock; None: one per slot where slot locks work (embedded, or `tenantml up` on one
-      machine), 0 elsewhere;
+    * `prefetch`: ``P``, jobs sent beyond the running ones, each waiting warm on a GPU's lock
+      (one machine: its slot's; several nodes: that of the GPU whose worker took it); None:
+      ``G`` x the installation's `Settings.prefetch_per_slot` (default 1);
     * `seer_budget_x`: torch models get a SEER job whose GPU budget is this many times the
       policy's expected job time (None: the fixed learning-rate grid);
     * `outage_patience_s`: seconds a server outage is waited out before the flow fails; None:
@@ -407,13 +407,17 @@ def connect(options: SchedulerOptions, run_train: Callable[[dict[str, Any]], Any
     store = ExampleStore(patient(settings.store().blobs, settings, patience_s))
     dispatch = options.dispatch
     local = dispatch == "local" or (dispatch == "auto" and settings.mode == "embedded")
-    # Prefetch (jobs waiting warm on each slot's lock) where slot locks work: one machine (up,
-    # or embedded).
+    # Prefetch: jobs waiting warm on a GPU's lock. One machine (embedded, or `up`): the slot's
+    # lock file, named in the job. Several nodes (`up --listen`, a cluster): each node's GPU
+    # worker holds its own GPU's lock (`tenantml worker`), and takes 1 + prefetch runs.
     prefetch = options.prefetch
     if prefetch is None:
-        prefetch = slots * settings.prefetch_per_slot if (local or settings.pin_gpus) else 0
-    lock_dir = str(settings.home / "slots") if prefetch else None
-    planner = Planner(policy, slots, options.seed, prefetch=prefetch, lock_dir=lock_dir)
+        prefetch = slots * settings.prefetch_per_slot
+    worker_locks = not (local or settings.pin_gpus)
+    lock_dir = str(settings.home / "slots") if prefetch and not worker_locks else None
+    planner = Planner(
+        policy, slots, options.seed, prefetch=prefetch, lock_dir=lock_dir, worker_locks=worker_locks
+    )
     dispatcher: Dispatcher
     if local:
         dispatcher = LocalDispatcher(planner.capacity, run_train)

@@ -11,6 +11,7 @@ of starting over or counting twice.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -49,6 +50,7 @@ from policy.prior import REFIT_EVERY, OnlinePrior
 from store import ExampleStore
 from store.schema import Schema
 from tasks._seer import SeerOptions, derive_seer, train_seer
+from tasks.settings import GPU_LOCK_ENV
 from trainers import LR_GRID, ZOO, Candidate, TrainJob, TrainResult, candidates, train
 from trainers.zoo import RELATIVE_COST, prior_quality
 
@@ -321,6 +323,8 @@ class Planner:
 
     `prefetch`: jobs decided and sent beyond the `slots` running ones; each waits, started and
     warm, on its slot's lock in `lock_dir` (see `_slot`) and trains as soon as the slot frees.
+    `worker_locks`: on several nodes the lock is instead the GPU's of the worker that takes the
+    run (`GPU_LOCK_ENV`, on its node), so no lock goes with a job and `lock_dir` is None.
     """
 
     def __init__(
@@ -331,9 +335,12 @@ class Planner:
         *,
         prefetch: int = 0,
         lock_dir: str | None = None,
+        worker_locks: bool = False,
     ) -> None:
-        if prefetch and lock_dir is None:
-            raise ValueError("prefetching needs slot locks: give lock_dir")
+        if prefetch and lock_dir is None and not worker_locks:
+            raise ValueError("prefetching needs slot locks: give lock_dir, or worker_locks")
+        if worker_locks and lock_dir is not None:
+            raise ValueError("give worker_locks or lock_dir, not both: a job waits on one lock")
         self.policy = policy
         self.slots = slots
         self.capacity = slots + prefetch
@@ -507,13 +514,17 @@ def _slot(spec: JobSpec) -> Iterator[None]:
     current one runs, its process starts and imports everything, then waits here, warm, and
     starts training the moment the slot is free (shared/ARCHITECTURE: ticks never block).
     """
-    if spec.slot_lock is None:
+    # One machine: the slot's lock, sent by the scheduler. Other nodes: the lock of the GPU whose
+    # worker started this run, on that node (`GPU_LOCK_ENV`; set by `tenantml worker`, never in
+    # the embedded mode's threads). Neither: nothing waits here.
+    lock = spec.slot_lock or os.environ.get(GPU_LOCK_ENV)
+    if not lock:
         yield
         return
     import fcntl
 
-    Path(spec.slot_lock).parent.mkdir(parents=True, exist_ok=True)
-    with open(spec.slot_lock, "a") as f:
+    Path(lock).parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield

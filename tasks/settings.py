@@ -10,7 +10,10 @@ several installations (and tests) coexist. Two modes, same code:
   server, MLflow server and S3 endpoint it started; training jobs go to the Prefect work pool
   ``gpu``. Environment variables override either: ``TENANTML_TRACKING_URI``,
   ``TENANTML_STORE`` (``file:///abs/dir`` or ``s3://bucket/prefix``), ``TENANTML_S3_ENDPOINT_URL``,
-  ``PREFECT_API_URL``, ``TENANTML_GPU_SLOTS``, ``TENANTML_POLICY``.
+  ``PREFECT_API_URL``, ``TENANTML_GPU_SLOTS``, ``TENANTML_PREFETCH_PER_SLOT``, ``TENANTML_POLICY``.
+
+A GPU worker of a node (`tenantml worker`, `GPU_LOCK_ENV`): ``TENANTML_GPU_LOCK``, the lock file
+on that node that its runs hold while they train, so a prefetched run waits there, warm.
 
 Spot capacity: ``TENANTML_CAPACITY_PRICES`` (``"gpu=0.65,cpu=0.21"``, expected USD per hour of
 the instances torch and scikit-learn models run on) makes the scheduler's costs dollars
@@ -31,9 +34,13 @@ from typing import Any, Literal
 
 from store import ExampleStore, open_store
 
-__all__ = ["Settings", "ServerUnreachableError"]
+__all__ = ["GPU_LOCK_ENV", "Settings", "ServerUnreachableError"]
 
 Mode = Literal["embedded", "servers"]
+
+# Set by a node's GPU worker (`tenantml.ops.servers.gpu_worker`): the lock file of its GPU on
+# that node. A run whose spec carries no slot lock holds this one while it trains.
+GPU_LOCK_ENV = "TENANTML_GPU_LOCK"
 
 
 class ServerUnreachableError(RuntimeError):
@@ -72,8 +79,9 @@ class Settings:
     # one machine (`tenantml up`): slot i runs on GPU i; with other nodes (`up --listen`, a
     # cluster) each node's workers pin their own GPUs
     pin_gpus: bool = False
-    # Jobs sent per slot beyond its running one, each waiting warm on the slot's lock (where
-    # locks work: one machine): `tenantml up --prefetch`, whose workers take 1 + this many runs.
+    # Jobs sent per slot beyond its running one, each waiting warm on a GPU's lock (one machine:
+    # the slot's lock file; other nodes: the lock of the GPU whose worker took it, `GPU_LOCK_ENV`):
+    # `tenantml up --prefetch` or TENANTML_PREFETCH_PER_SLOT; GPU workers take 1 + this many runs.
     prefetch_per_slot: int = 1
     flow_run_command: str | None = None  # `tenantml up --warm`: train runs fork, warm
     # A tenant's identity (`store._scoped`): MLflow credentials, and a store confined to it.
@@ -95,6 +103,12 @@ class Settings:
         slots = int(slots_env) if slots_env else 0  # 0: one per CUDA device, counted on use
         if slots_env and slots < 1:
             raise ValueError(f"TENANTML_GPU_SLOTS={slots_env!r} is not valid: use 1 or more")
+        prefetch_env = env("TENANTML_PREFETCH_PER_SLOT") or servers.get("prefetch_per_slot", 1)
+        prefetch = int(prefetch_env) if str(prefetch_env).isdigit() else -1
+        if prefetch < 0:
+            raise ValueError(
+                f"TENANTML_PREFETCH_PER_SLOT={prefetch_env!r} is not valid: use 0 or more"
+            )
         return cls(
             home=root,
             mode=mode,
@@ -109,7 +123,7 @@ class Settings:
             policy_given=env("TENANTML_POLICY") or None,
             server_env=tuple(sorted(servers.get("env", {}).items())),
             pin_gpus=bool(servers) and bool(servers.get("pin_gpus", True)),
-            prefetch_per_slot=int(servers.get("prefetch_per_slot", 1)),
+            prefetch_per_slot=prefetch,
             flow_run_command=servers.get("flow_run_command"),
             user=env("TENANTML_USER") or None,
             password=env("TENANTML_PASSWORD") or None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -143,6 +144,7 @@ def measure_dispatch(
     postgres: bool = False,
     warm: bool = False,
     prefetch: int = 1,
+    nodes: int = 1,
 ) -> dict[str, Any]:
     """Dispatch overhead through real servers (started and stopped here, in a temporary home).
 
@@ -153,6 +155,11 @@ def measure_dispatch(
     fraction: 1 - (time the trainers ran) / (slots x the makespan from the first dispatch to the
     last job's end). `warm`: flow runs fork from the node's warm process (`tenantml.ops.warm`);
     False: each is a new Python process. `prefetch`: jobs sent per slot beyond the running one.
+    `nodes` = 2: the `slots` are split between this machine (node A: the servers, listening on a
+    link, and the rest) and node B (`tenantml.ops.nodes`: ``slots // 2`` GPU workers in a
+    network namespace, its own empty directory); prefetched runs then wait on the lock of the
+    GPU whose worker took them, on that worker's node. A slot is a GPU (tags ``tenantml.node``
+    and ``tenantml.gpu``) where the runs say which; else the scheduler's ``tenantml.slot``.
     """
     import os
     import subprocess
@@ -163,14 +170,34 @@ def measure_dispatch(
     from mlflow.tracking import MlflowClient
 
     from mlflow_plugin.tracking import experiment_name
-    from tenantml.ops.servers import down, up
+    from tenantml.ops import nodes as node_ops
+    from tenantml.ops.servers import down, node_env, up
 
     if jobs < (1 + prefetch) * slots:
         least = (1 + prefetch) * slots
         raise ValueError(f"jobs={jobs} is not valid: use at least (1 + prefetch) x slots = {least}")
+    if nodes not in (1, 2) or (nodes == 2 and slots < 2):
+        raise ValueError(f"nodes={nodes} with slots={slots} is not valid: use 1, or 2 and 2+ slots")
+    if nodes == 2 and (reason := node_ops.unavailable()):
+        raise ValueError(f"nodes=2 needs a second node, which this machine cannot make: {reason}")
     home = Path(tempfile.mkdtemp(prefix="tenantml-dispatch-"))
-    cfg = up(home, slots=slots, postgres=postgres, warm=warm, prefetch=prefetch)
+    link = node_ops.create_link() if nodes == 2 else None
+    node: node_ops.Node | None = None
+    on_b = slots // 2 if link else 0
     try:
+        listen = link.address if link else None
+        cfg = up(home, slots=slots - on_b, postgres=postgres, warm=warm, prefetch=prefetch,
+                 listen=listen)  # fmt: skip
+    except BaseException:
+        if link:
+            node_ops.remove_link(link)
+        raise
+    try:
+        if link:
+            logs = home / "servers" / "logs"
+            node = node_ops.Node("node-b", link, node_env(home), (home,), logs)
+            for gpu in range(on_b):
+                node.start_worker(gpu)
         env = {**os.environ, "TENANTML_HOME": str(home), "PREFECT_LOGGING_LEVEL": "ERROR"}
         subprocess.run([sys.executable, "-c", _SETUP], env=env, check=True, capture_output=True)
         # The first tick fills every slot and queues the prefetched jobs; each later tick
@@ -209,11 +236,9 @@ def measure_dispatch(
         # Steady state: each slot from its first job's first step to its last job's end.
         gaps: list[float] = []
         span = 0.0
-        for slot in {r.data.tags.get("tenantml.slot") for r in done}:
-            on = sorted(
-                (r.data.metrics for r in done if r.data.tags.get("tenantml.slot") == slot),
-                key=lambda x: x["started_at"],
-            )
+        for slot in {_gpu(r) for r in done}:
+            on = sorted((r.data.metrics for r in done if _gpu(r) == slot),
+                        key=lambda x: x["started_at"])  # fmt: skip
             gaps += [b["started_at"] - a["ended_at"] for a, b in zip(on, on[1:], strict=False)]
             span += max(x["ended_at"] for x in on) - on[0]["started_at"]
         first = min(x["started_at"] - x.get("dispatch_latency_s", 0.0) for x in m)
@@ -226,6 +251,8 @@ def measure_dispatch(
             "postgres": postgres,
             "warm": warm,
             "prefetch_per_slot": prefetch,
+            "nodes": nodes,
+            "jobs_by_node": dict(Counter(r.data.tags.get("tenantml.node") for r in done)),
             "latency_s_median": statistics.median(latency),
             "latency_s_max": max(latency),
             "handoff_gap_s_median": statistics.median(gaps) if gaps else None,
@@ -237,4 +264,17 @@ def measure_dispatch(
             "scheduler_wall_s": wall,
         }
     finally:
+        if node is not None:
+            node.remove()
+        elif link is not None:
+            node_ops.remove_link(link)
         down(home)
+
+
+def _gpu(run: Any) -> tuple[str | None, ...]:
+    """The GPU a job's run trained on: (node, CUDA device) where its worker pinned one, else the
+    scheduler's slot (one machine, the scheduler pins)."""
+    tags = run.data.tags
+    if "tenantml.gpu" in tags:
+        return tags.get("tenantml.node"), tags["tenantml.gpu"]
+    return (tags.get("tenantml.slot"),)

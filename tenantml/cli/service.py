@@ -12,6 +12,7 @@ cannot answer (a server is down, no model yet).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -692,6 +693,42 @@ def node_env(home: Home = None) -> None:
             typer.echo(f"export {k}={shlex.quote(v)}")
 
 
+def worker(
+    gpu: Annotated[int, typer.Option(help="the CUDA device this worker's runs train on")] = 0,
+    prefetch: Annotated[
+        int | None,
+        typer.Option(
+            help="runs taken beyond the training one, waiting warm on the GPU's lock "
+            "(default TENANTML_PREFETCH_PER_SLOT, as the scheduler sends them)"
+        ),
+    ] = None,  # fmt: skip
+    pool: Annotated[str, typer.Option(help="the Prefect work pool")] = "gpu",
+    name: Annotated[str | None, typer.Option(help="worker name (default HOST-gpuN)")] = None,
+    home: Home = None,
+) -> None:
+    """Operator, on a GPU node: run this node's Prefect worker for one GPU (one per GPU), with
+    the settings of this environment (`tenantml node-env` prints them on the servers' machine).
+    Its runs hold the GPU's lock file in this node's TENANTML_HOME while they train."""
+    import socket
+
+    from tasks.settings import Settings
+    from tenantml.ops.servers import gpu_worker
+
+    with _errors():
+        settings = Settings.load(home)
+        if settings.prefect_api_url is None:
+            raise ValueError(
+                "no Prefect server to take runs from: set PREFECT_API_URL and the other "
+                "settings `tenantml node-env` prints on the servers' machine, or `tenantml up`"
+            )
+        settings.apply()
+        ahead = settings.prefetch_per_slot if prefetch is None else prefetch
+        label = name or f"{socket.gethostname()}-gpu{gpu}"
+        cmd, pinned = gpu_worker(gpu, settings.home, ahead, label, pool)
+        env = {"PREFECT_WORKER_QUERY_SECONDS": "2", **os.environ, **pinned}
+        os.execvpe(cmd[0], cmd, env)  # the worker is this process: signals reach it
+
+
 def grant(name: Annotated[str, typer.Argument()], home: Home = None) -> None:
     """Operator: give tenant NAME credentials that reach its own data, runs and models only
     (servers started with `tenantml up --auth`); prints them as environment variables."""
@@ -721,6 +758,7 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "demo": demo,
     "up": up,
     "node-env": node_env,
+    "worker": worker,
     "down": down,
     "grant": grant,
 }

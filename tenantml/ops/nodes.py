@@ -36,8 +36,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tenantml.ops.servers import executable
-
 __all__ = ["Link", "Node", "create_link", "remove_link", "unavailable"]
 
 # Point-to-point /30 networks for links are drawn from here (private, rarely used).
@@ -142,6 +140,11 @@ class Node:
             if self.workdir.resolve().is_relative_to(h.resolve()):
                 raise ValueError(f"the node's workdir {self.workdir} is inside hidden {h}")
 
+    @property
+    def home(self) -> Path:
+        """The node's ``TENANTML_HOME``, inside its working directory."""
+        return self.workdir / "tenantml"
+
     def command(self, argv: list[str]) -> list[str]:
         """`argv` as run on the node: in its network, mount and UTS namespaces, in `workdir`."""
         hide = " && ".join(
@@ -177,7 +180,7 @@ class Node:
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "LANG": os.environ.get("LANG", "C.UTF-8"),
             "HOME": str(self.workdir),
-            "TENANTML_HOME": str(self.workdir / "tenantml"),
+            "TENANTML_HOME": str(self.home),
             "PREFECT_HOME": str(self.workdir / "prefect"),
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
             "DO_NOT_TRACK": "1",
@@ -198,26 +201,19 @@ class Node:
         )
 
     def start_worker(self, gpu: int = 0, pool: str = "gpu") -> int:
-        """Start a Prefect process worker on pool `pool` for the node's GPU `gpu` (one run at a
-        time); returns its PID. Makes `workdir` again if a loss deleted it."""
+        """Start the node's worker for its GPU `gpu` on pool `pool` as an operator would,
+        ``tenantml worker`` with the node's settings (`servers.gpu_worker`: it takes 1 + the
+        installation's prefetch runs, which wait on that GPU's lock in the node's own
+        directory); returns its PID. Makes `workdir` again if a loss deleted it."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         name = f"{self.name}-{gpu}"
-        argv = [
-            executable("prefect"),
-            "worker",
-            "start",
-            "--pool",
-            pool,
-            "--limit",
-            "1",
-            "--name",
-            name,
-        ]
+        argv = [sys.executable, "-m", "tenantml.cli", "worker", "--gpu", str(gpu), "--pool", pool,
+                "--name", name]  # fmt: skip
         with open(self.log_dir / f"{name}.log", "ab") as log:
             proc = subprocess.Popen(
                 self.command(argv),
-                env={**self.environment(), "CUDA_VISIBLE_DEVICES": str(gpu)},
+                env=self.environment(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

@@ -15,12 +15,14 @@ then writes ``servers.json``, which `tasks.settings` reads: from then on every c
 installation uses the servers.
 
 ``--listen ADDR`` serves other machines too: the servers listen on ADDR (an address of this
-machine that the other nodes reach) instead of 127.0.0.1, each worker pins its own GPU
-(``CUDA_VISIBLE_DEVICES``) and takes one run at a time, and nothing is prefetched (slot locks
-are files on one machine). `node_env` gives the settings by environment that another node's
-workers need (``infra/k8s/README.md``, step 4); `tenantml.ops.nodes` runs such a node in a
-network namespace of this machine. `down` stops every PID it started (TERM, then INT, then KILL:
-the Prefect worker ignores the first TERM) and removes ``servers.json``.
+machine that the other nodes reach) instead of 127.0.0.1, and each worker is a node's GPU worker
+(`gpu_worker`, ``tenantml worker`` on the other nodes): it pins its own GPU
+(``CUDA_VISIBLE_DEVICES``), and the runs it takes wait on that GPU's lock file on their own
+node, not on a slot lock the scheduler names (no node sees another's files). `node_env` gives
+the settings by environment that another node's workers need (``infra/k8s/README.md``, step
+4); `tenantml.ops.nodes` runs such a node in a network namespace of this machine. `down` stops
+every PID it started (TERM, then INT, then KILL: the Prefect worker ignores the first TERM)
+and removes ``servers.json``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tasks.settings import GPU_LOCK_ENV
 from tenantml.ops.warm import SOCKET_ENV
 
 __all__ = [
@@ -48,6 +51,7 @@ __all__ = [
     "executable",
     "flow_processes",
     "free_port",
+    "gpu_worker",
     "node_env",
     "post_json",
     "restart",
@@ -191,21 +195,16 @@ def up(
     without it every flow run is a new Python process. `prefetch`: jobs the scheduler sends
     per slot beyond the running one (each waits, started, on the slot's lock; a slot's worker
     takes 1 + `prefetch` runs at once): more keeps a slot busy with jobs of a few seconds;
-    default 1, and 0 with `listen`. `listen`: serve other nodes too (module docstring)."""
+    default 1. `listen`: serve other nodes too (module docstring)."""
     home = home.resolve()
     if (home / "servers.json").exists():
         raise ValueError(f"servers are already up for {home}: `tenantml down` first")
     if slots < 1:
         raise ValueError(f"slots={slots} is not valid: use 1 or more")
     if prefetch is None:
-        prefetch = 0 if listen else 1
+        prefetch = 1
     if prefetch < 0:
         raise ValueError(f"prefetch={prefetch} is not valid: use 0 or more")
-    if listen and prefetch:
-        raise ValueError(
-            f"prefetch={prefetch} with listen={listen!r} is not valid: a prefetched job waits on "
-            "a lock file of this machine, which other nodes cannot see; use prefetch 0"
-        )
     host = _listen_address(listen) if listen else "127.0.0.1"
     run = _Launcher(home)
     logs = run.dir / "logs"
@@ -357,6 +356,10 @@ def up(
             worker_env,
         )
         for i in range(slots):
+            if listen:  # as on every node: the worker pins its GPU and holds its lock
+                cmd, pinned = gpu_worker(i, home, prefetch, f"slot-{i}")
+                run.start(f"worker-{i}", cmd, {**worker_env, **pinned})
+                continue
             # --limit: the slot's running job plus the prefetched ones, waiting on its lock
             cmd = [
                 executable("prefect"),
@@ -369,8 +372,7 @@ def up(
                 "--name",
                 f"slot-{i}",
             ]
-            pinned = {"CUDA_VISIBLE_DEVICES": str(i)} if listen else {}
-            run.start(f"worker-{i}", cmd, {**worker_env, **pinned})
+            run.start(f"worker-{i}", cmd, worker_env)
         return config
     except BaseException:
         down(home)
@@ -597,6 +599,27 @@ def restart(home: Path, name: str, timeout: float = 120.0) -> int:
     return pid
 
 
+def gpu_worker(
+    gpu: int, home: Path, prefetch: int, name: str, pool: str = "gpu"
+) -> tuple[list[str], dict[str, str]]:
+    """A process worker for GPU `gpu` of a node whose ``TENANTML_HOME`` is `home`: its command,
+    and the variables it adds to the node's environment.
+
+    It takes 1 + `prefetch` runs of pool `pool` at once, all on its GPU
+    (``CUDA_VISIBLE_DEVICES``); each run holds the GPU's lock file on this node
+    (`tasks.settings.GPU_LOCK_ENV`) while it trains, so the prefetched ones wait there, started
+    and warm. No lock is shared between nodes: a run only waits for runs of its own worker.
+    """
+    if gpu < 0:
+        raise ValueError(f"gpu={gpu} is not valid: use a CUDA device index, 0 or more")
+    if prefetch < 0:
+        raise ValueError(f"prefetch={prefetch} is not valid: use 0 or more")
+    cmd = [executable("prefect"), "worker", "start", "--pool", pool, "--limit",
+           str(1 + prefetch), "--name", name]  # fmt: skip
+    env = {"CUDA_VISIBLE_DEVICES": str(gpu), GPU_LOCK_ENV: str(home / "slots" / f"gpu-{gpu}.lock")}
+    return cmd, env
+
+
 def node_env(home: Path) -> dict[str, str]:
     """The settings by environment that another node's processes need to join the servers `up`
     started with `listen` for `home` (``infra/k8s/README.md``, step 4): the MLflow, Prefect and
@@ -616,6 +639,7 @@ def node_env(home: Path) -> dict[str, str]:
         "TENANTML_STORE": cfg["store"],
         "TENANTML_S3_ENDPOINT_URL": cfg["s3_endpoint_url"],
         "PREFECT_API_URL": cfg["prefect_api_url"],
+        "TENANTML_PREFETCH_PER_SLOT": str(cfg.get("prefetch_per_slot", 1)),
         **cfg.get("env", {}),
     }
 

@@ -17,7 +17,7 @@ import pytest
 
 from tenantml.ops import nodes
 from tenantml.ops.chaos import run_chaos
-from tenantml.ops.servers import down, node_env, stop, up
+from tenantml.ops.servers import down, gpu_worker, node_env, stop, up
 
 NEEDS_NODES = pytest.mark.skipif(
     nodes.unavailable() is not None, reason=f"no second node here: {nodes.unavailable()}"
@@ -29,9 +29,19 @@ def test_bad_cluster_settings_are_refused_before_anything_starts(tmp_path: Path)
         up(tmp_path, listen="203.0.113.9")
     with pytest.raises(ValueError, match="is not an IPv4 address of this machine"):
         up(tmp_path, listen="node-a")
-    with pytest.raises(ValueError, match="other nodes cannot see; use prefetch 0"):
-        up(tmp_path, listen="127.0.0.1", prefetch=1)
+    with pytest.raises(ValueError, match="prefetch=-1 is not valid: use 0 or more"):
+        up(tmp_path, listen="127.0.0.1", prefetch=-1)
     assert not (tmp_path / "servers").exists()  # nothing was started
+    with pytest.raises(ValueError, match="gpu=-1 is not valid: use a CUDA device index"):
+        gpu_worker(-1, tmp_path, 1, "w")
+    # A node's worker without the servers' settings says which to set, and starts nothing.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "TENANTML_"))}
+    out = subprocess.run(
+        [sys.executable, "-m", "tenantml.cli", "worker", "--home", str(tmp_path / "b")],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2 and "no Prefect server to take runs from" in out.stderr, out
+    assert "`tenantml node-env`" in out.stderr
     with pytest.raises(ValueError, match=r"no servers are up .*`tenantml up --listen ADDR`"):
         node_env(tmp_path)
     (tmp_path / "servers.json").write_text(json.dumps({"listen": None}))
@@ -68,7 +78,7 @@ def test_a_second_node_trains_through_s3_and_mlflow_only(
 ) -> None:
     home, node = cluster
     cfg = json.loads((home / "servers.json").read_text())
-    assert cfg["listen"] == node.link.address and cfg["prefetch_per_slot"] == 0
+    assert cfg["listen"] == node.link.address and cfg["prefetch_per_slot"] == 1
     # Node B: its own name, nothing of node A's home, the servers over the link only.
     health = cfg["tracking_uri"] + "/health"
     probe = node.run(
@@ -96,6 +106,11 @@ def test_a_second_node_trains_through_s3_and_mlflow_only(
     assert {r["node"] for r in recs} == {"node-b"}, recs
     torch_jobs = [r for r in recs if r["candidate"].startswith("lenet")]
     assert torch_jobs and all((r["accuracy"] or 0) > 0.2 for r in torch_jobs), recs
+    # Its worker took 1 + prefetch runs at once, and they trained one after another: the lock of
+    # node B's GPU held the prefetched one, in node B's own directory.
+    spans = sorted(seen["trained"].values())
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)), spans
+    assert (node.home / "slots" / "gpu-0.lock").exists()
     # Written on node B, read here: the checkpoints went to S3, the model through MLflow.
     assert all(seen["checkpoints"][r["job_id"]] for r in torch_jobs), seen["checkpoints"]
     assert seen["predictions"] == 50
@@ -120,8 +135,10 @@ from tenantml import datasets
 from mlflow_plugin.tracking import job_records, tenant_experiments
 c = Client()
 recs = job_records(c.mlflow, tenant_experiments(c.mlflow).values())
+m = {r.job_id: c.mlflow.get_run(r.run_id).data.metrics for r in recs}
 print(json.dumps({
     "records": [r.__dict__ for r in recs],
+    "trained": {j: [x.get("started_at"), x.get("ended_at")] for j, x in m.items()},
     "checkpoints": {r.job_id: bool(c.store.get_checkpoint("digits", r.job_id)) for r in recs},
     "predictions": len(c.infer("digits", datasets.load("digits").inputs[:50])),
 }))

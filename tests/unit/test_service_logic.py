@@ -85,6 +85,17 @@ def test_prefetch_fills_each_slot_with_one_waiting_job() -> None:
         Planner("rate", 1, prefetch=1)
 
 
+def test_on_several_nodes_prefetched_jobs_carry_no_lock_the_worker_holds_its_gpus() -> None:
+    """Worker locks (`up --listen`, a cluster): the same jobs, none naming a lock file of the
+    scheduler's machine; each waits on its worker's GPU lock, on its node (`_slot`)."""
+    tenants = [_tenant("a", TAB), _tenant("b", TAB)]
+    planner = Planner("roundrobin", slots=2, prefetch=2, worker_locks=True)
+    jobs = planner.decide(_state(tenants, []), in_flight=[], tick=1)
+    assert len(jobs) == 4 and {j.slot_lock for j in jobs} == {None}
+    with pytest.raises(ValueError, match="give worker_locks or lock_dir, not both"):
+        Planner("rate", 1, prefetch=1, lock_dir="/locks", worker_locks=True)
+
+
 def test_tenants_without_enough_examples_wait() -> None:
     planner = Planner("roundrobin", slots=1)
     jobs = planner.decide(_state([_tenant("a", TAB, n=3)], []), in_flight=[], tick=1)
@@ -114,6 +125,13 @@ def test_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     }))  # fmt: skip
     s = Settings.load(tmp_path)
     assert (s.mode, s.gpu_slots, s.pin_gpus, s.store_url) == ("servers", 3, True, "s3://b/p")
+    assert s.prefetch_per_slot == 1  # servers.json names none: one per slot
+    monkeypatch.setenv("TENANTML_PREFETCH_PER_SLOT", "3")  # a cluster's, by environment
+    assert Settings.load(tmp_path).prefetch_per_slot == 3
+    monkeypatch.setenv("TENANTML_PREFETCH_PER_SLOT", "-1")
+    with pytest.raises(ValueError, match="TENANTML_PREFETCH_PER_SLOT='-1' is not valid: use 0"):
+        Settings.load(tmp_path)
+    monkeypatch.delenv("TENANTML_PREFETCH_PER_SLOT")
     monkeypatch.setenv("TENANTML_GPU_SLOTS", "0")
     with pytest.raises(ValueError, match="TENANTML_GPU_SLOTS"):
         Settings.load(tmp_path)
@@ -123,8 +141,16 @@ def test_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         Settings.load(tmp_path).store()
 
 
-def test_slot_lock_serializes_jobs_on_one_slot(tmp_path: Path) -> None:
-    spec = JobSpec("a", "svm", 1, "j", 1, "rate", slot_lock=str(tmp_path / "slot-0.lock"))
+@pytest.mark.parametrize("lock", ["slot", "worker"])
+def test_slot_lock_serializes_jobs_on_one_slot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lock: str
+) -> None:
+    """One machine: the lock named in the job. Another node: the job names none, and the lock
+    is the GPU's of the worker that started it (``TENANTML_GPU_LOCK``, on that node)."""
+    path = str(tmp_path / "locks" / "gpu-0.lock")
+    if lock == "worker":
+        monkeypatch.setenv("TENANTML_GPU_LOCK", path)
+    spec = JobSpec("a", "svm", 1, "j", 1, "rate", slot_lock=path if lock == "slot" else None)
     events: list[str] = []
 
     def job(name: str, hold: float) -> None:
