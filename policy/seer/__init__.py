@@ -3,7 +3,10 @@
 * `policy.seer` (this package): Alg. 1-3 of the paper, the plan of brackets under a deadline T
   and a GPU-minute budget B (re-exported from `policy.seer._plan`).
 * `policy.seer.tuning`: the simulated tuners on tabulated learning curves (SEER, ASHA,
-  HyperSched, BOHB, E-Hyperband, E-Grid, random) that `tenantml seer simulate` compares.
+  HyperSched, BOHB, E-Hyperband, E-Grid, random) that `tenantml seer simulate` compares, on
+  the building blocks of `policy.seer._sim`.
+* `policy.seer.replan`: `replan`, our tuner that re-plans the rest of a run after every stage
+  from the partial curves observed (issue 19); `seer` stays the paper's Alg. 1.
 """
 
 from policy.seer import _plan

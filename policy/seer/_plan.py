@@ -383,7 +383,7 @@ def _fits(left: float, cost: float) -> int:
     return max(0, int(math.floor(left / cost + _EPS)))
 
 
-def fill(p: Plan) -> Plan:
+def fill(p: Plan, first_cap: float = math.inf) -> Plan:
     """``p`` with the budget Alg. 1's floors leave unspent given to trials that can use it.
 
     Alg. 1 line 6 runs ``floor(N[i] / eta**(k-1))`` trials of bracket i in stage k; with short
@@ -400,6 +400,10 @@ def fill(p: Plan) -> Plan:
     than ``B``; afterwards the remainder is below the cheapest stage-1 trial (``min P x t1``).
     A filled plan runs trials of one stage in more than one bracket than line 9's per-bracket
     elimination can feed: survivors are the lowest-loss trials of the whole stage.
+
+    ``first_cap``: at most this many trials in ``p``'s first stage (default: no cap, as stage 1
+    samples new configurations); a re-planner filling the rest of a run caps it at the trials
+    still alive.
     """
     left = p.B - p.resource_time
     stages = [list(s.brackets) for s in p.stages]
@@ -414,7 +418,7 @@ def fill(p: Plan) -> Plan:
         if extra > 0:
             brackets[top] = StageBracket(b.gpus_per_trial + extra, b.trials, b.bracket)
             left -= extra * b.trials * length
-        cap = sum(x.trials for x in stages[k - 1]) if k > 0 else math.inf
+        cap = sum(x.trials for x in stages[k - 1]) if k > 0 else first_cap
         for i in sorted(range(len(brackets)), key=lambda i: -brackets[i].gpus_per_trial):
             b = brackets[i]
             room = cap - sum(x.trials for x in brackets)

@@ -24,7 +24,9 @@ Methods, all on this simulator, with deadline ``T`` and budget ``B`` (resource-t
 - ``e-hyperband``: every Hyperband bracket at once with one resource per trial, ``R`` the largest
   maximum resource (time) that fits the deadline and the budget (Sec. 6.3);
 - ``e-grid``: ``T/2`` exploring with ``p_min`` per trial, ``T/2`` training the best with ``p_max``
-  (Sec. 6.3).
+  (Sec. 6.3);
+- ``replan``: SEER-fill's plan, re-planned after every stage from the partial curves observed
+  (:mod:`policy.seer.replan`, issue 19 item 3).
 
 The result of a run is the metric of the model the method returns at the deadline.
 """
@@ -33,15 +35,24 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Protocol
 
 import numpy as np
 
-from policy._types import FloatArray
 from policy.seer._plan import assign_stage, eliminate, fill, plan
+from policy.seer._sim import (
+    ConfigSampler,
+    Curves,
+    Outcome,
+    PowerScaling,
+    SamplerFactory,
+    Trials,
+    TuningSettings,
+    UniformSampler,
+    power_scaling,
+)
+from policy.seer.replan import replan
 
 __all__ = [
     "METHODS",
@@ -56,209 +67,6 @@ __all__ = [
     "power_scaling",
     "run_method",
 ]
-
-Scaling = Callable[[int], float]
-
-
-@dataclass(frozen=True)
-class PowerScaling:
-    """``lambda(p) = p**exponent``: sublinear speed-up on ``p`` resources (picklable)."""
-
-    exponent: float = 0.8
-
-    def __call__(self, p: int) -> float:
-        return float(float(p) ** self.exponent)
-
-
-def power_scaling(exponent: float = 0.8) -> Scaling:
-    """``lambda(p) = p**exponent``. The default 0.8 is our reading of the shape of Fig. 2
-    (VGG16/ResNet50 on SVHN): clearly below linear, about 5.3x on 8 GPUs."""
-    if not 0 < exponent <= 1:
-        raise ValueError(f"scaling exponent must be in (0, 1] (sublinear), got {exponent}")
-    return PowerScaling(exponent)
-
-
-@dataclass(frozen=True)
-class Curves:
-    """One tuning problem: ``len(ids)`` configurations.
-
-    ``times[c]``: (L_c,) increasing single-resource training time of each evaluation;
-    ``values[c]``: (L_c,) metric, higher is better; ``hps``: (n, d) hyperparameters or None.
-    """
-
-    name: str
-    ids: tuple[str, ...]
-    times: tuple[FloatArray, ...]
-    values: tuple[FloatArray, ...]
-    hps: FloatArray | None = None
-    hp_names: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not self.ids:
-            raise ValueError(f"curve set {self.name!r} has no curves")
-        for i, t, v in zip(self.ids, self.times, self.values, strict=True):
-            if len(t) == 0 or len(t) != len(v):
-                raise ValueError(f"curve {i!r} of {self.name!r}: empty or ragged")
-            if np.any(np.diff(t) <= 0) or t[0] <= 0:
-                raise ValueError(f"curve {i!r} of {self.name!r}: times must increase from > 0")
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    @property
-    def untrained(self) -> float:
-        """Metric of a model before its first evaluation: the worst first evaluation."""
-        return float(min(v[0] for v in self.values))
-
-    @property
-    def epoch_time(self) -> float:
-        """Median time per evaluation (one epoch): ``t[-1] / len(t)`` over the curves. (The
-        first evaluation alone misleads where steps grow, as LCDB's training-set anchors do.)"""
-        return float(np.median([t[-1] / len(t) for t in self.times]))
-
-    @property
-    def full_time(self) -> float:
-        """Median time of a whole curve (one configuration trained to its end)."""
-        return float(np.median([t[-1] for t in self.times]))
-
-    @cached_property
-    def unit_hps(self) -> FloatArray:
-        """(n, d') hyperparameters scaled to [0, 1] for a model-based searcher: log scale for
-        positive ones spanning more than 20x, constant ones dropped; (n, 0) when the set has
-        none or any is missing."""
-        hps = self.hps
-        if hps is None or hps.shape[1] == 0 or not bool(np.all(np.isfinite(hps))):
-            return np.zeros((len(self), 0))
-        log = (hps.min(0) > 0) & (hps.max(0) > 20 * hps.min(0))
-        x = np.where(log, np.log(np.where(hps > 0, hps, 1.0)), hps)
-        lo, hi = x.min(0), x.max(0)
-        keep = hi > lo
-        return np.asarray((x[:, keep] - lo[keep]) / (hi[keep] - lo[keep]), float)
-
-    def nearest_untried(self, target: FloatArray, used: set[int]) -> int:
-        """The configuration nearest ``target`` (a point in :attr:`unit_hps`' space) not in
-        ``used``; the nearest of all when every one is used. A model-based searcher proposes
-        points, a recorded set holds each configuration once."""
-        order = np.argsort(((self.unit_hps - target) ** 2).sum(1), kind="stable")
-        return next((int(c) for c in order if int(c) not in used), int(order[0]))
-
-    @property
-    def max_evals(self) -> int:
-        return max(len(t) for t in self.times)
-
-    def value(self, c: int, progress: float) -> float:
-        """Metric of configuration ``c`` after ``progress`` single-resource time."""
-        j = int(np.searchsorted(self.times[c], progress * (1 + 1e-12), side="right")) - 1
-        return float(self.values[c][j]) if j >= 0 else self.untrained
-
-    def evals(self, c: int, progress: float) -> int:
-        return int(np.searchsorted(self.times[c], progress * (1 + 1e-12), side="right"))
-
-    def end(self, c: int) -> float:
-        return float(self.times[c][-1])
-
-    def time_of_eval(self, c: int, j: int) -> float:
-        """Time to reach evaluation ``j`` (1-based), or the curve's end when it is shorter."""
-        t = self.times[c]
-        return float(t[min(j, len(t)) - 1])
-
-
-class ConfigSampler(Protocol):
-    """Proposes configurations (curve indices) and learns from their results. ``exhausted``:
-    every configuration of the (finite, recorded) space has been proposed once."""
-
-    @property
-    def exhausted(self) -> bool: ...
-
-    def sample(self) -> int: ...
-
-    def tell(self, config: int, value: float, evals: int) -> None: ...
-
-
-class UniformSampler:
-    """Uniform sampling without replacement (cycling through a new permutation when exhausted)."""
-
-    def __init__(self, n: int, rng: np.random.Generator) -> None:
-        self._n, self._rng = n, rng
-        self._queue: list[int] = []
-        self._drawn = 0
-
-    @property
-    def exhausted(self) -> bool:
-        return self._drawn >= self._n
-
-    def sample(self) -> int:
-        if not self._queue:
-            self._queue = [int(i) for i in self._rng.permutation(self._n)][::-1]
-        self._drawn += 1
-        return self._queue.pop()
-
-    def tell(self, config: int, value: float, evals: int) -> None:
-        return None
-
-
-SamplerFactory = Callable[[Curves, np.random.Generator], ConfigSampler]
-
-
-@dataclass(frozen=True)
-class TuningSettings:
-    """Shared knobs. ``t_min``: minimum round time (default: one epoch, ``Curves.epoch_time``);
-    ``p_max`` 4 for SEER and E-Grid as in Sec. 6.3."""
-
-    eta: float = 4
-    v: float = 2
-    p_min: int = 1
-    p_max: float = 4
-    t_min: float | None = None
-    scaling: Scaling = field(default_factory=power_scaling)
-    bohb_sampler: SamplerFactory | None = None
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """``value``: metric of the returned model; ``resource_time`` actually paid for;
-    ``jobs``: (start time, configuration, rung) of every job, for the rung-based methods."""
-
-    method: str
-    value: float
-    trials: int
-    resource_time: float
-    jobs: tuple[tuple[float, int, int], ...] = ()
-
-
-class _Trials:
-    """Progress bookkeeping: trial id -> (configuration, progress)."""
-
-    def __init__(self, curves: Curves, scaling: Scaling) -> None:
-        self.curves, self.scaling = curves, scaling
-        self.config: list[int] = []
-        self.progress: list[float] = []
-        self.paid = 0.0
-
-    def new(self, config: int) -> int:
-        self.config.append(config)
-        self.progress.append(0.0)
-        return len(self.config) - 1
-
-    def train(self, t: int, wall: float, p: int) -> float:
-        """Train trial ``t`` on ``p`` resources for at most ``wall`` time (less when its curve
-        ends); pays ``p`` x the time used. Returns the wall time used."""
-        speed = self.scaling(p)
-        left = self.curves.end(self.config[t]) - self.progress[t]
-        used = min(wall, max(0.0, left) / speed)
-        self.progress[t] += used * speed
-        self.paid += p * used
-        return used
-
-    def value(self, t: int) -> float:
-        return self.curves.value(self.config[t], self.progress[t])
-
-    def done(self, t: int) -> bool:
-        return self.progress[t] >= self.curves.end(self.config[t]) * (1 - 1e-12)
-
-    def best(self, among: Sequence[int] | None = None) -> int:
-        ids = range(len(self.config)) if among is None else among
-        return max(ids, key=self.value)
 
 
 def _seer(
@@ -276,7 +84,7 @@ def _seer(
     p = plan(T, B, eta=s.eta, v=s.v, p_min=s.p_min, p_max=s.p_max, t_min=t_min)
     if filled:
         p = fill(p)
-    tr = _Trials(c, s.scaling)
+    tr = Trials(c, s.scaling)
     sampler = UniformSampler(len(c), rng)
     ids = [str(tr.new(sampler.sample())) for _ in range(p.sampled_trials)]
     alive = ids
@@ -302,7 +110,7 @@ def _seer(
 
 def _random(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSettings) -> Outcome:
     p = max(1, int(B // T))
-    tr = _Trials(c, s.scaling)
+    tr = Trials(c, s.scaling)
     t = tr.new(UniformSampler(len(c), rng).sample())
     tr.train(t, min(T, B / p), p)
     return Outcome("random", tr.value(t), 1, tr.paid)
@@ -337,7 +145,7 @@ def _asha(
     """ASHA (Li et al., Alg. 2) on ``n = floor(B/T)`` one-resource workers; ``deadline_aware``
     adds HyperSched's exploit phase."""
     n = max(1, int(B // T))
-    tr = _Trials(c, s.scaling)
+    tr = Trials(c, s.scaling)
     sampler = UniformSampler(len(c), rng)
     rungs = _rungs(max_resource(c, T, s), s.eta)
     members: list[list[int]] = [[] for _ in rungs]  # trials recorded at each rung
@@ -450,7 +258,7 @@ def _bohb(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSett
     Configurations come from ``settings.bohb_sampler`` (TPE) and every result is told to it.
     """
     n = max(1, int(B // T))
-    tr = _Trials(c, s.scaling)
+    tr = Trials(c, s.scaling)
     sampler: ConfigSampler = (
         s.bohb_sampler(c, rng) if s.bohb_sampler else UniformSampler(len(c), rng)
     )
@@ -514,7 +322,7 @@ def _e_hyperband(
     grid = np.geomspace(min(t_min, T * speed), T * speed, 256)
     feasible = [r for r in grid if cost(float(r)) <= B]
     max_r = float(feasible[-1]) if feasible else float(grid[0])
-    tr = _Trials(c, s.scaling)
+    tr = Trials(c, s.scaling)
     sampler = UniformSampler(len(c), rng)
     finals: list[int] = []
     for bracket in _hyperband_brackets(max_r, t_min, s.eta):
@@ -538,7 +346,7 @@ def _e_grid(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSe
     while p_top > s.p_min and B - p_top * half < s.p_min * half:
         p_top -= 1
     n = max(1, int((B - p_top * half) // (s.p_min * half)))
-    tr = _Trials(c, s.scaling)
+    tr = Trials(c, s.scaling)
     sampler = UniformSampler(len(c), rng)
     explored = [tr.new(sampler.sample()) for _ in range(n)]
     for t in explored:
@@ -559,6 +367,7 @@ METHODS: dict[str, _Method] = {
     "bohb": _bohb,
     "e-hyperband": _e_hyperband,
     "e-grid": _e_grid,
+    "replan": replan,
 }
 
 

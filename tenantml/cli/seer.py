@@ -157,9 +157,10 @@ def simulate_cmd(
     methods: Annotated[
         str,
         typer.Option(
-            help="comma list of seer,seer-fill,random,asha,hypersched,bohb,e-hyperband,e-grid"
+            help="comma list of seer,seer-fill,random,asha,hypersched,bohb,e-hyperband,"
+            "e-grid,replan"
         ),
-    ] = "seer,seer-fill,random,asha,hypersched,bohb,e-hyperband,e-grid",
+    ] = "seer,seer-fill,random,asha,hypersched,bohb,e-hyperband,e-grid,replan",
     seeds: Annotated[int, typer.Option(min=1)] = 20,
     eta: Eta = None,
     v: V = None,

@@ -1,0 +1,203 @@
+"""``replan``: an elastic tuner that re-plans the rest of its deadline and budget after every
+stage from the partial learning curves it has observed (issue 19, item 3). ``seer`` stays the
+paper's Alg. 1; this method starts from the same plan and may leave it.
+
+Notation as in :mod:`policy.seer._plan`: deadline ``T``, budget ``B`` (resource-time), ``p_min``/
+``p_max`` resources per trial, ``lambda(p)`` the speed-up on ``p`` resources. At the end of stage
+``k`` (time ``t_k``) the tuner has ``T_r = T - t_k`` and ``B_r = B - paid`` left, and compares:
+
+- ``continue``: the rest of the filled SEER plan (:func:`policy.seer.fill`; Alg. 1 lines 6-11,
+  survivors the best over all brackets);
+- ``exploit-k`` (k = 1, 2, 4): the k trials with the best predicted outcome each train on
+  ``g_k = min(p_max, floor(B_r / (k T_r)))`` resources until ``T`` (the exploit half of E-Grid,
+  Sec. 6.3, at any point of the run and with what is really left of ``B``).
+
+Each is scored by its *predicted* outcome: the best predicted metric among the trials it trains
+to the end. A trial's metric after more training is extrapolated from its own curve so far with
+EarlyCurve's fit (papers/004, Eq. 4, on the metric turned into a positive loss, last stage of
+Eq. 7's split) at the evaluation count it would reach, from the spacing of its evaluations so
+far; a trial with fewer than ``MIN_POINTS`` evaluations is predicted to stay where it is. The
+rest of the SEER plan is scored by running its stages on those predictions (elimination by
+predicted metric). An ``exploit-k`` must be predicted ``MARGIN`` (relative) better than the
+plan, since it gives up the plan's other trials; so with nothing to extrapolate from the tuner
+is SEER-fill. An ``exploit-k`` choice is final: it trains its trials to the deadline. What the
+simulated curves left unpaid of ``B`` goes to the rest of the plan at each re-plan
+(:func:`policy.seer.fill` with stage 1 capped at the trials alive).
+
+Neither choice passes ``T`` or ``B`` (Fact 1): ``g_k k T_r <= B_r`` and the plan's own stages
+fit what is left (the simulated trial pays only while its curve lasts, so ``paid`` is at most
+the plan's cost).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from policy.seer._plan import Stage, assign_stage, fill, plan
+from policy.seer._sim import Curves, Outcome, Trials, TuningSettings, UniformSampler
+from policy.spot.earlycurve import fit_stage, split_stages
+
+__all__ = ["MIN_POINTS", "Choice", "CurvePredictor", "choose", "replan"]
+
+MIN_POINTS = 3  # evaluations a trial needs before its curve is extrapolated
+HORIZON = 4  # extrapolate to at most this many times the evaluations seen (then hold)
+MARGIN = 0.05  # exploiting must be predicted this share better than the plan (its bet is final)
+HEADROOM = 0.1  # the metric's ceiling: the best seen + this share of the range seen
+EXPLOIT_WIDTHS = (1, 2, 4)
+
+
+@dataclass(frozen=True)
+class CurvePredictor:
+    """Predicted metric of one trial after more training, from its evaluations so far.
+
+    ``times``/``values``: (m,) its observed evaluations (single-resource time, metric, higher
+    is better); ``length``: evaluations its recipe has (a trial stops improving at its end);
+    ``ceiling``: an upper bound of the metric, turning it into the positive loss
+    ``ceiling - value`` that Eq. 4 fits.
+    """
+
+    times: np.ndarray
+    values: np.ndarray
+    length: int
+    ceiling: float
+
+    def __call__(self, progress: float) -> float:
+        """Metric after ``progress`` single-resource time (>= the observed part)."""
+        m = len(self.values)
+        if m == 0:
+            return float("-inf")
+        if m < MIN_POINTS or progress <= self.times[-1]:
+            return float(self.values[-1])
+        spacing = (self.times[-1] - self.times[0]) / (m - 1)
+        step = min(float(self.length), HORIZON * m, m + (progress - self.times[-1]) / spacing)
+        loss = self.ceiling - self.values
+        start = split_stages(loss)[-1]
+        if m - start < MIN_POINTS:
+            return float(self.values[-1])
+        fit = fit_stage(np.arange(start + 1, m + 1, dtype=float), loss[start:])
+        return float(self.ceiling - float(fit(step)))
+
+
+def _predictors(c: Curves, tr: Trials, ids: Sequence[int]) -> dict[int, CurvePredictor]:
+    seen = {t: c.evals(tr.config[t], tr.progress[t]) for t in ids}
+    observed = [c.values[tr.config[t]][: seen[t]] for t in ids if seen[t]]
+    if not observed:
+        ceiling = 1.0
+    else:
+        pooled = np.concatenate(observed)
+        ceiling = float(pooled.max() + HEADROOM * max(float(np.ptp(pooled)), 1e-3))
+    return {
+        t: CurvePredictor(
+            c.times[tr.config[t]][: seen[t]],
+            c.values[tr.config[t]][: seen[t]],
+            len(c.times[tr.config[t]]),
+            ceiling,
+        )
+        for t in ids
+    }
+
+
+def _predict_plan(
+    stages: Sequence[Stage],
+    alive: Sequence[int],
+    progress: dict[int, float],
+    predict: dict[int, CurvePredictor],
+    s: TuningSettings,
+) -> float:
+    """Predicted outcome of running ``stages`` on ``alive``: each stage keeps its capacity of
+    trials with the best predicted metric, the best in the last bracket (Alg. 1 line 11)."""
+    x = dict(progress)
+    final = list(alive)
+    for stage in stages:
+        ranked = sorted(final, key=lambda t: predict[t](x[t]))
+        ranked = ranked[max(0, len(ranked) - stage.trials) :]
+        i = 0
+        final = []
+        for b in stage.brackets:
+            for t in ranked[i : i + b.trials]:
+                x[t] += s.scaling(b.gpus_per_trial) * (stage.end - stage.start)
+                final.append(t)
+            i += b.trials
+    return max((predict[t](x[t]) for t in final), default=float("-inf"))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A re-planning decision: ``name`` ``continue`` or ``exploit-k``; ``predicted`` its
+    predicted outcome, ``plan`` the plan's; ``trials`` and ``gpus`` (each) of an exploit."""
+
+    name: str
+    predicted: float
+    plan: float
+    trials: tuple[int, ...] = ()
+    gpus: int = 0
+
+
+def choose(
+    stages: Sequence[Stage],
+    progress: dict[int, float],
+    predict: dict[int, CurvePredictor],
+    left_t: float,
+    left_b: float,
+    s: TuningSettings,
+) -> Choice:
+    """The continuation with the best predicted outcome for the trials alive (``progress``'s
+    keys, with their single-resource progress), ``left_t`` time and ``left_b`` budget left:
+    the rest of the plan (``stages``) or ``exploit-k`` (see the module docstring)."""
+    alive = list(progress)
+    keep = _predict_plan(stages, alive, progress, predict, s)
+    best = Choice("continue", keep, keep)
+    for width in EXPLOIT_WIDTHS:
+        g = int(min(s.p_max, left_b // (width * left_t)))
+        if width > len(alive) or g < s.p_min:
+            continue
+        reach = {t: predict[t](progress[t] + s.scaling(g) * left_t) for t in alive}
+        top = sorted(alive, key=lambda t: reach[t], reverse=True)[:width]
+        value = max(reach[t] for t in top)
+        if value > best.predicted + MARGIN * abs(best.predicted):
+            best = Choice(f"exploit-{width}", value, keep, tuple(top), g)
+    return best
+
+
+def replan(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSettings) -> Outcome:
+    """One run of the re-planning tuner on the simulator (see the module docstring)."""
+    t_min = s.t_min or c.epoch_time
+    p = fill(plan(T, B, eta=s.eta, v=s.v, p_min=s.p_min, p_max=s.p_max, t_min=t_min))
+    tr = Trials(c, s.scaling)
+    sampler = UniformSampler(len(c), rng)
+    alive = [tr.new(sampler.sample()) for _ in range(p.sampled_trials)]
+    sampled = len(alive)
+    final = list(alive)
+    decisions: list[str] = []
+    stages = list(p.stages)
+    for k in range(len(stages)):
+        if k > 0:
+            left_t, left_b = T - stages[k].start, B - tr.paid
+            # what the curves left unpaid goes to the rest of the plan (fill, capped at the
+            # trials still alive: no new configuration joins after stage 1)
+            rest = replace(p, B=left_b, stages=tuple(stages[k:]))
+            stages[k:] = fill(rest, first_cap=len(alive)).stages
+            progress = {t: tr.progress[t] for t in alive}
+            choice = choose(stages[k:], progress, _predictors(c, tr, alive), left_t, left_b, s)
+            decisions.append(
+                f"t={stages[k].start:.4g} left T={left_t:.4g} B={left_b:.4g}: {choice.name} "
+                f"(predicted {choice.predicted:.4g}; plan {choice.plan:.4g})"
+            )
+            if choice.trials:
+                for t in choice.trials:
+                    tr.train(t, left_t, choice.gpus)
+                final = list(choice.trials)
+                break
+        stage = stages[k]
+        losses = {str(t): -tr.value(t) for t in alive}
+        groups = assign_stage(stage, [str(t) for t in alive], losses)
+        for b, group in zip(stage.brackets, groups, strict=True):
+            for tid in group:
+                tr.train(int(tid), stage.end - stage.start, b.gpus_per_trial)
+        final = [int(tid) for g in groups for tid in g]
+        alive = final  # filled plan: the next stage keeps the best over all brackets
+    best = tr.best(final)
+    return Outcome("replan", tr.value(best), sampled, tr.paid, decisions=tuple(decisions))

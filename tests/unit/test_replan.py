@@ -1,0 +1,121 @@
+"""The re-planning tuner (policy.seer.replan): its curve predictor, its choice between the rest of
+the plan and exploiting the leaders, and Fact 1 (never past T or B) on random problems."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policy.seer import Stage, StageBracket, fill, plan
+from policy.seer.replan import MIN_POINTS, CurvePredictor, choose
+from policy.seer.tuning import Curves, TuningSettings, run_method
+
+
+def _predictor(values: list[float], length: int = 100, ceiling: float = 1.0) -> CurvePredictor:
+    times = np.arange(1.0, len(values) + 1)
+    return CurvePredictor(times, np.asarray(values), length, ceiling)
+
+
+def test_too_few_points_predict_no_change() -> None:
+    p = _predictor([0.3, 0.5][: MIN_POINTS - 1])
+    assert p(50.0) == 0.5
+    assert _predictor([])(5.0) == float("-inf")
+
+
+def test_a_saturating_curve_is_extrapolated_up_to_the_horizon_and_its_length() -> None:
+    """y_k = 0.9 - 0.5 / k is Eq. 4's form (a0 = a2 = 0, a1 = 2, a3 = ceiling - 0.9): the fit
+    is exact; beyond 4x the evaluations seen (HORIZON) or the recipe's length it holds."""
+    k = np.arange(1.0, 7.0)
+    p = CurvePredictor(k, 0.9 - 0.5 / k, 100, 0.95)
+    assert p(6.0) == pytest.approx(0.9 - 0.5 / 6)
+    assert p(12.0) == pytest.approx(0.9 - 0.5 / 12, abs=1e-4)
+    assert p(24.0) == pytest.approx(0.9 - 0.5 / 24, abs=1e-4)
+    assert p(500.0) == pytest.approx(p(24.0))  # the horizon: 4 x 6 evaluations
+    short = CurvePredictor(k, 0.9 - 0.5 / k, 10, 0.95)
+    assert short(500.0) == pytest.approx(0.9 - 0.5 / 10, abs=1e-4)  # its 10th and last
+
+
+def _stage(index: int, start: float, end: float, *brackets: tuple[int, int]) -> Stage:
+    return Stage(
+        index, start, end, tuple(StageBracket(g, n, i) for i, (g, n) in enumerate(brackets))
+    )
+
+
+def test_a_leader_that_keeps_improving_is_exploited_when_the_plan_starves_it() -> None:
+    """Two trials left, 8 time units and 32 resource-units: the rest of the plan trains both on
+    one resource (the leader reaches evaluation 14: 0.757); exploiting gives it four
+    (lambda(4) = 3.03: evaluation 30, held at the horizon 24: 0.817), more than MARGIN better."""
+    k = np.arange(1.0, 7.0)
+    leader = CurvePredictor(k, 0.9 - 2.0 / k, 100, 0.95)
+    other = CurvePredictor(k, 0.6 - 2.0 / k, 100, 0.95)
+    rest = [_stage(2, 6.0, 14.0, (1, 2))]
+    s = TuningSettings(t_min=1)
+    got = choose(rest, {0: 6.0, 1: 6.0}, {0: leader, 1: other}, 8.0, 32.0, s)
+    assert got.name == "exploit-1" and got.trials == (0,) and got.gpus == 4
+    assert got.plan == pytest.approx(0.9 - 2.0 / 14, abs=1e-3)
+    assert got.predicted == pytest.approx(0.9 - 2.0 / 24, abs=1e-3)
+    # flat curves: nothing to gain from a bet, the plan goes on
+    flat = {t: _predictor([0.7] * 6) for t in (0, 1)}
+    assert choose(rest, {0: 6.0, 1: 6.0}, flat, 8.0, 32.0, s).name == "continue"
+    # no budget for more than one resource each: exploiting is the plan, it goes on
+    assert choose(rest, {0: 6.0, 1: 6.0}, {0: leader, 1: other}, 8.0, 8.0, s).name == "continue"
+
+
+def _flat(levels: list[float], length: int = 64) -> Curves:
+    t = np.arange(1.0, length + 1)
+    ids = tuple(str(i) for i in range(len(levels)))
+    return Curves("flat", ids, tuple(t for _ in levels), tuple(np.full(length, v) for v in levels))
+
+
+def test_with_nothing_to_extrapolate_it_is_seer_fill() -> None:
+    c = _flat(list(np.linspace(0.1, 0.9, 40)))
+    s = TuningSettings(eta=2, t_min=1, p_max=4)
+    for seed in range(3):
+        ours, fill_ = (
+            run_method("replan", c, 10, 80, seed, s),
+            run_method("seer-fill", c, 10, 80, seed, s),
+        )
+        assert (ours.value, ours.trials) == (fill_.value, fill_.trials)
+        assert ours.decisions and all(": continue" in d for d in ours.decisions)
+
+
+def test_fill_caps_the_first_stage_of_a_remainder_at_the_trials_alive() -> None:
+    """The rest of a plan from stage 2 on, with budget to spare: uncapped, fill would run more
+    trials in its first stage than are alive (no new configuration may join)."""
+    p = plan(40, 160, eta=4, p_max=4, t_min=1)
+    rest = replace(p, B=400.0, stages=p.stages[1:])
+    alive = p.stages[1].trials
+    assert fill(rest).stages[0].trials > alive
+    capped = fill(rest, first_cap=alive)
+    assert capped.stages[0].trials == alive
+    assert p.stages[1].resource_time < capped.resource_time <= 400.0 * (1 + 1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    asymptotes=st.lists(st.floats(0.2, 1.0), min_size=2, max_size=12),
+    steepness=st.floats(0.05, 2.0),
+    length=st.integers(2, 40),
+    T=st.floats(3, 40),
+    ratio=st.sampled_from([2.0, 4.0, 16.0]),
+    seed=st.integers(0, 100),
+)
+def test_fact_1_replanning_never_spends_past_b(
+    asymptotes: list[float], steepness: float, length: int, T: float, ratio: float, seed: int
+) -> None:
+    """Saturating curves of any steepness and length (some end before T, leaving budget the
+    re-plan hands on): the run never pays more than B, and returns a value some trial reached."""
+    t = np.arange(1.0, length + 1)
+    c = Curves(
+        "sat",
+        tuple(str(i) for i in range(len(asymptotes))),
+        tuple(t for _ in asymptotes),
+        tuple(a - steepness / np.sqrt(t) for a in asymptotes),
+    )
+    out = run_method("replan", c, T, ratio * T, seed, TuningSettings(t_min=1))
+    assert out.resource_time <= ratio * T * (1 + 1e-9)
+    assert c.untrained <= out.value <= max(asymptotes)
