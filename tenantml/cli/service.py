@@ -701,7 +701,7 @@ def worker(
             help="runs taken beyond the training one, waiting warm on the GPU's lock "
             "(default TENANTML_PREFETCH_PER_SLOT, as the scheduler sends them)"
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     pool: Annotated[str, typer.Option(help="the Prefect work pool")] = "gpu",
     name: Annotated[str | None, typer.Option(help="worker name (default HOST-gpuN)")] = None,
     home: Home = None,
