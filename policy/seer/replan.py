@@ -33,12 +33,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
 from policy.seer._plan import Stage, assign_stage, fill, plan
 from policy.seer._sim import Curves, Outcome, Trials, TuningSettings, UniformSampler
-from policy.spot.earlycurve import fit_stage, split_stages
+from policy.spot.earlycurve import StageFit, fit_stage, split_stages
 
 __all__ = ["MIN_POINTS", "Choice", "CurvePredictor", "choose", "replan"]
 
@@ -64,21 +65,29 @@ class CurvePredictor:
     length: int
     ceiling: float
 
+    @cached_property
+    def _fit(self) -> StageFit | None:
+        """Eq. 4 on the last stage of the loss ``ceiling - value``, fitted once (a plan's
+        prediction asks each trial many times); None with too few points to extrapolate."""
+        m = len(self.values)
+        if m < MIN_POINTS:
+            return None
+        loss = self.ceiling - self.values
+        start = split_stages(loss)[-1]
+        if m - start < MIN_POINTS:
+            return None
+        return fit_stage(np.arange(start + 1, m + 1, dtype=float), loss[start:])
+
     def __call__(self, progress: float) -> float:
         """Metric after ``progress`` single-resource time (>= the observed part)."""
         m = len(self.values)
         if m == 0:
             return float("-inf")
-        if m < MIN_POINTS or progress <= self.times[-1]:
+        if progress <= self.times[-1] or self._fit is None:
             return float(self.values[-1])
         spacing = (self.times[-1] - self.times[0]) / (m - 1)
         step = min(float(self.length), HORIZON * m, m + (progress - self.times[-1]) / spacing)
-        loss = self.ceiling - self.values
-        start = split_stages(loss)[-1]
-        if m - start < MIN_POINTS:
-            return float(self.values[-1])
-        fit = fit_stage(np.arange(start + 1, m + 1, dtype=float), loss[start:])
-        return float(self.ceiling - float(fit(step)))
+        return float(self.ceiling - float(self._fit(step)))
 
 
 def _predictors(c: Curves, tr: Trials, ids: Sequence[int]) -> dict[int, CurvePredictor]:
