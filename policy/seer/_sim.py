@@ -12,6 +12,7 @@ from typing import Protocol
 import numpy as np
 
 from policy._types import FloatArray
+from policy.seer._plan import Stage, assign_stage
 
 __all__ = [
     "ConfigSampler",
@@ -24,6 +25,7 @@ __all__ = [
     "TuningSettings",
     "UniformSampler",
     "power_scaling",
+    "train_stage",
 ]
 
 Scaling = Callable[[int], float]
@@ -230,3 +232,15 @@ class Trials:
     def best(self, among: Sequence[int] | None = None) -> int:
         ids = range(len(self.config)) if among is None else among
         return max(ids, key=self.value)
+
+
+def train_stage(tr: Trials, stage: Stage, alive: Sequence[str]) -> list[list[str]]:
+    """Run one SEER stage on the simulator: :func:`policy.seer.assign_stage` places the trials
+    alive (ids as strings) by their metric so far (Alg. 1 lines 6 and 11), and each trains on its
+    bracket's resources for the stage's length. Returns the trials of each bracket."""
+    losses = {t: -tr.value(int(t)) for t in alive}
+    groups = assign_stage(stage, alive, losses)
+    for b, group in zip(stage.brackets, groups, strict=True):
+        for t in group:
+            tr.train(int(t), stage.end - stage.start, b.gpus_per_trial)
+    return groups

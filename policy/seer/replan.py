@@ -37,8 +37,15 @@ from functools import cached_property
 
 import numpy as np
 
-from policy.seer._plan import Stage, assign_stage, fill, plan
-from policy.seer._sim import Curves, Outcome, Trials, TuningSettings, UniformSampler
+from policy.seer._plan import Stage, fill, plan
+from policy.seer._sim import (
+    Curves,
+    Outcome,
+    Trials,
+    TuningSettings,
+    UniformSampler,
+    train_stage,
+)
 from policy.spot.earlycurve import StageFit, fit_stage, split_stages
 
 __all__ = ["MIN_POINTS", "Choice", "CurvePredictor", "choose", "replan"]
@@ -200,12 +207,7 @@ def replan(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSet
                     tr.train(t, left_t, choice.gpus)
                 final = list(choice.trials)
                 break
-        stage = stages[k]
-        losses = {str(t): -tr.value(t) for t in alive}
-        groups = assign_stage(stage, [str(t) for t in alive], losses)
-        for b, group in zip(stage.brackets, groups, strict=True):
-            for tid in group:
-                tr.train(int(tid), stage.end - stage.start, b.gpus_per_trial)
+        groups = train_stage(tr, stages[k], [str(t) for t in alive])
         final = [int(tid) for g in groups for tid in g]
         alive = final  # filled plan: the next stage keeps the best over all brackets
     best = tr.best(final)

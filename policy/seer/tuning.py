@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from policy.seer._plan import assign_stage, eliminate, fill, plan
+from policy.seer._plan import eliminate, fill, plan
 from policy.seer._sim import (
     ConfigSampler,
     Curves,
@@ -51,6 +51,7 @@ from policy.seer._sim import (
     TuningSettings,
     UniformSampler,
     power_scaling,
+    train_stage,
 )
 from policy.seer.replan import replan
 
@@ -90,11 +91,7 @@ def _seer(
     alive = ids
     final: list[str] = []
     for k, stage in enumerate(p.stages):
-        losses = {t: -tr.value(int(t)) for t in alive}
-        groups = assign_stage(stage, alive, losses)
-        for b, group in zip(stage.brackets, groups, strict=True):
-            for t in group:
-                tr.train(int(t), stage.end - stage.start, b.gpus_per_trial)
+        groups = train_stage(tr, stage, alive)
         losses = {t: -tr.value(int(t)) for g in groups for t in g}
         final = [t for g in groups for t in g]
         if k + 1 < len(p.stages):
