@@ -349,6 +349,8 @@ class Service:
     planner: Planner
     dispatcher: Dispatcher
     stop: StopRequest = STOP
+    # Each tenant's leaderboard as last published to the store (`tasks.leaderboard.fingerprint`).
+    published: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -528,6 +530,30 @@ def scheduler_run(svc: Service, progress: Progress) -> Iterator[mlflow.ActiveRun
 def _refresh(svc: Service, progress: Progress) -> None:
     progress.state = refresh(svc.client, svc.store, svc.settings.capacity_prices, svc.options.prior)
     progress.refreshed = time.monotonic()
+    publish_leaderboards(svc, progress.state)
+
+
+def publish_leaderboards(
+    svc: Service, state: ServiceState, moved: frozenset[str] = frozenset()
+) -> None:
+    """Publish the leaderboard (`tasks.leaderboard`) of every tenant whose jobs or weight changed
+    since this scheduler last did, and of the tenants in `moved` (their ``best`` may have moved),
+    from the state just read: one registry request per tenant published, none otherwise."""
+    from tasks import leaderboard
+
+    by_tenant: dict[str, list[JobRecord]] = {t.name: [] for t in state.tenants}
+    for r in state.records:
+        if r.tenant in by_tenant:
+            by_tenant[r.tenant].append(r)
+    for t in state.tenants:
+        key = leaderboard.fingerprint(by_tenant[t.name], t.weight)
+        if svc.published.get(t.name) == key and t.name not in moved:
+            continue
+        snap = leaderboard.snapshot_from_mlflow(
+            svc.client, t.name, records=by_tenant[t.name], weight=t.weight
+        )
+        leaderboard.publish(svc.store, t.name, snap)  # an outage: waited out like the refresh
+        svc.published[t.name] = key
 
 
 def _record_of(state: ServiceState, spec: JobSpec) -> JobRecord | None:
@@ -545,6 +571,7 @@ def record_finished_jobs(svc: Service, progress: Progress) -> None:
     if progress.finished:
         _refresh(svc, progress)
     losses = tick_metrics(progress.state) if progress.finished and _listeners else {}
+    recorded = {d.spec.tenant for d in progress.finished}
     while progress.finished:
         done = progress.finished[0]
         rec = _record_of(progress.state, done.spec)
@@ -571,6 +598,8 @@ def record_finished_jobs(svc: Service, progress: Progress) -> None:
                 done.detail,
             )
         )
+    if recorded:  # `record` may have moved their `best`
+        publish_leaderboards(svc, progress.state, frozenset(recorded))
 
 
 def wants_tick(svc: Service, progress: Progress) -> bool:

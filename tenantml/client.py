@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -26,6 +25,7 @@ from numpy.typing import NDArray
 
 from store import ExampleRecord, ExampleStore
 from store.schema import Schema
+from tasks.leaderboard import Leaderboard, LeaderboardRow
 from tasks.settings import ServerUnreachableError, Settings
 
 if TYPE_CHECKING:
@@ -43,33 +43,6 @@ _MODELS_MAX = 32  # loaded models kept per process, oldest dropped first
 class NoModelYetError(LookupError):
     def __str__(self) -> str:
         return str(self.args[0])
-
-
-@dataclass(frozen=True)
-class LeaderboardRow:
-    candidate: str
-    status: str
-    accuracy: float | None
-    cost_s: float | None
-    finished_at: float | None
-    best: bool
-
-
-@dataclass(frozen=True)
-class Leaderboard:
-    tenant: str
-    schema: str
-    n_examples: int
-    n_enabled: int
-    snapshot: int
-    n_candidates: int
-    rows: tuple[LeaderboardRow, ...]
-    best_version: str | None
-    weight: float | None = None  # w_i, how much its regret counts; None: not the operator's view
-
-    @property
-    def best(self) -> LeaderboardRow | None:
-        return next((r for r in self.rows if r.best), None)
 
 
 def _check_http(url: str, what: str, how: str) -> None:
@@ -165,7 +138,9 @@ class Client:
             schema = Schema.parse(schema)
         register_tenant(self.mlflow, self.store, name, schema, self.settings.artifact_location)
         if weight is not None:
-            self.set_weight(name, weight)
+            self.set_weight(name, weight)  # publishes the leaderboard
+        elif not self.settings.user:  # the weight it shows is the operator's to read
+            self._publish(name)
         return self.status(name)
 
     def set_weight(self, name: str, weight: float) -> float:
@@ -177,7 +152,9 @@ class Client:
         self._operator_only("a tenant's weight")
         self.store.schema(name)  # UnknownTenantError naming the known tenants
         # validates the weight before it writes anything
-        return set_tenant_weight(self.mlflow, name, weight, self.settings.artifact_location)
+        w = set_tenant_weight(self.mlflow, name, weight, self.settings.artifact_location)
+        self._publish(name)  # `status` shows the new weight at once
+        return w
 
     def weight(self, name: str) -> float:
         """Operator: tenant `name`'s weight (1 unless `set_weight` changed it)."""
@@ -256,29 +233,21 @@ class Client:
 
         return self.infer(name, list(iter_file_inputs(self.store.schema(name), paths)))
 
-    def status(self, name: str) -> Leaderboard:
-        """Leaderboard: every model tried (accuracy, cost, when) and which one is `best`."""
-        from mlflow_plugin.registry import best_model
-        from mlflow_plugin.tracking import experiment_name, job_records
+    def status(self, name: str, *, fresh: bool = False) -> Leaderboard:
+        """Leaderboard: every model tried (accuracy, cost, when) and which one is `best`.
+
+        The jobs' rows come from the copy the service keeps in the store (`tasks.leaderboard`;
+        `Leaderboard.as_of` says when it was taken), which needs no MLflow; with `fresh`, or
+        when no copy was published yet, from MLflow now (``as_of`` None)."""
+        from tasks import leaderboard
         from trainers import candidates
 
-        schema = self.store.schema(name)
+        schema = self.store.schema(name)  # unknown tenant -> clear error
         m = self.store.manifest(name)
-        exp = self.mlflow.get_experiment_by_name(experiment_name(name))
-        records = job_records(self.mlflow, [exp.experiment_id]) if exp else []
-        best = best_model(self.mlflow, name)
-        rows = tuple(
-            LeaderboardRow(
-                r.candidate,
-                r.status,
-                r.accuracy,
-                r.cost_s,
-                r.end_time,
-                best is not None and r.run_id == best.run_id,
-            )
-            for r in sorted(records, key=lambda r: -(r.accuracy or -1.0))
-        )
-        version = best.version if best else None
+        snap = None if fresh else leaderboard.read(self.store, name)
+        as_of = None if snap is None else snap.as_of
+        if snap is None:
+            snap = leaderboard.snapshot_from_mlflow(self.mlflow, name)
         return Leaderboard(
             name,
             str(schema),
@@ -286,10 +255,17 @@ class Client:
             m.n_enabled,
             m.version,
             len(candidates(schema)),
-            rows,
-            version,
-            None if self.settings.user else self.weight(name),
+            snap.rows,
+            snap.best_version,
+            None if self.settings.user else snap.weight,  # the operator's view only
+            as_of,
         )
+
+    def _publish(self, name: str) -> None:
+        """Operator: publish `name`'s leaderboard after a change made here (submit, weight)."""
+        from tasks import leaderboard
+
+        leaderboard.publish(self.store, name, leaderboard.snapshot_from_mlflow(self.mlflow, name))
 
     # -- operating -----------------------------------------------------------------------------
     def seer(

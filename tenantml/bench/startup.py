@@ -8,8 +8,10 @@ examples each), and compared with ``python -c pass`` measured in the same run (t
 stays comparable between machines and loads). One more run of each under ``python -X
 importtime`` says which frameworks it loaded (`FRAMEWORKS`).
 
-``infer`` runs before any model is trained, so it answers "no model yet" (exit 1): what is
-timed is everything up to the model's lookup in the registry.
+``status`` reads the leaderboard the service keeps in the store (`tasks.leaderboard`; `submit`
+published it), ``status --fresh`` asks MLflow. ``infer`` runs before any model is trained, so it
+answers "no model yet" (exit 1): what is timed is everything up to the model's lookup in the
+registry.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ COMMANDS: dict[str, tuple[tuple[str, ...], int]] = {
     "--help": (("--help",), 0),
     "tenants": (("tenants",), 0),
     "examples": (("examples", "t00"), 0),
-    "status": (("status", "t00"), 0),
+    "status": (("status", "t00"), 0),  # the leaderboard `submit` published in the store
+    "status --fresh": (("status", "t00", "--fresh"), 0),  # asks MLflow
     "feed": (("feed", "t00", "--csv", "{csv}", "--label-column", "label"), 0),
     "infer": (("infer", "t00", "--csv", "{inputs}"), 1),  # no model yet
 }

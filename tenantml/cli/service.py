@@ -251,10 +251,20 @@ def status(
             help="write every tenant's loss estimate and their total over the ticks to this PNG",
         ),
     ] = None,
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            "--fresh",
+            help="ask MLflow now, not the leaderboard the service keeps in the store (slower)",
+        ),
+    ] = False,
     home: Home = None,
 ) -> None:
     """Leaderboard: models tried, accuracy, cost, when, and which is `best`; with --plot
-    FILE.png, the loss picture the scheduler logs (loss.png), from MLflow's per-tick metrics."""
+    FILE.png, the loss picture the scheduler logs (loss.png), from MLflow's per-tick metrics.
+
+    The leaderboard is the copy the service keeps in the store, updated by the scheduler at
+    every change (its age is shown); --fresh reads MLflow itself."""
     with _errors():
         if name is None and plot is None:
             raise ValueError(
@@ -266,7 +276,7 @@ def status(
             _write_loss_plot(c, plot)
         if name is None:
             return
-        lb = c.status(name)
+        lb = c.status(name, fresh=fresh)
         t = Table(title=f"{name}: {lb.schema}", title_justify="left")
         for col in ("model", "status", "accuracy", "cost (s)", "finished", "best"):
             t.add_column(col)
@@ -287,6 +297,9 @@ def status(
             f"{lb.best_version or 'none yet'}"
             + ("" if lb.weight is None else f"; weight {lb.weight:g}")
         )
+        if lb.as_of is not None:
+            age = time.strftime("%H:%M:%S", time.localtime(lb.as_of))
+            console.print(f"as of {age}, the service's last update (--fresh: ask MLflow now)")
 
 
 def _write_loss_plot(c: Any, path: Path) -> None:

@@ -416,7 +416,7 @@ def _concurrency(
     # the faults before may have left none recorded yet.
     deadline = time.monotonic() + 300
     while True:
-        served = [t for t in TENANTS if c.status(t).best_version]
+        served = [t for t in TENANTS if c.status(t, fresh=True).best_version]
         if served or time.monotonic() > deadline:
             break
         time.sleep(2)

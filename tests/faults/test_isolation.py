@@ -134,7 +134,7 @@ def test_a_tenant_reaches_only_its_own_tenant(home: Path, tmp_path: Path) -> Non
         "run = c.mlflow.search_runs([exps['beta']])[0].info.run_id\n"
         "store = {k: c.store.blobs.get(k).hex() for k in c.store.blobs.list('tenants/beta/')}\n"
         "print(json.dumps({'exps': exps, 'store': store, 'tenants': c.tenants(), 'run': run,\n"
-        "    'best': {t: c.status(t).best_version for t in exps}}))"
+        "    'best': {t: c.status(t, fresh=True).best_version for t in exps}}))"
     ))  # fmt: skip
     exps, beta_before = ids["exps"], ids["store"]
     assert isinstance(exps, dict) and set(exps) == {"alpha", "beta"}

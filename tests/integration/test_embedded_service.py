@@ -69,6 +69,10 @@ def test_three_tenants_get_a_best_model_and_infer(home: Path) -> None:
     for name, d in data.items():
         lb = c.status(name)
         assert lb.best is not None, name
+        # The leaderboard the scheduler published in the store is MLflow's, read without it.
+        fresh = c.status(name, fresh=True)
+        assert lb.as_of is not None and fresh.as_of is None, name
+        assert (lb.rows, lb.best_version, lb.weight) == (fresh.rows, fresh.best_version, 1.0)
         pred = c.infer(name, d.inputs[:100])
         acc = float(np.mean(np.asarray(pred) == np.asarray(d.labels[:100]).astype(str)))
         assert acc >= (0.7 if name == "digits" else 0.9), (name, acc)

@@ -89,8 +89,33 @@ def test_commands_the_store_answers_load_no_framework(home: Path, argv: list[str
 
 
 @pytest.mark.slow
-def test_status_loads_mlflow_only(home: Path) -> None:
+def test_status_without_a_published_leaderboard_asks_mlflow(home: Path) -> None:
     assert _run_command(home / "home", ["status", "wine"]) == ["mlflow"]
+
+
+def _publish_wine(home: Path) -> None:
+    from tasks import leaderboard
+    from tasks.settings import Settings
+
+    row = leaderboard.LeaderboardRow("random_forest", "FINISHED", 0.9, 1.5, 1.7e9, True)
+    snap = leaderboard.Snapshot((row,), "3", 2.0, 1.7e9)
+    leaderboard.publish(Settings.load(home).store(), "wine", snap)
+
+
+@pytest.mark.slow
+def test_status_reads_the_published_leaderboard_and_loads_no_framework(home: Path) -> None:
+    _publish_wine(home / "home")
+    assert _run_command(home / "home", ["status", "wine"]) == []
+    assert _run_command(home / "home", ["status", "wine", "--fresh"]) == ["mlflow"]
+
+
+def test_status_shows_the_published_leaderboard_and_its_age(home: Path, restore_env: None) -> None:
+    _publish_wine(home / "home")
+    res = CliRunner().invoke(app, ["status", "wine", "--home", str(home / "home")])
+    assert res.exit_code == 0, res.output
+    assert "random_forest" in res.output and "0.9000" in res.output
+    assert "best version 3" in res.output and "weight 2" in res.output
+    assert "as of" in res.output and "--fresh" in res.output
 
 
 def test_frameworks_are_read_from_importtime() -> None:
