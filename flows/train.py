@@ -1,7 +1,9 @@
-"""The `train` flow: one (tenant, model) job on one GPU slot, recorded as an MLflow run.
+"""The `train` flow: one (tenant, model) job on one GPU slot, recorded as an MLflow run, or a
+chain of short ones (`tasks.JobSpec.then`) trained in turn on the same slot.
 
 Retries re-run the same job id: the MLflow run is reused and the trainer resumes from the job's
-last checkpoint in the store, so a retry loses at most one epoch and is never counted twice.
+last checkpoint in the store, so a retry loses at most one epoch and is never counted twice. A
+chain sent again (a retry, a crashed run sent anew) skips its jobs already FINISHED.
 
 The job moves its tenant's `best` itself when it beats it (`record`, idempotent): a job the
 pool starts after every scheduler has stopped (dispatched, then the scheduler killed before the
@@ -21,27 +23,52 @@ __all__ = ["train"]
 
 
 @flow(name="train", retries=2, retry_delay_seconds=2, log_prints=True)
-def train(spec: dict[str, Any]) -> dict[str, Any]:
-    """Train the job `spec` (a `tasks.JobSpec` as a dict); returns its MLflow record."""
+def train(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Train the job `spec` (a `tasks.JobSpec` as a dict) and the jobs chained after it; returns
+    their MLflow records. A chained job that fails does not stop the ones after it; the run
+    then fails with the first error, once all had their turn."""
     from mlflow.tracking import MlflowClient
 
-    from mlflow_plugin.tracking import ensure_tenant_experiment
+    from mlflow_plugin.tracking import ensure_tenant_experiment, job_record
     from store import ExampleStore
     from tasks import JobSpec, record, train_task
     from tasks.outage import patient, serve_patiently
 
     settings = Settings.load().apply()
     serve_patiently()  # a slow answer (a big upload) is waited for, not failed
-    job = JobSpec(**spec)
+    jobs = JobSpec(**spec).chain()
     # The job waits out a server outage (bounded backoff, a log line per attempt).
     client = patient(MlflowClient(settings.tracking_uri), settings)
     store = ExampleStore(patient(settings.store().blobs, settings))
-    schema = store.schema(job.tenant)
-    experiment_id = ensure_tenant_experiment(
-        client, job.tenant, str(schema), [], settings.artifact_location
-    )
-    done = train_task(job, client, store, experiment_id, str(runtime.flow_run.id or ""))
-    record(client, done)
+    experiments: dict[str, str] = {}
+    out: list[dict[str, Any]] = []
+    error: BaseException | None = None
+    for job in jobs:
+        if job.tenant not in experiments:
+            schema = store.schema(job.tenant)
+            experiments[job.tenant] = ensure_tenant_experiment(
+                client, job.tenant, str(schema), [], settings.artifact_location
+            )
+        exp_id = experiments[job.tenant]
+        if len(jobs) > 1 and (rec := job_record(client, exp_id, job.job_id)) is not None:
+            if rec.status == "FINISHED":  # trained by an earlier attempt of this chain
+                out.append(_summary(rec))
+                continue
+        try:
+            done = train_task(job, client, store, exp_id, str(runtime.flow_run.id or ""))
+        except Exception as e:  # the chain goes on; the run fails at the end
+            if len(jobs) == 1:
+                raise
+            error = error or e
+            continue
+        record(client, done)
+        out.append(_summary(done))
+    if error is not None:
+        raise error
+    return out
+
+
+def _summary(done: Any) -> dict[str, Any]:
     return {
         "run_id": done.run_id,
         "status": done.status,

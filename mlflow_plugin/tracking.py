@@ -34,6 +34,7 @@ __all__ = [
     "ensure_scheduler_experiment",
     "ensure_tenant_experiment",
     "experiment_name",
+    "job_record",
     "job_records",
     "runs_page",
     "set_tenant_weight",
@@ -252,6 +253,14 @@ def job_records(client: MlflowClient, experiment_ids: Iterable[str]) -> list[Job
         token = page.token
         if not token:
             return out
+
+
+def job_record(client: MlflowClient, experiment_id: str, job_id: str) -> JobRecord | None:
+    """The run of job `job_id` in the experiment, if one was started."""
+    found = client.search_runs(
+        [experiment_id], filter_string=f"tags.`{JOB_ID}` = '{job_id}'", max_results=1
+    )
+    return JobRecord.from_run(found[0]) if found else None
 
 
 def start_job_run(

@@ -48,7 +48,8 @@ class Dispatcher(Protocol):
 
     @property
     def in_flight(self) -> list[JobSpec]:
-        """The jobs started (or adopted) and not yet reported by `poll`."""
+        """The runs started (or adopted) and not yet reported by `poll`, one spec each; a run's
+        chained jobs are its spec's `JobSpec.then`."""
         ...
 
     def submit(self, spec: JobSpec) -> None:
@@ -66,8 +67,9 @@ class Dispatcher(Protocol):
         ...
 
     def poll(self) -> list[Done]:
-        """The jobs that ended since the last poll; a failed one is first started again, up to
-        the back-end's attempts, and reported only when those are spent."""
+        """The jobs that ended since the last poll, one `Done` per job of each ended run (its
+        chained jobs too); a failed run is first started again, up to the back-end's attempts,
+        and reported only when those are spent."""
         ...
 
     def close(self) -> None:
@@ -91,6 +93,7 @@ class _Base:
 
     @property
     def in_flight(self) -> list[JobSpec]:
+        """One spec per run in flight (a run may carry chained jobs: `JobSpec.then`)."""
         return [j.spec for j in self.jobs.values()]
 
     def _key(self, spec: JobSpec) -> str:
@@ -128,7 +131,7 @@ class _Base:
                 job.started = time.monotonic()
                 continue
             del self.jobs[key]
-            done.append(Done(job.spec, ok, elapsed, detail))
+            done += [Done(spec, ok, elapsed, detail) for spec in job.spec.chain()]
         return done
 
     def close(self) -> None:

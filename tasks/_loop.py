@@ -59,7 +59,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -73,7 +73,7 @@ from tasks._dispatch import DeploymentDispatcher, Dispatcher, Done, LocalDispatc
 from tasks._plot import TickHistory, add_tick, load_tick_history, loss_picture
 from tasks._prefect import decide, record, refresh
 from tasks._seer import seer_options_from_params
-from tasks._service import PRIORS, JobSpec, Planner, ServiceState, tick_metrics
+from tasks._service import PRIORS, JobSpec, Planner, ServiceState, count_jobs, tick_metrics
 from tasks.outage import (
     Backoff,
     default_patience_s,
@@ -209,7 +209,7 @@ class StopRequest:
             return
         self.signal = name
         self._event.set()
-        in_flight = len(self.dispatcher.in_flight) if self.dispatcher is not None else 0
+        in_flight = count_jobs(self.dispatcher.in_flight) if self.dispatcher is not None else 0
         _emit(Stopping(name, in_flight, self.run_id))
 
     def reset(self) -> None:
@@ -277,7 +277,10 @@ class SchedulerOptions:
     * `outage_patience_s`: seconds a server outage is waited out before the flow fails; None:
       ``TENANTML_OUTAGE_PATIENCE_S`` (default 600);
     * `prior`: the policy's GP prior, ``learnt`` across tenants or ``independent`` arms (the
-      ablation; `tasks._service.PRIORS`).
+      ablation; `tasks._service.PRIORS`);
+    * `chain_s`: jobs expected to take less than this many seconds are sent several to a flow
+      run, chained until their expected seconds add up to it (`Planner.decide`); 0: one job
+      per run.
 
     No defaults here: the flow's signature holds them.
     """
@@ -297,6 +300,7 @@ class SchedulerOptions:
     seer_budget_x: float | None
     outage_patience_s: float | None
     prior: str
+    chain_s: float = 0.0
 
     def __post_init__(self) -> None:
         """A bad parameter (from the Prefect UI, the CLI or the SDK) is named with what would
@@ -320,6 +324,8 @@ class SchedulerOptions:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 problems.append(f"{name} {value}: use a positive number (or leave it unset)")
+        if not self.chain_s >= 0:
+            problems.append(f"chain_s {self.chain_s}: use 0 (one job per run) or more seconds")
         for name in ("poll_s", "refresh_s"):
             if not getattr(self, name) > 0:
                 problems.append(f"{name} {getattr(self, name)}: use a positive number of seconds")
@@ -618,8 +624,8 @@ def refresh_if_stale(svc: Service, progress: Progress) -> None:
 
 def decide_tick(svc: Service, progress: Progress) -> list[JobSpec]:
     """Step 4: the `decide` task's jobs for tick ``t + 1`` (none: no tick, as when a stop was
-    requested meanwhile), given what is in flight; with ``sleep_s`` each becomes a sleep-based
-    stand-in job (dispatch benchmarks)."""
+    requested meanwhile), given what is in flight, short ones chained (``chain_s``); with
+    ``sleep_s`` each is a sleep-based stand-in job (dispatch benchmarks)."""
     opts = svc.options
     jobs = decide(
         svc.planner,
@@ -629,11 +635,11 @@ def decide_tick(svc: Service, progress: Progress) -> list[JobSpec]:
         max_epochs=opts.max_epochs,
         job_budget_s=opts.job_budget_s,
         seer_budget_x=opts.seer_budget_x,
+        chain_s=opts.chain_s or None,
+        sleep_s=opts.sleep_s,
     )
     if svc.stop.requested:
         return []
-    if opts.sleep_s is not None:
-        jobs = [replace(j, sleep_s=opts.sleep_s) for j in jobs]
     return jobs
 
 
@@ -648,7 +654,8 @@ def dispatch_tick(svc: Service, progress: Progress, jobs: list[JobSpec]) -> None
         if svc.stop.requested:
             break
         svc.dispatcher.submit(spec)
-        _emit(JobDispatched(progress.tick, spec.tenant, spec.candidate, spec.job_id))
+        for job in spec.chain():
+            _emit(JobDispatched(progress.tick, job.tenant, job.candidate, job.job_id))
 
 
 def log_tick(svc: Service, progress: Progress, jobs: list[JobSpec]) -> None:
@@ -729,7 +736,7 @@ def log_summary(svc: Service, progress: Progress, run: mlflow.ActiveRun) -> dict
         "busy_fraction": busy,
         "run_id": run.info.run_id,
         "interrupted": svc.stop.signal,
-        "in_flight": len(svc.dispatcher.in_flight),
+        "in_flight": count_jobs(svc.dispatcher.in_flight),
     }
 
 

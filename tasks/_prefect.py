@@ -45,8 +45,10 @@ def decide(
     max_epochs: int,
     job_budget_s: float | None,
     seer_budget_x: float | None = None,
+    chain_s: float | None = None,
+    sleep_s: float | None = None,
 ) -> list[JobSpec]:
-    """The policy (policy/) picks (tenant, model) for every free slot."""
+    """The policy (policy/) picks (tenant, model) for every free slot (`Planner.decide`)."""
     return planner.decide(
         state,
         in_flight=in_flight,
@@ -54,6 +56,8 @@ def decide(
         max_epochs=max_epochs,
         job_budget_s=job_budget_s,
         seer_budget_x=seer_budget_x,
+        chain_s=chain_s,
+        sleep_s=sleep_s,
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -101,9 +101,29 @@ class JobSpec:
     # A SEER job (`tasks._seer.SeerOptions.as_dict`): tune the model's hyperparameters under a
     # deadline and a GPU budget instead of the fixed learning-rate grid.
     seer: dict[str, Any] | None = None
+    # Short jobs sent in one flow run after this one, on the same slot (`Planner.decide`'s
+    # ``chain_s``): the run trains them in turn, so a slot's per-run overhead is paid once.
+    then: tuple[JobSpec, ...] = ()
+
+    def __post_init__(self) -> None:
+        # From JSON (`params`, a flow run's parameters) the chained jobs come back as dicts.
+        if not isinstance(self.then, tuple) or any(isinstance(j, dict) for j in self.then):
+            then = tuple(j if isinstance(j, JobSpec) else JobSpec(**j) for j in self.then)
+            object.__setattr__(self, "then", then)
 
     def params(self) -> dict[str, Any]:
         return asdict(self)
+
+    def chain(self) -> tuple[JobSpec, ...]:
+        """The jobs this spec sends, in the order they train: itself, then `then`."""
+        if not self.then:
+            return (self,)
+        return (replace(self, then=()), *self.then)
+
+
+def count_jobs(specs: Iterable[JobSpec]) -> int:
+    """Jobs in these specs, chained ones included (`JobSpec.chain`)."""
+    return sum(1 + len(s.then) for s in specs)
 
 
 @dataclass
@@ -386,33 +406,44 @@ class Planner:
         max_epochs: int = 10,
         job_budget_s: float | None = None,
         seer_budget_x: float | None = None,
+        chain_s: float | None = None,
+        sleep_s: float | None = None,
     ) -> list[JobSpec]:
         """New jobs for the free slots: the policy's picks on the tenants' latest snapshots.
+
+        `in_flight`: the runs sent and not ended, one spec each (with its chained jobs); at most
+        `capacity` runs are in flight, and every job in them is pending for the policy.
 
         ``seer_budget_x``: torch models get a SEER job instead of the learning-rate grid, with
         the policy's cost estimate as deadline and ``seer_budget_x`` x that in GPU-minutes
         (`tasks._seer.derive_seer`), so hyperparameter tuning happens inside model selection.
+
+        ``chain_s``: a run whose job is expected to take less than this many seconds gets more
+        of the policy's picks chained after it (`JobSpec.then`, at most `MAX_CHAIN` jobs), until
+        their expected seconds add up to ``chain_s``: the per-run overhead (a flow run, a
+        process, the hand-off) is then paid once for them all. A pick expected to take longer
+        than what is left is not chained; it goes back to the policy. Costs in dollars
+        (`ServiceState.usd_per_s`) are not chained. ``sleep_s``: every job is a sleep-based
+        stand-in of that length (dispatch benchmarks), which is also its expected length.
         """
         if not state.tenants or len(in_flight) >= self.capacity:
             return []
         ti, mi = state.index()
         pending = tuple(
             Assignment(ti[j.tenant], mi[j.candidate])
-            for j in in_flight
+            for run in in_flight
+            for j in run.chain()
             if j.tenant in ti and j.candidate in mi
         )
         loop = self._sync(state, pending)
         # Tenants with too few examples to train cannot be scheduled yet.
         ready = {i for i, t in enumerate(state.tenants) if t.n_examples >= 10}
-        load = [0] * self.slots  # jobs per slot: running + waiting
+        load = [0] * self.slots  # runs per slot: running + waiting
         for j in in_flight:
             load[j.slot % self.slots] += 1
-        out = []
-        for a in loop.fill():
-            if a.tenant not in ready:
-                continue
-            slot = min(range(self.slots), key=lambda s: (load[s], s))
-            load[slot] += 1
+        chaining = bool(chain_s) and state.usd_per_s is None
+
+        def spec(a: Assignment, slot: int) -> JobSpec:
             t = state.tenants[a.tenant]
             cand = state.catalogue[a.arm]
             budget = min(loop.time_limit(a), job_budget_s or math.inf)
@@ -422,22 +453,78 @@ class Planner:
             if seer_budget_x is not None and Candidate.parse(cand).spec.family != "sklearn":
                 seer = derive_seer(loop.expected_cost(a), budget_x=seer_budget_x).as_dict()
                 job_id = f"seer-{job_id}"
-            out.append(
-                JobSpec(
-                    t.name,
-                    cand,
-                    t.snapshot,
-                    job_id,
-                    tick,
-                    self.policy,
-                    None if math.isinf(budget) else float(budget),
-                    max_epochs,
-                    slot,
-                    slot_lock=lock,
-                    seer=seer,
-                )
+            return JobSpec(
+                t.name,
+                cand,
+                t.snapshot,
+                job_id,
+                tick,
+                self.policy,
+                None if math.isinf(budget) else float(budget),
+                max_epochs,
+                slot,
+                sleep_s=sleep_s,
+                slot_lock=lock,
+                seer=seer,
             )
+
+        def seconds(a: Assignment) -> float:
+            return sleep_s if sleep_s is not None else loop.expected_cost(a)
+
+        # One pick per free run: the loop's slots count jobs, and chained runs hold several.
+        slots, loop.slots = loop.slots, len(loop.pending) + self.capacity - len(in_flight)
+        try:
+            heads = loop.fill()
+        finally:
+            loop.slots = slots
+        out = []
+        for a in heads:
+            if a.tenant not in ready:
+                continue
+            slot = min(range(self.slots), key=lambda s: (load[s], s))
+            load[slot] += 1
+            head = spec(a, slot)
+            if chaining and chain_s is not None:
+                head = self._chain(loop, head, seconds(a), chain_s, ready, spec, seconds)
+            out.append(head)
         return out
+
+    def _chain(
+        self,
+        loop: SchedulerLoop,
+        head: JobSpec,
+        head_s: float,
+        chain_s: float,
+        ready: set[int],
+        spec: Callable[[Assignment, int], JobSpec],
+        seconds: Callable[[Assignment], float],
+    ) -> JobSpec:
+        """`head` with the policy's next picks chained after it while their expected seconds
+        fit in ``chain_s`` (see `decide`); each chained pick is pending for the policy."""
+        then: list[JobSpec] = []
+        used = {(head.tenant, head.job_id)}
+        total = head_s
+        while total < chain_s and len(then) + 1 < MAX_CHAIN:
+            slots, loop.slots = loop.slots, len(loop.pending) + 1  # room for one more pick
+            try:
+                picked = loop.fill()
+            finally:
+                loop.slots = slots
+            if not picked:
+                break
+            (a,) = picked
+            job = spec(a, head.slot)
+            cost = seconds(a)
+            if a.tenant not in ready or total + cost > chain_s or (job.tenant, job.job_id) in used:
+                loop.pending = loop.pending[:-1]  # not sent: back to the policy
+                break
+            then.append(job)
+            used.add((job.tenant, job.job_id))
+            total += cost
+        return replace(head, then=tuple(then))
+
+
+MAX_CHAIN = 16  # jobs in one run at most (`Planner.decide`'s ``chain_s``)
 
 
 def run_job(

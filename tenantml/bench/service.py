@@ -145,6 +145,7 @@ def measure_dispatch(
     warm: bool = False,
     prefetch: int = 1,
     nodes: int = 1,
+    chain_s: float = 0.0,
 ) -> dict[str, Any]:
     """Dispatch overhead through real servers (started and stopped here, in a temporary home).
 
@@ -160,6 +161,8 @@ def measure_dispatch(
     network namespace, its own empty directory); prefetched runs then wait on the lock of the
     GPU whose worker took them, on that worker's node. A slot is a GPU (tags ``tenantml.node``
     and ``tenantml.gpu``) where the runs say which; else the scheduler's ``tenantml.slot``.
+    `chain_s`: the scheduler's ``chain_s``: ``floor(chain_s / job_seconds)`` jobs to a flow run
+    (at least 1; `jobs` is rounded up to whole runs).
     """
     import os
     import subprocess
@@ -170,6 +173,7 @@ def measure_dispatch(
     from mlflow.tracking import MlflowClient
 
     from mlflow_plugin.tracking import experiment_name
+    from tasks._service import MAX_CHAIN
     from tenantml.ops import nodes as node_ops
     from tenantml.ops.servers import down, node_env, up
 
@@ -200,9 +204,10 @@ def measure_dispatch(
                 node.start_worker(gpu)
         env = {**os.environ, "TENANTML_HOME": str(home), "PREFECT_LOGGING_LEVEL": "ERROR"}
         subprocess.run([sys.executable, "-c", _SETUP], env=env, check=True, capture_output=True)
-        # The first tick fills every slot and queues the prefetched jobs; each later tick
-        # refills one.
-        ticks = max(1, jobs - (1 + prefetch) * slots + 1)
+        # The first tick fills every slot and queues the prefetched runs; each later tick
+        # refills one. A run holds `per_run` jobs.
+        per_run = max(1, min(MAX_CHAIN, int(chain_s // job_seconds))) if chain_s else 1
+        ticks = max(1, -(-jobs // per_run) - (1 + prefetch) * slots + 1)
         start = time.monotonic()
         subprocess.run(
             [
@@ -218,6 +223,8 @@ def measure_dispatch(
                 "roundrobin",
                 "--sleep-job-seconds",
                 str(job_seconds),
+                "--chain-s",
+                str(chain_s),
             ],
             env=env,
             check=True,
@@ -251,6 +258,8 @@ def measure_dispatch(
             "postgres": postgres,
             "warm": warm,
             "prefetch_per_slot": prefetch,
+            "chain_s": chain_s,
+            "jobs_per_run": per_run,
             "nodes": nodes,
             "jobs_by_node": dict(Counter(r.data.tags.get("tenantml.node") for r in done)),
             "latency_s_median": statistics.median(latency),

@@ -565,15 +565,20 @@ def bench_dispatch(
     nodes: Annotated[
         int, typer.Option(help="2: half the slots on a second node (a network namespace; root)")
     ] = 1,
+    chain_s: Annotated[
+        float, typer.Option(help="the scheduler's --chain-s: jobs chained to a run (0: one)")
+    ] = 0.0,
     out: Annotated[Path | None, typer.Option(help="directory for dispatch.json")] = None,
 ) -> None:
     """Dispatch latency and GPU-slot idle fraction through real servers (started here)."""
     from tenantml.bench.service import measure_dispatch
 
-    if jobs < 1 or slots < 1 or job_seconds <= 0 or prefetch < 0:
-        raise _fail("--jobs, --slots and --job-seconds must be positive, --prefetch 0 or more")
+    if jobs < 1 or slots < 1 or job_seconds <= 0 or prefetch < 0 or chain_s < 0:
+        raise _fail(
+            "--jobs, --slots and --job-seconds must be positive, --prefetch and --chain-s 0 or more"
+        )
     try:
-        r = measure_dispatch(jobs, job_seconds, slots, postgres, warm, prefetch, nodes)
+        r = measure_dispatch(jobs, job_seconds, slots, postgres, warm, prefetch, nodes, chain_s)
     except ValueError as e:
         raise _fail(str(e)) from None
     console.print(
@@ -582,7 +587,8 @@ def bench_dispatch(
         f"hand-off gap median {r['handoff_gap_s_median'] or 0:.2f} s; makespan "
         f"{r['makespan_s']:.0f} s vs ideal {r['ideal_makespan_s']:.0f} s; slot idle "
         f"{r['idle_fraction']:.1%} (target <= 5%); busy from each slot's first job on "
-        f"{r['busy_fraction_steady']:.1%} ({'warm' if warm else 'cold'} flow-run processes"
+        f"{r['busy_fraction_steady']:.1%} ({'warm' if warm else 'cold'} flow-run processes, "
+        f"{r['jobs_per_run']} job{'s' if r['jobs_per_run'] > 1 else ''} per run"
         f"{'; jobs by node ' + str(r['jobs_by_node']) if nodes > 1 else ''})"
     )
     _save_json(out, "dispatch.json", r)

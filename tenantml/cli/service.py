@@ -354,6 +354,13 @@ def run(
             "(arms known nothing about: the ablation)"
         ),
     ] = "learnt",
+    chain_s: Annotated[
+        float | None,
+        typer.Option(
+            help="send jobs expected to take less than S seconds several to a flow run, "
+            "chained up to S seconds in all (0: one job per run; default: the scheduler's)"
+        ),
+    ] = None,
     sleep_job_seconds: Annotated[float | None, typer.Option(hidden=True)] = None,
     home: Home = None,
 ) -> None:
@@ -383,6 +390,9 @@ def run(
                 raise ValueError(f"--seer-budget-x {seer_budget_x} is not valid: use 1 or more")
             if prior not in ("learnt", "independent"):  # tasks._service.PRIORS (not loaded yet)
                 raise ValueError(f"--prior {prior!r} is not valid; valid: learnt, independent")
+            if chain_s is not None and not chain_s >= 0:
+                raise ValueError(f"--chain-s {chain_s} is not valid: use 0 (off) or more seconds")
+            chain = {} if chain_s is None else {"chain_s": chain_s}
             # Its settings reach the environment before Prefect loads. No fail-fast check of the
             # servers: the scheduler waits for them (`Client.run`).
             from tenantml.client import Client
@@ -404,6 +414,7 @@ def run(
                     sleep_s=sleep_job_seconds,
                     seer_budget_x=seer_budget_x,
                     prior=prior,
+                    **chain,
                 )
     except KeyboardInterrupt as e:  # a signal before the handler was armed, or a second one
         stopping = view.stopping if view is not None else None

@@ -260,3 +260,46 @@ def test_a_signal_stops_run_with_one_line_and_the_next_run_resumes_its_jobs(
     assert all(r.status == "FINISHED" for r in recs), [(r.job_id, r.status) for r in recs]
     ids = [(r.tenant, r.job_id) for r in recs]
     assert len(ids) == len(set(ids))  # resumed, not run twice
+
+
+def test_a_chain_trains_its_jobs_in_one_flow_run_and_a_resend_skips_the_finished(
+    tmp_path: Path,
+) -> None:
+    """Short jobs chained into one `train` run (the scheduler's ``chain_s``): each is its own
+    MLflow run; one that fails does not stop the ones after it, and the run then fails; sent
+    again, the chain trains only what did not finish (once per job, never twice)."""
+    from flows.train import train
+    from mlflow_plugin.tracking import job_records, tenant_experiments
+    from tasks import JobSpec
+    from tenantml.client import Client
+
+    c = Client(tmp_path / "chain-home")
+    d = _tenant_data("wine")
+    c.submit("wine", d.schema)
+    c.feed("wine", d.inputs, d.labels)
+    snap = c.store.manifest("wine").version
+    jobs = [JobSpec("wine", m, snap, f"{m}-s{snap}", 1, "manual", None, 2)
+            for m in ("knn", "nonesuch", "logistic_regression")]  # fmt: skip
+    chain = JobSpec(**{**jobs[0].params(), "then": tuple(jobs[1:])})
+    once = train.with_options(retries=0)  # the flow's own retries would send it again too
+
+    def runs() -> dict[str, tuple[str, float | None]]:
+        recs = job_records(c.mlflow, tenant_experiments(c.mlflow).values())
+        assert len({r.job_id for r in recs}) == len(recs)  # one run per job
+        return {r.job_id: (r.status, r.end_time) for r in recs}
+
+    with pytest.raises(KeyError, match="nonesuch"):
+        once(chain.params())
+    knn, bad, lr = (j.job_id for j in jobs)
+    first = runs()
+    assert {k: v[0] for k, v in first.items()} == {
+        knn: "FINISHED", bad: "FAILED", lr: "FINISHED"}  # fmt: skip
+    with pytest.raises(KeyError, match="nonesuch"):
+        once(chain.params())  # the scheduler sends it again
+    again = runs()
+    for job_id in (knn, lr):
+        assert again[job_id] == first[job_id]  # not trained again
+    # The tenant's best is one of the chain's models, and `status` shows all three jobs.
+    lb = c.status("wine", fresh=True)
+    assert lb.best is not None and lb.best.candidate in ("knn", "logistic_regression")
+    assert len(lb.rows) == 3

@@ -1,0 +1,148 @@
+"""Short jobs chained into one flow run (issue 18, item 5): the planner chains the policy's picks
+while their expected seconds fit in ``chain_s`` and never a pick that does not; every chained job
+is pending for the policy and never sent twice; a chain survives the JSON of a flow run's
+parameters; the dispatcher counts runs against the capacity and reports every job of a run."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+
+from tasks._dispatch import LocalDispatcher
+from tasks._service import MAX_CHAIN, JobSpec, Planner, ServiceState, count_jobs
+from tests.unit.test_service_logic import TAB, _record, _state, _tenant
+
+
+def _tenants(n: int = 3) -> list[Any]:
+    return [_tenant(name, TAB) for name in "abcdefgh"[:n]]
+
+
+def test_without_chain_s_a_run_holds_one_job() -> None:
+    jobs = Planner("roundrobin", slots=2).decide(_state(_tenants(), []), in_flight=[], tick=1)
+    assert len(jobs) == 2 and all(j.then == () for j in jobs)
+
+
+def test_short_jobs_are_chained_up_to_chain_s_and_never_twice() -> None:
+    planner = Planner("roundrobin", slots=2)
+    state = _state(_tenants(), [])
+    runs = planner.decide(state, in_flight=[], tick=1, chain_s=5.0, sleep_s=1.0)
+    assert len(runs) == 2  # one run per free slot
+    for run in runs:
+        chain = run.chain()
+        assert len(chain) == 5  # 5 x 1 s fit in 5 s
+        assert {j.slot for j in chain} == {run.slot} and {j.tick for j in chain} == {1}
+        assert all(j.sleep_s == 1.0 and j.then == () for j in chain)
+    every = [(j.tenant, j.job_id) for run in runs for j in run.chain()]
+    assert len(every) == len(set(every)) == 10
+    assert count_jobs(runs) == 10
+    # All ten are pending: with both slots' runs in flight nothing more is sent...
+    assert planner.decide(state, in_flight=runs, tick=2, chain_s=5.0, sleep_s=1.0) == []
+    # ...and the next run repeats none of them.
+    [more] = planner.decide(state, in_flight=runs[1:], tick=2, chain_s=5.0, sleep_s=1.0)
+    assert not {(j.tenant, j.job_id) for j in more.chain()} & set(every[5:])
+
+
+def test_a_pick_longer_than_what_is_left_is_not_chained() -> None:
+    planner = Planner("roundrobin", slots=1)
+    state = _state(_tenants(), [])
+    [run] = planner.decide(state, in_flight=[], tick=1, chain_s=2.5, sleep_s=1.0)
+    assert len(run.chain()) == 2  # a third 1-s job would pass 2.5 s
+    # The refused pick went back to the policy: the loop holds only what was sent.
+    assert planner.loop is not None and len(planner.loop.pending) == 2
+    [long] = planner.decide(state, in_flight=[], tick=1, chain_s=2.5, sleep_s=3.0)
+    assert long.then == ()  # one job already longer than chain_s
+
+
+def test_a_chain_is_at_most_max_chain_jobs() -> None:
+    state = _state(_tenants(8), [])
+    [run] = Planner("roundrobin", slots=1).decide(
+        state, in_flight=[], tick=1, chain_s=1000.0, sleep_s=1.0
+    )
+    assert len(run.chain()) == MAX_CHAIN
+
+
+def test_costs_in_dollars_are_not_chained() -> None:
+    base = _state(_tenants(), [])
+    usd_per_s = (1e-4,) * len(base.catalogue)
+    usd = ServiceState(base.tenants, [], base.problem, base.catalogue, usd_per_s)
+    [run] = Planner("roundrobin", slots=1).decide(usd, in_flight=[], tick=1, chain_s=60.0)
+    assert run.then == ()
+
+
+def test_finished_jobs_leave_the_policys_pending() -> None:
+    planner = Planner("roundrobin", slots=1)
+    tenants = _tenants()
+    [run] = planner.decide(_state(tenants, []), in_flight=[], tick=1, chain_s=3.0, sleep_s=1.0)
+    records = [_record(j.tenant, j.candidate) for j in run.chain()]
+    [nxt] = planner.decide(_state(tenants, records), in_flight=[], tick=2, chain_s=3.0, sleep_s=1.0)
+    assert not {(j.tenant, j.candidate) for j in nxt.chain()} & {
+        (j.tenant, j.candidate) for j in run.chain()
+    }
+
+
+def test_a_chain_survives_a_flow_runs_json_parameters() -> None:
+    [run] = Planner("roundrobin", slots=1).decide(
+        _state(_tenants(), []), in_flight=[], tick=1, chain_s=3.0, sleep_s=1.0
+    )
+    back = JobSpec(**json.loads(json.dumps(run.params())))
+    assert back == run and all(isinstance(j, JobSpec) for j in back.then)
+    assert back.chain()[0] == JobSpec(**{**run.params(), "then": ()})
+
+
+def test_the_dispatcher_counts_runs_and_reports_every_job_of_one() -> None:
+    [run] = Planner("roundrobin", slots=1).decide(
+        _state(_tenants(), []), in_flight=[], tick=1, chain_s=3.0, sleep_s=1.0
+    )
+    sent: list[dict[str, Any]] = []
+
+    def train(params: dict[str, Any]) -> None:
+        sent.append(params)
+
+    d = LocalDispatcher(1, train)
+    d.submit(run)
+    assert len(d.in_flight) == 1 and count_jobs(d.in_flight) == 3
+    d.close()  # waits for the thread
+    done = d.poll()
+    assert [x.spec.job_id for x in done] == [j.job_id for j in run.chain()]
+    assert all(x.ok for x in done) and d.in_flight == []
+    assert len(sent) == 1 and len(sent[0]["then"]) == 2  # one flow run for the three
+
+
+def test_a_failed_chain_reports_each_job_failed_after_its_attempts() -> None:
+    [run] = Planner("roundrobin", slots=1).decide(
+        _state(_tenants(), []), in_flight=[], tick=1, chain_s=2.0, sleep_s=1.0
+    )
+    calls: list[int] = []
+
+    def train(params: dict[str, Any]) -> None:
+        calls.append(1)
+        raise RuntimeError("boom")
+
+    d = LocalDispatcher(1, train, max_attempts=2)
+    d.submit(run)
+    done: list[Any] = []
+    for _ in range(200):
+        done += d.poll()
+        if done:
+            break
+        fut: Future[Any] = next(iter(d.jobs.values())).handle
+        fut.exception()  # wait for the attempt
+    d.close()
+    assert len(calls) == 2 and len(done) == 2 and not any(x.ok for x in done)
+    assert "boom" in done[0].detail
+
+
+@pytest.mark.parametrize("chain_s", [-1.0, float("nan")])
+def test_a_bad_chain_s_is_refused_before_anything_starts(chain_s: float) -> None:
+    from tasks._loop import SchedulerOptions
+
+    fields: dict[str, Any] = dict(
+        ticks=1, policy=None, slots=None, max_epochs=1, job_budget_s=None, sleep_s=None,
+        poll_s=0.5, refresh_s=5.0, seed=0, stop_when_idle=False, dispatch="auto", prefetch=None,
+        seer_budget_x=None, outage_patience_s=None, prior="learnt",
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="chain_s"):
+        SchedulerOptions(**fields, chain_s=chain_s)
