@@ -66,7 +66,7 @@ def scheduler(
     seer_budget_x: float | None = None,
     outage_patience_s: float | None = None,
     prior: str = "learnt",
-    chain_s: float = 0.0,
+    chain_s: float = 10.0,
 ) -> dict[str, Any]:
     """Run the service loop (see the module docstring; the parameters: `tasks.SchedulerOptions`);
     returns a summary: ticks, jobs, last_tick, wall_s, busy_fraction, run_id, interrupted,

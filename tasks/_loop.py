@@ -300,7 +300,7 @@ class SchedulerOptions:
     seer_budget_x: float | None
     outage_patience_s: float | None
     prior: str
-    chain_s: float = 0.0
+    chain_s: float = 10.0
 
     def __post_init__(self) -> None:
         """A bad parameter (from the Prefect UI, the CLI or the SDK) is named with what would

@@ -6,7 +6,8 @@ a test part the service never sees. Then, per system:
 
 * a service system (``live``: the default policy, as `tenantml run` serves;
   ``live-independent``: the same with independent arms for its GP prior, the ablation of
-  learning across tenants; ``hybrid``, ``roundrobin``, any `policy.POLICY_NAMES`) gets a
+  learning across tenants; ``live-unchained``: one job per flow run, the ablation of chaining
+  short jobs; ``hybrid``, ``roundrobin``, any `policy.POLICY_NAMES`) gets a
   fresh home, its tenants submitted and fed through the SDK, and ``tenantml run --policy P
   --slots G`` in its own process, stopped with SIGINT (Ctrl-C) after `budget_s` of wall
   clock. The clock starts when the command starts: its start-up is the service's time too.
@@ -58,6 +59,8 @@ LIVE = "live"  # the service's default policy: what `tenantml run` serves
 # the same with the GP prior of independent arms (`tenantml run --prior independent`): what the
 # live service ran before it learnt across tenants (issue 16's ablation)
 INDEPENDENT = "live-independent"
+# the same with one job per flow run (`tenantml run --chain-s 0`): short jobs not chained
+UNCHAINED = "live-unchained"
 QUARTERS = (0.25, 0.5, 0.75, 1.0)
 CURVE_POINTS = 41  # samples of each curve in curves.csv, t = 0, 1/40, ..., 1
 STOP_GRACE_S = 120.0  # the service's stop after SIGINT is waited this long before SIGKILL
@@ -262,6 +265,8 @@ def run_service(
     cmd = [sys.executable, "-m", "tenantml.cli", "run", "--slots", str(slots), *extra_args]
     if system == INDEPENDENT:
         cmd += ["--prior", "independent"]
+    elif system == UNCHAINED:
+        cmd += ["--chain-s", "0"]
     elif system != LIVE:
         cmd += ["--policy", system]
     log = open(home / "run.log", "w")  # noqa: SIM115 (closed below)
@@ -422,7 +427,7 @@ def run_bench_live(
     from mlflow_plugin.tracking import valid_weight
     from policy import POLICY_NAMES
 
-    valid = (LIVE, INDEPENDENT, FLAML, *POLICY_NAMES)
+    valid = (LIVE, INDEPENDENT, UNCHAINED, FLAML, *POLICY_NAMES)
     for s in systems:
         if s not in valid:
             raise ValueError(f"--systems: {s!r} is not valid; valid: {', '.join(valid)}")

@@ -491,7 +491,8 @@ def bench_live(
         str,
         typer.Option(
             help="comma-separated: live (the default policy), live-independent (the same with "
-            "independent arms, the ablation), any policy, flaml"
+            "independent arms, the ablation), live-unchained (one job per flow run, the "
+            "ablation of chaining short jobs), any policy, flaml"
         ),
     ] = "live,live-independent,hybrid,roundrobin,flaml",
     seed: Annotated[int, typer.Option(help="the train/test split's seed")] = 0,

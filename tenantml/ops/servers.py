@@ -414,13 +414,35 @@ def post_json(url: str, body: Any, timeout: float = 60.0) -> Any:
         return json.loads(resp.read())
 
 
-def _ensure_automations(api: str, env: dict[str, str], timeout: float) -> None:
-    """Create the automation of `AUTOMATIONS` (zombie runs are CRASHED) unless the server has it
-    already (a second `up` on the same home keeps Prefect's database). Others of the same name, made
-    by an older tenantml with another trigger (or a second copy), are deleted."""
+# On `up`'s process pools a run is Pending (the worker's "Submitting") only while its worker
+# starts its process: seconds. A worker killed in that moment leaves it Pending, with no process
+# to beat, forever (found by `tenantml chaos --nodes 2`). So there the rule's clock starts at
+# Pending too, and Running ends that wait (a new one starts with it). Not in the file itself:
+# on a Kubernetes pool a pod pulling its image or waiting for a GPU node is Pending for minutes.
+PROCESS_POOL_AFTER = ("prefect.flow-run.Pending", "prefect.flow-run.Submitting")
+PROCESS_POOL_EXPECT = ("prefect.flow-run.Running",)
+
+
+def process_pool_automation() -> dict[str, Any]:
+    """`AUTOMATIONS` as `up` creates it for its process pools: the clock starts at Pending too
+    (`PROCESS_POOL_AFTER`)."""
     import yaml
 
-    wanted = yaml.safe_load(AUTOMATIONS.read_text())
+    wanted: dict[str, Any] = yaml.safe_load(AUTOMATIONS.read_text())
+    trigger = wanted["trigger"]
+    trigger["after"] = [*trigger["after"], *PROCESS_POOL_AFTER]
+    trigger["expect"] = [*trigger["expect"], *PROCESS_POOL_EXPECT]
+    return wanted
+
+
+def _ensure_automations(api: str, env: dict[str, str], timeout: float) -> None:
+    """Create the automation `process_pool_automation` (zombie runs are CRASHED) unless the
+    server has it already (a second `up` on the same home keeps Prefect's database). Others of
+    the same name, made by an older tenantml with another trigger (or a second copy), are
+    deleted."""
+    import yaml
+
+    wanted = process_pool_automation()
     current = False
     for existing in post_json(f"{api}/automations/filter", {}):
         if existing["name"] != wanted["name"]:
@@ -432,15 +454,18 @@ def _ensure_automations(api: str, env: dict[str, str], timeout: float) -> None:
         urllib.request.urlopen(request, timeout=timeout).close()
     if current:
         return
-    create = [
-        executable("prefect"),
-        "--no-prompt",
-        "automation",
-        "create",
-        "--from-file",
-        str(AUTOMATIONS),
-    ]
-    subprocess.run(create, env=env, check=True, capture_output=True, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="tenantml-automation-") as tmp:
+        path = Path(tmp) / "automation.yaml"
+        path.write_text(yaml.safe_dump(wanted, sort_keys=False))
+        create = [
+            executable("prefect"),
+            "--no-prompt",
+            "automation",
+            "create",
+            "--from-file",
+            str(path),
+        ]
+        subprocess.run(create, env=env, check=True, capture_output=True, timeout=timeout)
 
 
 def _same_trigger(server: dict[str, Any], file: dict[str, Any]) -> bool:

@@ -115,3 +115,28 @@ def test_up_replaces_an_automation_an_older_tenantml_made(home: Path) -> None:
     (kept,) = post_json(f"{api}/automations/filter", {})
     assert kept["id"] == ours["id"]
     assert "prefect.flow-run.Running" in kept["trigger"]["after"]
+
+
+def test_a_run_its_worker_left_pending_is_crashed(home: Path) -> None:
+    """A worker killed between marking a run Pending ("Submitting") and starting its process
+    (found by `tenantml chaos --nodes 2`): no process ever beats, so before `up`'s rule started
+    its clock at Pending the run stayed PENDING and the scheduler's drain waited on it."""
+    from tenantml.ops.servers import post_json
+
+    worker = json.loads((home / "servers" / "pids.json").read_text())["worker-0"]
+    try:
+        os.kill(worker, signal.SIGKILL)  # no worker takes the run (the test above killed it)
+    except ProcessLookupError:
+        pass
+    run = _start(home, "left-pending", 1.0)
+    api = json.loads((home / "servers.json").read_text())["prefect_api_url"]
+    # The worker's last word before it died: the run is being submitted.
+    post_json(f"{api}/flow_runs/{run}/set_state",
+              {"state": {"type": "PENDING", "name": "Submitting"}, "force": True})  # fmt: skip
+    left = time.monotonic()
+    assert _state(home, run)["type"] == "PENDING"
+
+    state = _wait(home, run, {"CRASHED", "COMPLETED", "FAILED"}, 360)
+    assert state["type"] == "CRASHED", state
+    assert "no heartbeat for 120 s" in state["message"], state
+    assert time.monotonic() - left >= 60  # by the rule's window, not by anything sooner

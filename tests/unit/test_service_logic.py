@@ -327,3 +327,18 @@ def test_the_independent_prior_ablation_keeps_the_arms_apart() -> None:
     assert not np.allclose(learnt.mean, independent.mean)
     with pytest.raises(ValueError, match="prior 'flat' is not valid; valid: learnt, independent"):
         state_of(tenants, records, prior="flat")
+
+
+def test_up_makes_the_rule_start_at_pending_on_process_pools_only() -> None:
+    """`up`'s pools are process pools: its automation starts at Pending too; the file (what a
+    Kubernetes pool gets, by hand) does not, since a pod may be Pending for minutes."""
+    import yaml
+
+    from tenantml.ops.servers import AUTOMATIONS, process_pool_automation
+
+    file = yaml.safe_load(AUTOMATIONS.read_text())["trigger"]
+    made = process_pool_automation()["trigger"]
+    assert "prefect.flow-run.Pending" not in file["after"]
+    assert {"prefect.flow-run.Pending", "prefect.flow-run.Submitting"} <= set(made["after"])
+    assert "prefect.flow-run.Running" in made["expect"]
+    assert set(file["after"]) < set(made["after"]) and made["within"] == file["within"]
