@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from tasks._prefect import decide, record, refresh, train_task
     from tasks._seer import SeerOptions, seer_options_from_params
     from tasks._service import (
+        MAX_CHAIN,
         JobSpec,
         Planner,
         ServiceState,
@@ -81,6 +82,7 @@ __all__ = [
     "JobFinished",
     "JobSpec",
     "LocalDispatcher",
+    "MAX_CHAIN",
     "Planner",
     "Progress",
     "SchedulerEvent",
@@ -137,6 +139,7 @@ _HOME: dict[str, str] = {
     "JobDispatched": "tasks._loop",
     "JobFinished": "tasks._loop",
     "JobSpec": "tasks._service",
+    "MAX_CHAIN": "tasks._service",
     "LocalDispatcher": "tasks._dispatch",
     "Planner": "tasks._service",
     "Progress": "tasks._loop",

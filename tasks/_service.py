@@ -505,6 +505,7 @@ class Planner:
         used = {(head.tenant, head.job_id)}
         total = head_s
         while total < chain_s and len(then) + 1 < MAX_CHAIN:
+            turn = loop.state  # the picker's state (a round robin's turn) before this pick
             slots, loop.slots = loop.slots, len(loop.pending) + 1  # room for one more pick
             try:
                 picked = loop.fill()
@@ -516,7 +517,8 @@ class Planner:
             job = spec(a, head.slot)
             cost = seconds(a)
             if a.tenant not in ready or total + cost > chain_s or (job.tenant, job.job_id) in used:
-                loop.pending = loop.pending[:-1]  # not sent: back to the policy
+                # Not sent: back to the policy, as if never picked (it heads the next run).
+                loop.pending, loop.state = loop.pending[:-1], turn
                 break
             then.append(job)
             used.add((job.tenant, job.job_id))

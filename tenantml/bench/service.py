@@ -173,7 +173,7 @@ def measure_dispatch(
     from mlflow.tracking import MlflowClient
 
     from mlflow_plugin.tracking import experiment_name
-    from tasks._service import MAX_CHAIN
+    from tasks import MAX_CHAIN
     from tenantml.ops import nodes as node_ops
     from tenantml.ops.servers import down, node_env, up
 

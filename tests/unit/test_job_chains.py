@@ -146,3 +146,16 @@ def test_a_bad_chain_s_is_refused_before_anything_starts(chain_s: float) -> None
     )  # fmt: skip
     with pytest.raises(ValueError, match="chain_s"):
         SchedulerOptions(**fields, chain_s=chain_s)
+
+
+def test_a_refused_pick_keeps_its_turn() -> None:
+    """Round robin's turn is the picker's state: a pick not chained (too long for what is left)
+    goes back as if never made, so its tenant heads the next run instead of being skipped."""
+    planner = Planner("roundrobin", slots=1)
+    state = _state(_tenants(3), [])
+    heads = []
+    for tick in range(3):
+        [run] = planner.decide(state, in_flight=[], tick=tick, chain_s=1.5, sleep_s=1.0)
+        assert run.then == ()  # a second 1-s job would pass 1.5 s
+        heads.append(run.tenant)
+    assert heads == ["a", "b", "c"]
