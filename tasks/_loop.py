@@ -488,11 +488,13 @@ def resume_orphans(svc: Service) -> Progress:
     held = ride_out(svc.dispatcher.left_going, what="scheduler", settings=svc.settings,
                     patience_s=patience)  # fmt: skip
     for spec, flow_run_id in held:
-        if (spec.tenant, spec.job_id) in taken or not svc.dispatcher.adopt(spec, flow_run_id):
+        jobs = {(j.tenant, j.job_id) for j in spec.chain()}  # a chained run: all its jobs
+        if jobs & taken or not svc.dispatcher.adopt(spec, flow_run_id):
             continue
-        taken.add((spec.tenant, spec.job_id))
+        taken |= jobs
         last_tick = max(last_tick, spec.tick)
-        _resumed(spec)
+        for job in spec.chain():
+            _resumed(job)
     for job in state.running():
         if (job.tenant, job.job_id) in taken:
             continue

@@ -5,6 +5,7 @@ parameters; the dispatcher counts runs against the capacity and reports every jo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from concurrent.futures import Future
 from typing import Any
@@ -159,3 +160,47 @@ def test_a_refused_pick_keeps_its_turn() -> None:
         assert run.then == ()  # a second 1-s job would pass 1.5 s
         heads.append(run.tenant)
     assert heads == ["a", "b", "c"]
+
+
+def test_a_restarted_scheduler_adopts_a_held_chain_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chain's run that Prefect still holds is adopted whole: its job RUNNING in MLflow is not
+    also adopted (or sent) on its own, which would track one flow run twice and, if it failed,
+    train that job twice at once."""
+    from types import SimpleNamespace
+
+    import tasks._loop as steps
+
+    [run] = Planner("roundrobin", slots=1).decide(
+        _state(_tenants(), []), in_flight=[], tick=1, chain_s=3.0, sleep_s=1.0
+    )
+    member = run.then[0]
+    training = dataclasses.replace(
+        _record(member.tenant, member.candidate, "RUNNING", 0.0), flow_run_id="fr-1"
+    )
+    state = _state(_tenants(), [training])
+    monkeypatch.setattr(steps, "refresh", lambda *args, **kwargs: state)
+    monkeypatch.setattr(steps, "redo_promotions", lambda svc, state: None)
+
+    class Dispatcher:
+        in_flight: list[JobSpec] = []
+
+        def __init__(self) -> None:
+            self.adopted: list[tuple[str, str]] = []
+            self.sent: list[JobSpec] = []
+
+        def left_going(self) -> list[tuple[JobSpec, str]]:
+            return [(run, "fr-1")]
+
+        def adopt(self, spec: JobSpec, flow_run_id: str) -> bool:
+            self.adopted.append((spec.job_id, flow_run_id))
+            return True
+
+        def submit(self, spec: JobSpec) -> None:
+            self.sent.append(spec)
+
+    d = Dispatcher()
+    settings = SimpleNamespace(capacity_prices=None)
+    svc = SimpleNamespace(client=None, store=None, settings=settings, patience_s=1.0, slots=1,
+                          options=SimpleNamespace(prior="learnt"), dispatcher=d)  # fmt: skip
+    steps.resume_orphans(svc)  # type: ignore[arg-type]
+    assert d.adopted == [(run.job_id, "fr-1")] and d.sent == []
