@@ -493,8 +493,8 @@ def resume_orphans(svc: Service) -> Progress:
             continue
         taken |= jobs
         last_tick = max(last_tick, spec.tick)
-        for job in spec.chain():
-            _resumed(job)
+        for chained in spec.chain():
+            _resumed(chained)
     for job in state.running():
         if (job.tenant, job.job_id) in taken:
             continue
