@@ -6,8 +6,10 @@ four requests, too slow for `tenantml status` in a shell loop. So the service pu
 tenant's leaderboard as ``blobs/leaderboard.json`` in the tenant's store prefix whenever it
 changes (the scheduler, at each refresh and after recording jobs; `submit` and `weight`), and
 `status` reads that copy with the store alone (`read`), saying how old it is; ``status --fresh``
-asks MLflow instead. A copy can lag MLflow by one scheduler pass, or until the next scheduler
-runs when jobs end with none running (a job started by the pool after its scheduler died).
+asks MLflow instead, and so does a tenant's identity (``TENANTML_USER``): MLflow checks its
+password, while the store's copy is confined by the SDK only (`store.TenantScopedStore`). A
+copy can lag MLflow by one scheduler pass, or until the next scheduler runs when jobs end with
+none running (a job started by the pool after its scheduler died).
 
 This module imports neither MLflow nor Prefect at load time: `read` is the fast path.
 """

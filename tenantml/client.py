@@ -237,17 +237,19 @@ class Client:
         """Leaderboard: every model tried (accuracy, cost, when) and which one is `best`.
 
         The jobs' rows come from the copy the service keeps in the store (`tasks.leaderboard`;
-        `Leaderboard.as_of` says when it was taken), which needs no MLflow; with `fresh`, or
-        when no copy was published yet, from MLflow now (``as_of`` None)."""
+        `Leaderboard.as_of` says when it was taken), which needs no MLflow; with `fresh`, when
+        no copy was published yet, or for a tenant's identity, from MLflow now (``as_of``
+        None): MLflow checks a tenant's password, the store's copy would not."""
         from tasks import leaderboard
         from trainers import candidates
 
         schema = self.store.schema(name)  # unknown tenant -> clear error
         m = self.store.manifest(name)
-        snap = None if fresh else leaderboard.read(self.store, name)
+        snap = None if fresh or self.settings.user else leaderboard.read(self.store, name)
         as_of = None if snap is None else snap.as_of
-        if snap is None:
-            snap = leaderboard.snapshot_from_mlflow(self.mlflow, name)
+        if snap is None:  # a tenant may not read the weights (the operator's): not shown
+            weight = 1.0 if self.settings.user else None
+            snap = leaderboard.snapshot_from_mlflow(self.mlflow, name, weight=weight)
         return Leaderboard(
             name,
             str(schema),
