@@ -42,6 +42,10 @@ def chaos(
             help="2: a second node (a network namespace, root) whose whole loss is a fault too"
         ),
     ] = 1,
+    node_losses: Annotated[
+        int | None,
+        typer.Option(help="with --nodes 2: losses of node B (default: as many as --kills)"),
+    ] = None,
     home: Annotated[
         Path | None, typer.Option(help="a fresh TENANTML_HOME (default: temporary)")
     ] = None,
@@ -60,9 +64,8 @@ def chaos(
     if (root / "servers.json").exists():
         console.print(f"error: {root} has servers up already; give a fresh --home")
         raise typer.Exit(2)
-    total = chaos_steps(
-        kills=kills, outage_s=outage_s, tenants=tenants, batches=batches, nodes=nodes
-    )
+    total = chaos_steps(kills=kills, outage_s=outage_s, tenants=tenants, batches=batches,
+                        nodes=nodes, node_losses=node_losses)  # fmt: skip
     try:
         with progress_bar("faults and feeds", total) as advance:
             rep = run_chaos(
@@ -74,6 +77,7 @@ def chaos(
                 seed=seed,
                 postgres=postgres,
                 nodes=nodes,
+                node_losses=node_losses,
                 say=console.print,
                 on_step=advance,
             )

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tenantml.ops import nodes
-from tenantml.ops.chaos import run_chaos
+from tenantml.ops.chaos import chaos_steps, run_chaos
 from tenantml.ops.servers import down, gpu_worker, node_env, stop, up
 
 NEEDS_NODES = pytest.mark.skipif(
@@ -49,6 +49,13 @@ def test_bad_cluster_settings_are_refused_before_anything_starts(tmp_path: Path)
         node_env(tmp_path)
     with pytest.raises(ValueError, match="nodes=3 is not valid: use 1, or 2"):
         run_chaos(tmp_path / "chaos", nodes=3)
+    with pytest.raises(ValueError, match="node_losses=-1.*use kills, node losses"):
+        run_chaos(tmp_path / "chaos", nodes=2, node_losses=-1)
+    # Node losses count on their own: 20 of them beside 4 of each other kill (a progress step
+    # each), none without a node B.
+    assert chaos_steps(kills=4, outage_s=0, tenants=0, batches=1, nodes=2, node_losses=20) == 32
+    assert chaos_steps(kills=4, outage_s=0, tenants=0, batches=1, nodes=2) == 16
+    assert chaos_steps(kills=4, outage_s=0, tenants=0, batches=1, nodes=1, node_losses=20) == 12
 
 
 @pytest.fixture(scope="module")
