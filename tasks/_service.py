@@ -423,8 +423,9 @@ class Planner:
         their expected seconds add up to ``chain_s``: the per-run overhead (a flow run, a
         process, the hand-off) is then paid once for them all. A pick expected to take longer
         than what is left is not chained; it goes back to the policy. Costs in dollars
-        (`ServiceState.usd_per_s`) are not chained. ``sleep_s``: every job is a sleep-based
-        stand-in of that length (dispatch benchmarks), which is also its expected length.
+        (`ServiceState.usd_per_s`) and SEER jobs (``seer_budget_x``) are not chained.
+        ``sleep_s``: every job is a sleep-based stand-in of that length (dispatch benchmarks),
+        which is also its expected length.
         """
         if not state.tenants or len(in_flight) >= self.capacity:
             return []
@@ -441,7 +442,8 @@ class Planner:
         load = [0] * self.slots  # runs per slot: running + waiting
         for j in in_flight:
             load[j.slot % self.slots] += 1
-        chaining = bool(chain_s) and state.usd_per_s is None
+        # Not chained: costs in dollars, and SEER jobs (they take seer_budget_x times the cost).
+        chaining = bool(chain_s) and state.usd_per_s is None and seer_budget_x is None
 
         def spec(a: Assignment, slot: int) -> JobSpec:
             t = state.tenants[a.tenant]

@@ -204,3 +204,11 @@ def test_a_restarted_scheduler_adopts_a_held_chain_once(monkeypatch: pytest.Monk
                           options=SimpleNamespace(prior="learnt"), dispatcher=d)  # fmt: skip
     steps.resume_orphans(svc)  # type: ignore[arg-type]
     assert d.adopted == [(run.job_id, "fr-1")] and d.sent == []
+
+
+def test_seer_jobs_are_not_chained() -> None:
+    """A SEER job takes `seer_budget_x` times its expected cost: never a short job."""
+    [run] = Planner("roundrobin", slots=1).decide(
+        _state(_tenants(), []), in_flight=[], tick=1, chain_s=60.0, seer_budget_x=4.0
+    )
+    assert run.then == ()
