@@ -255,12 +255,17 @@ def job_records(client: MlflowClient, experiment_ids: Iterable[str]) -> list[Job
             return out
 
 
-def job_record(client: MlflowClient, experiment_id: str, job_id: str) -> JobRecord | None:
-    """The run of job `job_id` in the experiment, if one was started."""
+def _job_run(client: MlflowClient, experiment_id: str, job_id: str) -> Run | None:
     found = client.search_runs(
         [experiment_id], filter_string=f"tags.`{JOB_ID}` = '{job_id}'", max_results=1
     )
-    return JobRecord.from_run(found[0]) if found else None
+    return found[0] if found else None
+
+
+def job_record(client: MlflowClient, experiment_id: str, job_id: str) -> JobRecord | None:
+    """The run of job `job_id` in the experiment, if one was started."""
+    run = _job_run(client, experiment_id, job_id)
+    return None if run is None else JobRecord.from_run(run)
 
 
 def start_job_run(
@@ -274,12 +279,10 @@ def start_job_run(
 ) -> str:
     """The job's run id: the existing run for `job_id` (a retry or resume: RUNNING again, `tags`
     set to this attempt's values), or a new one with `tags` and `params`."""
-    found = client.search_runs(
-        [experiment_id], filter_string=f"tags.`{JOB_ID}` = '{job_id}'", max_results=1
-    )
-    if found:
-        run_id = str(found[0].info.run_id)
-        if found[0].info.status != "RUNNING":
+    found = _job_run(client, experiment_id, job_id)
+    if found is not None:
+        run_id = str(found.info.run_id)
+        if found.info.status != "RUNNING":
             client.update_run(run_id, status="RUNNING")
         if tags:
             client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])

@@ -535,10 +535,12 @@ def scheduler_run(svc: Service, progress: Progress) -> Iterator[mlflow.ActiveRun
             mlflow.end_run("KILLED")
 
 
-def _refresh(svc: Service, progress: Progress) -> None:
+def _refresh(svc: Service, progress: Progress, publish: bool = True) -> None:
+    """The `refresh` task; then, unless the caller publishes itself, the changed leaderboards."""
     progress.state = refresh(svc.client, svc.store, svc.settings.capacity_prices, svc.options.prior)
     progress.refreshed = time.monotonic()
-    publish_leaderboards(svc, progress.state)
+    if publish:
+        publish_leaderboards(svc, progress.state)
 
 
 def publish_leaderboards(
@@ -576,8 +578,8 @@ def record_finished_jobs(svc: Service, progress: Progress) -> None:
     leaves `Progress.finished` only once recorded, so a pass cut short by an outage records it
     on the next one."""
     progress.finished.extend(svc.dispatcher.poll())
-    if progress.finished:
-        _refresh(svc, progress)
+    if progress.finished:  # published once, below, after `record` may have moved `best`
+        _refresh(svc, progress, publish=False)
     losses = tick_metrics(progress.state) if progress.finished and _listeners else {}
     recorded = {d.spec.tenant for d in progress.finished}
     while progress.finished:
@@ -606,7 +608,7 @@ def record_finished_jobs(svc: Service, progress: Progress) -> None:
                 done.detail,
             )
         )
-    if recorded:  # `record` may have moved their `best`
+    if recorded:  # the changed boards, and those whose `best` `record` may have moved
         publish_leaderboards(svc, progress.state, frozenset(recorded))
 
 
