@@ -1,5 +1,13 @@
 """The scikit-learn trainer for tabular classification: fit on the training split, score on the
-validation split; same `TrainJob` / `TrainResult` as the torch trainer (one "epoch")."""
+validation split; same `TrainJob` / `TrainResult` as the torch trainer (one "epoch").
+
+A tabular arm is a family's estimator (`ESTIMATORS`) with the settings its portfolio entry fixes
+(`trainers.zoo.ModelSpec.params`), then the job's own ``hyperparameters`` on top. Gradient
+boosting is scikit-learn's histogram variant, the algorithm of LightGBM (Ke et al. 2017) inside
+the library the service already depends on: XGBoost's wheel brings about 200 MB of GPU
+libraries, CatBoost's about 100 MB and a slower fit on small data, and LightGBM would be a
+second copy of the same algorithm.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +16,11 @@ from collections.abc import Callable
 from typing import Any
 
 from sklearn.base import ClassifierMixin
-from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
+from sklearn.ensemble import (
+    ExtraTreesClassifier,
+    HistGradientBoostingClassifier,
+    RandomForestClassifier,
+)
 from sklearn.linear_model import LogisticRegression
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.neural_network import MLPClassifier
@@ -21,12 +33,14 @@ from trainers._data import split
 from trainers._job import EpochReport, TrainJob, TrainResult
 from trainers._model import TrainedModel
 from trainers.templates import Candidate
+from trainers.zoo import ZOO
 
 __all__ = ["ESTIMATORS", "train_sklearn"]
 
 ESTIMATORS: dict[str, Callable[[int], ClassifierMixin]] = {
     "logistic_regression": lambda seed: LogisticRegression(max_iter=2000),
     "random_forest": lambda seed: RandomForestClassifier(n_estimators=200, random_state=seed),
+    "extra_trees": lambda seed: ExtraTreesClassifier(n_estimators=200, random_state=seed),
     "gradient_boosting": lambda seed: HistGradientBoostingClassifier(random_state=seed),
     "svm": lambda seed: SVC(C=1.0, gamma="scale"),
     "knn": lambda seed: KNeighborsClassifier(n_neighbors=5),
@@ -39,8 +53,10 @@ def train_sklearn(
 ) -> TrainResult:
     job.validate()
     cand = Candidate.parse(job.candidate)
-    if cand.model not in ESTIMATORS:
-        raise ValueError(f"{job.candidate} is not a scikit-learn model: {sorted(ESTIMATORS)}")
+    spec = cand.spec
+    if spec.estimator not in ESTIMATORS:
+        tabular = [n for n, s in ZOO.items() if s.estimator in ESTIMATORS]
+        raise ValueError(f"{job.candidate} is not a scikit-learn model: {tabular}")
     schema = store.schema(job.tenant)
     if not is_class_output(schema):
         raise ValueError(f"{job.candidate} needs class outputs Tensor[D]; got {schema.output}")
@@ -48,14 +64,15 @@ def train_sklearn(
     ds = store.load(job.tenant, snapshot)
     tr, va = split(ds, job.val_fraction, job.seed, stratify=True)
     x = ds.x.reshape(len(ds), -1).astype("float32")
-    est = Pipeline([("scale", StandardScaler()), ("model", ESTIMATORS[cand.model](job.seed))])
-    params: dict[str, Any] = {f"model__{k}": v for k, v in job.hyperparameters.items()}
+    est = Pipeline([("scale", StandardScaler()), ("model", ESTIMATORS[spec.estimator](job.seed))])
+    settings = {**dict(spec.params), **job.hyperparameters}
+    params: dict[str, Any] = {f"model__{k}": v for k, v in settings.items()}
     try:
         est.set_params(**params)
     except ValueError as e:
         valid = sorted(est.named_steps["model"].get_params())
         raise ValueError(
-            f"hyperparameters {dict(job.hyperparameters)} are not valid for {cand.model}: "
+            f"hyperparameters {dict(job.hyperparameters)} are not valid for {spec.estimator}: "
             f"{e}; valid names: {valid}"
         ) from None
     start = time.perf_counter()

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from store.schema import DataType, Schema
-from trainers.zoo import ZOO, ModelSpec
+from trainers.zoo import TABULAR_MODELS, ZOO, ModelSpec
 
 __all__ = [
     "NORMALIZATION_KS",
@@ -137,7 +137,7 @@ TEMPLATES: tuple[Template, ...] = (
         "tabular classification",
         "{[Tensor[A]], []}",
         "{[Tensor[D]], []}",
-        ("logistic_regression", "random_forest", "gradient_boosting", "svm", "knn", "mlp"),
+        TABULAR_MODELS,  # scikit-learn families x their portfolio (trainers/zoo.py)
         lambda s: (
             _tensors(s.input, 1)
             and not s.input.recursive

@@ -10,28 +10,35 @@ from __future__ import annotations
 
 import csv
 import gzip
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["RELATIVE_COST", "ZOO", "ModelSpec", "prior_quality"]
+__all__ = ["RELATIVE_COST", "TABULAR_MODELS", "ZOO", "ModelSpec", "prior_quality"]
 
 Family = Literal["cnn", "autoencoder", "rnn", "sklearn"]
 
 
 @dataclass(frozen=True)
 class ModelSpec:
+    """One catalogue model. A tabular portfolio member (see `TABULAR_MODELS`) names the
+    scikit-learn ``estimator`` it configures and the settings ``params`` it fixes; a model
+    trained with its estimator's defaults has ``estimator == name`` and no params."""
+
     name: str
     title: str
     family: Family
     year: int
     citations: int
     reference: str
+    estimator: str = ""
+    params: tuple[tuple[str, Any], ...] = ()
 
 
 ZOO: dict[str, ModelSpec] = {
@@ -58,16 +65,51 @@ ZOO: dict[str, ModelSpec] = {
         ModelSpec("lstm", "LSTM", "rnn", 1997, 100000, "Hochreiter & Schmidhuber 1997"),
         ModelSpec("bilstm", "bi-LSTM", "rnn", 2005, 6000, "Graves & Schmidhuber 2005"),
         ModelSpec("gru", "GRU", "rnn", 2014, 30000, "Cho et al., EMNLP 2014"),
-        ModelSpec("logistic_regression", "Logistic regression", "sklearn", 1958, 10000, "Cox 1958"),
-        ModelSpec("random_forest", "Random forest", "sklearn", 2001, 120000, "Breiman 2001"),
-        ModelSpec(
-            "gradient_boosting", "Gradient boosting", "sklearn", 2001, 25000, "Friedman 2001"
-        ),
-        ModelSpec("svm", "SVM (RBF)", "sklearn", 1995, 60000, "Cortes & Vapnik 1995"),
-        ModelSpec("knn", "k-NN", "sklearn", 1967, 20000, "Cover & Hart 1967"),
-        ModelSpec("mlp", "MLP", "sklearn", 1986, 40000, "Rumelhart et al. 1986"),
     ]
 }
+
+#: the tabular families, each trained with scikit-learn's defaults under its own name
+_TABULAR_FAMILIES = [
+    ModelSpec("logistic_regression", "Logistic regression", "sklearn", 1958, 10000, "Cox 1958"),
+    ModelSpec("random_forest", "Random forest", "sklearn", 2001, 120000, "Breiman 2001"),
+    ModelSpec("extra_trees", "Extra trees", "sklearn", 2006, 8000, "Geurts et al. 2006"),
+    ModelSpec(
+        "gradient_boosting",
+        "Histogram gradient boosting",
+        "sklearn",
+        2017,
+        15000,
+        "Friedman 2001; Ke et al. (LightGBM), NeurIPS 2017",
+    ),
+    ModelSpec("svm", "SVM", "sklearn", 1995, 60000, "Cortes & Vapnik 1995"),
+    ModelSpec("knn", "k-NN", "sklearn", 1967, 20000, "Cover & Hart 1967"),
+    ModelSpec("mlp", "MLP", "sklearn", 1986, 40000, "Rumelhart et al. 1986"),
+]
+
+#: The tabular portfolio: per family its defaults and the configurations chosen greedily from
+#: real data (Oboe's 418 OpenML data sets; auto-sklearn 2.0's portfolio construction), each an
+#: arm of its own. Built by ``infra/scripts/build_live_prior.py``.
+PORTFOLIO_FILE = "tabular_portfolio.json"
+
+
+@cache
+def _portfolio() -> list[dict[str, Any]]:
+    text = resources.files("trainers").joinpath(PORTFOLIO_FILE).read_text()
+    members: list[dict[str, Any]] = json.loads(text)
+    return members
+
+
+def _member(entry: dict[str, Any], base: ModelSpec) -> ModelSpec:
+    params = tuple(sorted(entry["params"].items()))
+    shown = ", ".join(f"{k}={v}" for k, v in params if k != "solver")
+    title = base.title if not params else f"{base.title} ({shown})"
+    return replace(base, name=entry["name"], title=title, estimator=base.name, params=params)
+
+
+_FAMILY = {s.name: replace(s, estimator=s.name) for s in _TABULAR_FAMILIES}
+#: every tabular arm, in the portfolio's order (family by family, defaults first)
+TABULAR_MODELS: tuple[str, ...] = tuple(e["name"] for e in _portfolio())
+ZOO.update({e["name"]: _member(e, _FAMILY[e["family"]]) for e in _portfolio()})
 
 
 #: Rough training cost of one epoch over 1,000 examples on one device, in seconds, relative
@@ -91,11 +133,21 @@ RELATIVE_COST: dict[str, float] = {
     "gru": 1.0,
     "logistic_regression": 0.05,
     "random_forest": 0.3,
+    "extra_trees": 0.2,
     "gradient_boosting": 0.5,
     "svm": 0.05,
     "knn": 0.01,
     "mlp": 0.5,
 }
+# A portfolio member costs its family's default times their median ratio of seconds on Oboe's
+# data sets.
+RELATIVE_COST.update(
+    {
+        e["name"]: RELATIVE_COST[e["family"]] * e["cost_vs_default"]
+        for e in _portfolio()
+        if e["name"] != e["family"]
+    }
+)
 
 
 #: The catalogue's qualities on real data sets, the live GP prior's starting point: LCDB (248

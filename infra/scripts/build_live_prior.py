@@ -1,4 +1,5 @@
-"""Rebuild ``trainers/zoo_prior.csv.gz``: the live catalogue's qualities on real data sets.
+"""Rebuild ``trainers/zoo_prior.csv.gz`` and ``trainers/tabular_portfolio.json``: the live
+catalogue's tabular configurations, chosen from real data, and its qualities on real data sets.
 
 The live service's GP prior (``policy.prior``) starts from this matrix before its own tenants
 have results. Both sources are already carried in ``tenantml/data`` (sources, commits and
@@ -11,28 +12,50 @@ catalogue's candidates and keeps the cells that map:
   GradientBoostingClassifier -> ``gradient_boosting`` (the live arm is scikit-learn's
   histogram variant; LCDB has only the classic one, the closest it measures), SVC_rbf -> ``svm``,
   KNeighborsClassifier -> ``knn``, MLPClassifier -> ``mlp``.
+* tabular portfolios (``oboe.csv.gz``, Oboe's error matrix, BSD-3-Clause): 418 OpenML data
+  sets x 219 scikit-learn configurations, 1 - 5-fold CV balanced error. Per family, starting from
+  the family's default settings, configurations are added greedily (auto-sklearn 2.0's portfolio
+  construction, Feurer et al., JMLR 2022, Sec. 4.1, Alg. 1: the one that most raises the mean
+  over data sets of the portfolio's best quality), while the gain is at least ``MIN_GAIN``, up to
+  ``PORTFOLIO_SIZE`` members. Each member becomes an arm of its own (the policy decides how much
+  search a tenant gets), and its Oboe cells (defaults included) join the prior, so that the arms
+  of a family are one block with LCDB's defaults. Oboe's GBT (classic gradient boosting) is
+  mapped to the live arm, scikit-learn's histogram gradient boosting, by learning rate and depth
+  (its ``max_features='log2'`` variants are left out: the histogram learner has no equivalent).
 * images (``easeml-dl.csv.gz``, the ease.ml authors' CNN matrix, 18 data sets): m1..m9 as in
   ``easeml-dl.models.csv`` (identities inferred there); m8 (unknown) is dropped and LeNet and
   the ``+fk`` input-normalisation variants have no cells (the prior leaves them wide).
 
-Run from the repository root: ``python infra/scripts/build_live_prior.py``. The output is
-byte-for-byte reproducible (sorted rows, gzip without a timestamp).
+Run from the repository root: ``python infra/scripts/build_live_prior.py``. The outputs are
+byte-for-byte reproducible (sorted rows, gzip without a timestamp, sorted JSON keys).
 """
 
 from __future__ import annotations
 
+import ast
 import csv
 import gzip
 import io
+import json
+from collections import defaultdict
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tenantml" / "data"
 OUT = ROOT / "trainers" / "zoo_prior.csv.gz"
+PORTFOLIO_OUT = ROOT / "trainers" / "tabular_portfolio.json"
+
+#: members per family (the default included) and the least gain in mean best quality for one more
+PORTFOLIO_SIZE = 3
+MIN_GAIN = 0.002
 
 LCDB = {
     "sklearn.linear_model.LogisticRegression": "logistic_regression",
     "sklearn.ensemble.RandomForestClassifier": "random_forest",
+    "sklearn.ensemble.ExtraTreesClassifier": "extra_trees",
     "sklearn.ensemble.GradientBoostingClassifier": "gradient_boosting",
     "SVC_rbf": "svm",
     "sklearn.neighbors.KNeighborsClassifier": "knn",
@@ -48,6 +71,123 @@ EASEML_NAMES = {
     "VGG-16": "vgg16",
     "SqueezeNet": "squeezenet",
 }
+
+
+#: Oboe algorithm -> live family, and the family's default settings as an Oboe configuration
+#: (the arm named after the family, trained with scikit-learn's defaults; see
+#: ``trainers/sklearn_trainer.py``)
+OBOE_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "Logit": ("logistic_regression", {"C": 1, "solver": "liblinear", "penalty": "l2"}),
+    "RF": ("random_forest", {"min_samples_split": 2, "criterion": "gini"}),
+    "ExtraTrees": ("extra_trees", {"min_samples_split": 2, "criterion": "gini"}),
+    "GBT": ("gradient_boosting", {"learning_rate": 0.1, "max_depth": 6, "max_features": None}),
+    "kSVM": ("svm", {"C": 1, "kernel": "rbf", "coef0": 0}),
+    "KNN": ("knn", {"n_neighbors": 5, "p": 2}),
+    "MLP": (
+        "mlp",
+        {
+            "learning_rate_init": 0.001,
+            "learning_rate": "adaptive",
+            "solver": "adam",
+            "alpha": 0.0001,
+        },
+    ),
+}
+
+
+def _live_params(algorithm: str, hp: dict[str, Any]) -> dict[str, Any] | None:
+    """Oboe's hyperparameters as the live estimator's (None: no equivalent)."""
+    if algorithm == "Logit":  # the solver is an implementation detail; l1 needs saga
+        l1 = hp["penalty"] == "l1"
+        return {"C": hp["C"], "l1_ratio": 1.0 if l1 else 0.0, "solver": "saga" if l1 else "lbfgs"}
+    if algorithm == "GBT":
+        if hp["max_features"] is not None:
+            return None
+        return {"learning_rate": hp["learning_rate"], "max_depth": hp["max_depth"]}
+    if algorithm == "MLP":
+        return {k: hp[k] for k in ("solver", "learning_rate_init", "alpha", "learning_rate")}
+    return dict(hp)
+
+
+def _member_name(family: str, params: dict[str, Any]) -> str:
+    """A readable arm name, e.g. ``svm-poly-c4-r10`` or ``knn-k15-p1``."""
+    p = params
+    parts = {
+        "logistic_regression": lambda: ["l1" if p["l1_ratio"] else "l2", f"c{p['C']:g}"],
+        "random_forest": lambda: [p["criterion"], f"s{p['min_samples_split']:g}"],
+        "extra_trees": lambda: [p["criterion"], f"s{p['min_samples_split']:g}"],
+        "gradient_boosting": lambda: [f"lr{p['learning_rate']:g}", f"d{p['max_depth']}"],
+        "svm": lambda: [p["kernel"], f"c{p['C']:g}", f"r{p['coef0']:g}"],
+        "knn": lambda: [f"k{p['n_neighbors']}", f"p{p['p']}"],
+        "mlp": lambda: [p["solver"], f"lr{p['learning_rate_init']:g}", f"a{p['alpha']:g}"],
+    }[family]()
+    return "-".join([family, *parts])
+
+
+def _oboe_configs() -> tuple[
+    dict[str, dict[str, Any]], dict[str, dict[str, float]], dict[str, dict[str, float]]
+]:
+    """Oboe's configurations by column, and quality / seconds by (column, data set)."""
+    configs: dict[str, dict[str, Any]] = {}
+    quality: dict[str, dict[str, float]] = defaultdict(dict)
+    seconds: dict[str, dict[str, float]] = defaultdict(dict)
+    for r in _rows("oboe.csv.gz"):
+        if r["model"] not in configs:
+            configs[r["model"]] = ast.literal_eval(r["model"])
+        quality[r["model"]][r["tenant"]] = float(r["quality"])
+        seconds[r["model"]][r["tenant"]] = float(r["cost"])
+    return configs, quality, seconds
+
+
+def _greedy(columns: list[str], q: np.ndarray, first: int) -> list[int]:
+    """auto-sklearn 2.0's greedy portfolio (JMLR 2022, Alg. 1) over ``q`` (configs, data sets),
+    starting from configuration ``first``; ties go to the earlier column."""
+    chosen = [first]
+    best = q[first].copy()
+    while len(chosen) < PORTFOLIO_SIZE:
+        gains = np.maximum(q, best).mean(axis=1) - best.mean()
+        gains[chosen] = -np.inf
+        k = int(np.argmax(gains))
+        if gains[k] < MIN_GAIN:
+            break
+        chosen.append(k)
+        best = np.maximum(best, q[k])
+    return chosen
+
+
+def portfolio() -> tuple[list[dict[str, Any]], list[tuple[str, str, str, str]]]:
+    """The tabular portfolio (one entry per arm, defaults first) and its Oboe prior cells."""
+    configs, quality, seconds = _oboe_configs()
+    members: list[dict[str, Any]] = []
+    cells: list[tuple[str, str, str, str]] = []
+    for algorithm, (family, default) in OBOE_FAMILIES.items():
+        columns = [
+            c for c, cfg in configs.items()
+            if cfg["algorithm"] == algorithm and _live_params(algorithm, cfg["hyperparameters"])
+            is not None
+        ]  # fmt: skip
+        datasets = sorted(set.intersection(*(set(quality[c]) for c in columns)))
+        q = np.array([[quality[c][d] for d in datasets] for c in columns])
+        s = np.array([[seconds[c][d] for d in datasets] for c in columns])
+        first = next(k for k, c in enumerate(columns) if configs[c]["hyperparameters"] == default)
+        chosen = _greedy(columns, q, first)
+        for rank, k in enumerate(chosen):
+            params = _live_params(algorithm, configs[columns[k]]["hyperparameters"])
+            assert params is not None
+            name = family if rank == 0 else _member_name(family, params)
+            members.append({
+                "name": name,
+                "family": family,
+                "params": {} if rank == 0 else params,
+                "oboe": configs[columns[k]],
+                "mean_quality": round(float(q[k].mean()), 4),
+                "portfolio_mean_best": round(float(q[chosen[: rank + 1]].max(axis=0).mean()), 4),
+                # relative to the family's default: median over data sets of the seconds ratio
+                "cost_vs_default": round(float(np.median(s[k] / np.maximum(s[first], 1e-3))), 3),
+            })  # fmt: skip
+            for d, value in zip(datasets, q[k], strict=True):
+                cells.append(("oboe", d, name, f"{value:g}"))
+    return members, cells
 
 
 def _rows(name: str) -> list[dict[str, str]]:
@@ -67,6 +207,7 @@ def build() -> list[tuple[str, str, str, str]]:
         cand = ids.get(r["model"])
         if cand and r["quality"]:
             out.append(("easeml-dl", r["tenant"], cand, r["quality"]))
+    out += portfolio()[1]
     return sorted(out)
 
 
@@ -79,6 +220,9 @@ def main() -> None:
     with open(OUT, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
         gz.write(text.getvalue().encode())
     print(f"wrote {OUT.relative_to(ROOT)}: {len(rows)} cells")
+    members = portfolio()[0]
+    PORTFOLIO_OUT.write_text(json.dumps(members, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {PORTFOLIO_OUT.relative_to(ROOT)}: {len(members)} tabular arms")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -13,13 +14,13 @@ import pytest
 
 from mlflow_plugin.tracking import JobRecord
 from policy import Observation, Problem, SchedulerLoop, make_policy
-from policy.prior import DEFAULT_MEAN, DEFAULT_VAR, OnlinePrior, learn_prior
+from policy.prior import DEFAULT_MEAN, DEFAULT_VAR, MIN_COVERAGE, OnlinePrior, learn_prior
 from store.schema import Schema, Tensor
 from tasks._service import ServiceState, TenantInfo, build_problem
 from tenantml.bench.datasets import load_dataset
 from tenantml.bench.runner import LIVE, Protocol, all_policy_names, run_repeat, table_costs
 from trainers import candidates
-from trainers.zoo import PRIOR_FILE, prior_quality
+from trainers.zoo import PORTFOLIO_FILE, PRIOR_FILE, prior_quality
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -142,6 +143,13 @@ def test_shipped_matrix_is_what_the_script_builds() -> None:
     with gzip.open(ROOT / "trainers" / PRIOR_FILE, "rt") as f:
         lines = f.read().splitlines()
     assert lines[1:] == [",".join(r) for r in script.build()]
+    members, _ = script.portfolio()
+    shipped = json.loads((ROOT / "trainers" / PORTFOLIO_FILE).read_text())
+    assert shipped == json.loads(json.dumps(members))
+    # greedy: each member raises the family's mean best quality on Oboe's data sets
+    for family in {m["family"] for m in members}:
+        best = [m["portfolio_mean_best"] for m in members if m["family"] == family]
+        assert best == sorted(best) and len(set(best)) == len(best), family
 
 
 def _record(tenant: str, cand: str, acc: float) -> JobRecord:
@@ -162,9 +170,11 @@ def test_live_state_learns_its_prior_from_shipped_data_and_its_tenants() -> None
     assert np.allclose(learnt.mean, shipped, atol=0.05)
     assert np.all(np.diag(learnt.cov) < DEFAULT_VAR)
     k = cat.index("knn")
-    # Tenants that measured half of the models count; a single result would not (see learn_prior).
-    # Twelve results: more than `REFIT_EVERY`, so the state refits.
-    records = [_record(t, c, 0.2) for t in names for c in ("knn", "svm", "mlp", "random_forest")]
+    # Tenants that measured a quarter of the models count; a single result would not (see
+    # learn_prior). Fifteen results: more than `REFIT_EVERY`, so the state refits.
+    tried = ("knn", "svm", "mlp", "random_forest", "extra_trees")
+    assert len(tried) >= MIN_COVERAGE * len(cat)
+    records = [_record(t, c, 0.2) for t in names for c in tried]
     after = ServiceState(tenants, records, problem, cat).with_learnt_prior().problem.prior
     assert after is not None and after.mean[k] < learnt.mean[k]
     # The planner's loop starts from it and counts only results that come later.

@@ -39,9 +39,11 @@ def _state(tenants: list[TenantInfo], records: list[JobRecord]) -> ServiceState:
 
 def test_problem_is_the_union_of_candidates() -> None:
     s = _state([_tenant("a", TAB), _tenant("b", IMG), _tenant("c", TAB)], [])
-    assert s.catalogue[:6] == tuple(c.name for c in candidates(TAB))
-    assert len(s.catalogue) == 6 + 36
-    assert s.problem.available.sum(axis=1).tolist() == [6, 36, 6]
+    tabular = tuple(c.name for c in candidates(TAB))
+    assert s.catalogue[: len(tabular)] == tabular
+    n = len(tabular)
+    assert len(s.catalogue) == n + 36
+    assert s.problem.available.sum(axis=1).tolist() == [n, 36, n]
     assert np.all(s.problem.cost[s.problem.available] > 0)
     # a CNN is predicted dearer than logistic regression for the same data size
     k_lr, k_cnn = s.catalogue.index("logistic_regression"), s.catalogue.index("resnet18")
@@ -106,7 +108,7 @@ def test_loss_estimates() -> None:
     s = _state([_tenant("a", TAB), _tenant("b", TAB)], [])
     prior = loss_estimates(s.problem, History())
     assert np.all(prior > 0.3)  # nothing known: about the prior mean of the best model
-    done = History(tuple(Observation(0, k, 0.99, 1.0) for k in range(6)))
+    done = History(tuple(Observation(0, k, 0.99, 1.0) for k in range(len(candidates(TAB)))))
     after = loss_estimates(s.problem, done)
     assert after[0] == 0.0 and after[1] == prior[1]  # every model of a tried: nothing to gain
     one = loss_estimates(s.problem, History((Observation(1, 0, 0.95, 1.0),)))

@@ -15,6 +15,7 @@ import pytest
 from store import BadExampleError, ExampleStore, LocalBlobStore
 from tenantml import datasets
 from trainers import EpochReport, TrainedModel, TrainJob, train
+from trainers.zoo import TABULAR_MODELS, ZOO
 
 
 def _store(tmp_path: Path, *names: str) -> ExampleStore:
@@ -157,6 +158,20 @@ def test_sklearn_models_on_tabular_data(tmp_path: Path, name: str, model: str) -
     assert set(r.model.predict(d.inputs[:20])) <= set(d.labels)
     loaded = TrainedModel.load(r.model.save(tmp_path / "m"))
     assert list(loaded.predict(d.inputs[:20])) == list(r.model.predict(d.inputs[:20]))
+
+
+def test_every_portfolio_member_trains_with_its_settings(tmp_path: Path) -> None:
+    """Each tabular arm is its family's estimator with the portfolio's settings, which the
+    job's own hyperparameters override."""
+    store = _store(tmp_path, "wine")
+    for name in TABULAR_MODELS:
+        spec = ZOO[name]
+        r = train(TrainJob("wine", name), store)
+        fitted = r.model.net.named_steps["model"].get_params()
+        assert {k: fitted[k] for k, _ in spec.params} == dict(spec.params), name
+        assert r.accuracy >= 0.8, name
+    r = train(TrainJob("wine", "svm-rbf-c16-r0", hyperparameters={"C": 2.0}), store)
+    assert r.model.net.named_steps["model"].C == 2.0
 
 
 def test_bad_hyperparameters_name_the_valid_ones(tmp_path: Path) -> None:
