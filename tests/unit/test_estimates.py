@@ -1,4 +1,5 @@
-"""The loss estimate the service shows: the posterior expected loss E[max(0, max_k f_k - b)]."""
+"""The loss estimate the service shows: the posterior expected loss
+E[max(0, min(1, max_k f_k) - b)]."""
 
 from __future__ import annotations
 
@@ -30,6 +31,17 @@ def test_several_models_add_up_beyond_the_best_single_one() -> None:
     assert expected_loss(np.zeros(0), np.zeros((0, 0)), best, rng) == 0.0
 
 
+def test_no_model_gains_more_than_the_accuracy_left() -> None:
+    """Thirty untried models believed about as good (mean 0.9, s.d. 0.1) as the best, 0.96:
+    the Gaussian puts mass above 1, which no accuracy reaches; the estimate stops at 1 - b."""
+    rng = np.random.default_rng(2)
+    mu, cov, best = np.full(30, 0.9), np.eye(30) * 0.01, 0.96
+    capped = expected_loss(mu, cov, best, rng)
+    assert 0 < capped <= 1 - best
+    uncapped = expected_loss(mu, cov, best, np.random.default_rng(2), ceiling=np.inf)
+    assert uncapped > 0.1  # as the service showed for digits before the cap (0.165)
+
+
 def test_posterior_covariance_is_the_joint_update() -> None:
     prior = independent_prior(np.full(3, 0.5), variance=0.04)
     cov = prior.cov + 0.02 * (1 - np.eye(3))
@@ -55,6 +67,6 @@ def test_calibration_narrows_a_tenant_the_prior_predicts_well() -> None:
     raw = loss_estimates(problem, seen, calibration=0)[0]
     calibrated = loss_estimates(problem, seen)[0]
     assert 0 < calibrated < raw
-    surprised = History(tuple(Observation(0, k, 0.7 + 0.3 * (-1) ** k, 1.0) for k in range(4)))
+    surprised = History(tuple(Observation(0, k, 0.7 + 0.15 * (-1) ** k, 1.0) for k in range(4)))
     assert loss_estimates(problem, surprised)[0] > loss_estimates(problem, surprised,
                                                                   calibration=0)[0]  # fmt: skip
