@@ -67,11 +67,12 @@ def scheduler(
     outage_patience_s: float | None = None,
     prior: str = "learnt",
     chain_s: float = 10.0,
+    seer_tuner: str = "replan",
 ) -> dict[str, Any]:
     """Run the service loop (see the module docstring; the parameters: `tasks.SchedulerOptions`);
     returns a summary: ticks, jobs, last_tick, wall_s, busy_fraction, run_id, interrupted,
     in_flight."""
-    options = SchedulerOptions(**locals())  # locals(): the 16 parameters
+    options = SchedulerOptions(**locals())  # locals(): the 17 parameters
     with stop_on_signals():
         svc = connect(options, run_train=train)
         progress = resume_orphans(svc)

@@ -33,6 +33,7 @@ def seer(
     t_min: float = SeerOptions.t_min,
     global_batch: int = SeerOptions.global_batch,
     seed: int = SeerOptions.seed,
+    tuner: str = SeerOptions.tuner,
 ) -> dict[str, Any]:
     """Run SEER for `model` of `tenant` on its latest snapshot; returns the job's record. The
     options and their defaults: `tasks._seer.SeerOptions`."""
@@ -47,7 +48,7 @@ def seer(
     schema = store.schema(tenant)
     snapshot = store.manifest(tenant).version
     opts = SeerOptions(
-        deadline_min, budget_gpu_min, eta, v, p_min, p_max, t_min, global_batch, seed
+        deadline_min, budget_gpu_min, eta, v, p_min, p_max, t_min, global_batch, seed, tuner
     )
     digest = hashlib.sha256(json.dumps(opts.as_dict(), sort_keys=True).encode()).hexdigest()[:8]
     job_id = f"seer-{model.replace('+', '_')}-s{snapshot}-{digest}"

@@ -85,6 +85,7 @@ from tasks.outage import (
     wait_or_give_up,
 )
 from tasks.settings import Settings
+from trainers.seer_runner import TUNERS
 
 __all__ = [
     "PLOT_EVERY_S",
@@ -274,6 +275,7 @@ class SchedulerOptions:
       ``G`` x the installation's `Settings.prefetch_per_slot` (default 1);
     * `seer_budget_x`: torch models get a SEER job whose GPU budget is this many times the
       policy's expected job time (None: the fixed learning-rate grid);
+    * `seer_tuner`: the tuner of those jobs, ``replan`` (ours) or ``seer`` (the paper's);
     * `outage_patience_s`: seconds a server outage is waited out before the flow fails; None:
       ``TENANTML_OUTAGE_PATIENCE_S`` (default 600);
     * `prior`: the policy's GP prior, ``learnt`` across tenants or ``independent`` arms (the
@@ -301,6 +303,7 @@ class SchedulerOptions:
     outage_patience_s: float | None
     prior: str
     chain_s: float = 10.0
+    seer_tuner: str = "replan"
 
     def __post_init__(self) -> None:
         """A bad parameter (from the Prefect UI, the CLI or the SDK) is named with what would
@@ -312,6 +315,8 @@ class SchedulerOptions:
             problems.append(f"dispatch {self.dispatch!r}: use one of {', '.join(DISPATCH_MODES)}")
         if self.policy is not None and self.policy not in POLICY_NAMES:
             problems.append(f"policy {self.policy!r}: use one of {', '.join(POLICY_NAMES)}")
+        if self.seer_tuner not in TUNERS:
+            problems.append(f"seer_tuner {self.seer_tuner!r}: use one of {', '.join(TUNERS)}")
         if self.prior not in PRIORS:
             problems.append(f"prior {self.prior!r}: use one of {', '.join(PRIORS)}")
         for name, least in (("ticks", 0), ("slots", 1), ("prefetch", 0)):
@@ -639,6 +644,7 @@ def decide_tick(svc: Service, progress: Progress) -> list[JobSpec]:
         max_epochs=opts.max_epochs,
         job_budget_s=opts.job_budget_s,
         seer_budget_x=opts.seer_budget_x,
+        seer_tuner=opts.seer_tuner,
         chain_s=opts.chain_s or None,
         sleep_s=opts.sleep_s,
     )

@@ -47,6 +47,7 @@ def decide(
     seer_budget_x: float | None = None,
     chain_s: float | None = None,
     sleep_s: float | None = None,
+    seer_tuner: str = "replan",
 ) -> list[JobSpec]:
     """The policy (policy/) picks (tenant, model) for every free slot (`Planner.decide`)."""
     return planner.decide(
@@ -56,6 +57,7 @@ def decide(
         max_epochs=max_epochs,
         job_budget_s=job_budget_s,
         seer_budget_x=seer_budget_x,
+        seer_tuner=seer_tuner,
         chain_s=chain_s,
         sleep_s=sleep_s,
     )

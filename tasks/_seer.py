@@ -5,7 +5,9 @@ registry treat it like any other) whose trainer is :func:`trainers.seer_runner.r
 trial is a nested MLflow run (``tenantml.kind = seer-trial``, parent = the job run) with its
 hyperparameters as params, per stage ``val_accuracy``/``gpus``/``steps`` (step = stage) and a
 ``seer.stage<k>`` tag saying whether it was promoted, kept, demoted, eliminated or final; the job
-run gets the plan as ``seer_plan.json`` and per-stage ``seer.gpus``/``seer.best_accuracy``.
+run gets the plan it starts from as ``seer_plan.json``, per-stage ``seer.gpus``/
+``seer.best_accuracy``, and with the ``replan`` tuner (the default; ``tuner="seer"`` runs the
+paper's Alg. 1) its re-planning decisions as ``seer_decisions.json``.
 
 `SeerOptions` is the one shape of a job's SEER settings and the one place of their defaults
 (the `seer` flow's parameters default to them); it travels as `SeerOptions.as_dict` in a
@@ -56,6 +58,13 @@ class SeerOptions:
     t_min: float = 1.0
     global_batch: int = 128
     seed: int = 0
+    tuner: str = "replan"
+
+    def __post_init__(self) -> None:
+        from trainers.seer_runner import TUNERS
+
+        if self.tuner not in TUNERS:
+            raise ValueError(f"tuner {self.tuner!r} is not valid: use one of {list(TUNERS)}")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,6 +105,7 @@ class SeerOptions:
             self.t_min,
             self.global_batch,
             self.seed,
+            tuner="replan" if self.tuner == "replan" else "seer",
         )
 
 
@@ -110,6 +120,7 @@ _PARSE: dict[str, Callable[[str], Any]] = {
     "t_min": float,
     "global_batch": _int,
     "seed": _int,
+    "tuner": str,
 }
 
 
@@ -121,13 +132,18 @@ def seer_options_from_params(params: Mapping[str, str]) -> dict[str, Any] | None
 
 
 def derive_seer(
-    expected_cost_s: float, *, budget_x: float, t_min: float = 1.0, p_max: int | None = None
+    expected_cost_s: float,
+    *,
+    budget_x: float,
+    t_min: float = 1.0,
+    p_max: int | None = None,
+    tuner: str = "replan",
 ) -> SeerOptions:
     """The SEER job the scheduler hands a chosen (tenant, model): the deadline is the time the
     policy expects the model's plain job to take (its cost estimate, at least ``t_min``), the
     budget ``budget_x`` times that in GPU-minutes (Table 2 uses 4x and 16x)."""
     deadline = max(t_min, expected_cost_s / 60.0)
-    return SeerOptions(deadline, budget_x * deadline, t_min=t_min, p_max=p_max)
+    return SeerOptions(deadline, budget_x * deadline, t_min=t_min, p_max=p_max, tuner=tuner)
 
 
 def train_seer(spec: Any, store: ExampleStore, run: JobRun) -> TrainResult:
@@ -155,6 +171,8 @@ def train_seer(spec: Any, store: ExampleStore, run: JobRun) -> TrainResult:
                 },
                 step=k,
             )
+            for step, score in r.curve:  # within the stage (replan scores several times)
+                trial.log_epoch({"curve_accuracy": score}, step=int(step))
             trial.set_tags({f"seer.stage{k}": e.outcome})
             if e.outcome in ("eliminated", "final"):
                 trial.end(ok=True)
@@ -167,4 +185,7 @@ def train_seer(spec: Any, store: ExampleStore, run: JobRun) -> TrainResult:
             step=k,
         )
 
-    return run_seer(job, store, on_stage)
+    def on_decision(decisions: list[dict[str, Any]]) -> None:
+        run.log_text(json.dumps(decisions, indent=2), "seer_decisions.json")
+
+    return run_seer(job, store, on_stage, on_decision)

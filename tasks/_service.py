@@ -406,6 +406,7 @@ class Planner:
         max_epochs: int = 10,
         job_budget_s: float | None = None,
         seer_budget_x: float | None = None,
+        seer_tuner: str = "replan",
         chain_s: float | None = None,
         sleep_s: float | None = None,
     ) -> list[JobSpec]:
@@ -416,7 +417,8 @@ class Planner:
 
         ``seer_budget_x``: torch models get a SEER job instead of the learning-rate grid, with
         the policy's cost estimate as deadline and ``seer_budget_x`` x that in GPU-minutes
-        (`tasks._seer.derive_seer`), so hyperparameter tuning happens inside model selection.
+        (`tasks._seer.derive_seer`), so hyperparameter tuning happens inside model selection;
+        ``seer_tuner`` is their tuner (``replan``, or ``seer``: the paper's).
 
         ``chain_s``: a run whose job is expected to take less than this many seconds gets more
         of the policy's picks chained after it (`JobSpec.then`, at most `MAX_CHAIN` jobs), until
@@ -453,7 +455,9 @@ class Planner:
             job_id = f"{cand.replace('+', '_')}-s{t.snapshot}"
             seer = None
             if seer_budget_x is not None and Candidate.parse(cand).spec.family != "sklearn":
-                seer = derive_seer(loop.expected_cost(a), budget_x=seer_budget_x).as_dict()
+                seer = derive_seer(
+                    loop.expected_cost(a), budget_x=seer_budget_x, tuner=seer_tuner
+                ).as_dict()
                 job_id = f"seer-{job_id}"
             return JobSpec(
                 t.name,

@@ -288,6 +288,10 @@ class Client:
                 f"model {model!r} is not a torch candidate of tenant {name!r}; valid: "
                 f"{', '.join(valid) or 'none (this schema has only scikit-learn models)'}"
             )
+        from trainers.seer_runner import TUNERS
+
+        if options.get("tuner", "replan") not in TUNERS:
+            raise ValueError(f"tuner {options['tuner']!r} is not valid: use one of {list(TUNERS)}")
         p_max = options.get("p_max")
         plan(
             deadline_min,

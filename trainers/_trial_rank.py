@@ -244,12 +244,21 @@ def _agree_to_stop(flag: torch.Tensor, done: bool) -> bool:
 
 def run_steps(
     trial: Trial, stage: TrialStage, group: RankGroup, first_step: int
-) -> tuple[int, float]:
+) -> tuple[int, float, list[list[float]]]:
     """Global steps from ``first_step`` on, at least ``stage.min_steps``, until the stage's
-    wall-clock end (``until``) or ``max_steps``. Returns the number of steps taken and this
-    rank's loss on the last one."""
+    wall-clock end (``until``) or ``max_steps``. Returns the number of steps taken, this
+    rank's loss on the last one, and the ``[step, score]`` evaluations made on the way.
+
+    With ``stage.evals = n > 1``, rank 0 also scores the validation split after the steps that
+    pass ``1/n, ..., (n-1)/n`` of the stage's time (the last score is the stage end's), so a
+    re-planning tuner sees each trial's learning curve within a stage; the other ranks wait for
+    it in the next step's all-reduce. Evaluation runs on the plain net, not its DDP wrapper."""
     flag = torch.zeros(1, device=group.device if group.backend == "nccl" else "cpu")
     stage_steps, last_loss = 0, float("nan")
+    started = time.time()
+    span = max(stage.until - started, 0.0)
+    marks = [started + span * i / stage.evals for i in range(1, stage.evals)]
+    curve: list[list[float]] = []
     trial.net.train()
     while True:
         last_loss = trial.step(
@@ -261,7 +270,12 @@ def run_steps(
             or (stage.max_steps is not None and stage_steps >= stage.max_steps)
         )
         if _agree_to_stop(flag, done):
-            return stage_steps, last_loss
+            return stage_steps, last_loss, curve
+        if group.rank == 0 and marks and time.time() >= marks[0]:
+            while marks and time.time() >= marks[0]:
+                marks.pop(0)
+            curve.append([float(first_step + stage_steps), evaluate(trial, last_loss)])
+            trial.net.train()
 
 
 def evaluate(trial: Trial, last_loss: float) -> float:

@@ -61,7 +61,9 @@ class TrialStage:
     """What one trial does in one stage.
 
     ``until``: wall-clock end (``time.time()``); at least ``min_steps`` steps run even when the
-    processes start late. ``devices``: one device string per rank (``"cpu"`` or ``"cuda:i"``).
+    processes start late. ``evals``: validation scores per stage, evenly spaced in its time,
+    the last at its end (a re-planning tuner extrapolates the curve they trace). ``devices``:
+    one device string per rank (``"cpu"`` or ``"cuda:i"``).
     ``store_url`` (and ``s3_endpoint_url`` for a non-AWS S3 server): the example store, as
     `store.open_store` takes it, so rank processes read data and checkpoints without settings.
     """
@@ -82,6 +84,7 @@ class TrialStage:
     store_url: str = ""
     s3_endpoint_url: str | None = None
     threads_per_rank: int = 1
+    evals: int = 1
 
     @property
     def gpus(self) -> int:
@@ -92,7 +95,8 @@ class TrialStage:
 class StageResult:
     """``accuracy`` on the validation split after the stage; ``steps`` in total (all stages);
     ``stage_steps`` this stage; ``start_s``: seconds from launch to the first step (process
-    start, imports, data, checkpoint load); ``checkpoint_s``: time to write the checkpoint."""
+    start, imports, data, checkpoint load); ``checkpoint_s``: time to write the checkpoint;
+    ``curve``: ``[step, score]`` of every evaluation this stage, the last the stage end's."""
 
     accuracy: float
     steps: int
@@ -106,6 +110,7 @@ class StageResult:
     wall_s: float
     train_loss: float
     extra: dict[str, Any] = field(default_factory=dict)
+    curve: list[list[float]] = field(default_factory=list)
 
 
 def _free_port() -> int:
@@ -185,7 +190,7 @@ def _rank_main(rank: int, stage: TrialStage, port: int, out: str, launched: floa
         resumed_step, earlier_train_s = tr.resume_trial(store, stage, net, opt)
         trial = tr.Trial.wrap(net, opt, data, group, stage.global_batch)
         started = time.time()
-        stage_steps, last_loss = tr.run_steps(trial, stage, group, resumed_step)
+        stage_steps, last_loss, curve = tr.run_steps(trial, stage, group, resumed_step)
         train_s = earlier_train_s + time.time() - started
         step = resumed_step + stage_steps
         if group.rank == 0:
@@ -204,6 +209,7 @@ def _rank_main(rank: int, stage: TrialStage, port: int, out: str, launched: floa
                 wall_s=0.0,  # the launcher's to fill in
                 train_loss=last_loss if np.isfinite(last_loss) else -1.0,
                 extra={"backend": group.backend, "devices": list(stage.devices)},
+                curve=[*curve, [float(step), accuracy]],
             )
             with open(out, "w") as f:
                 json.dump(asdict(result), f)

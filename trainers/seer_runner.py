@@ -1,4 +1,5 @@
-"""Execute a SEER plan (shared/papers/003, Alg. 1) for one (tenant, model) on this machine.
+"""Execute a SEER plan (shared/papers/003, Alg. 1) for one (tenant, model) on this machine,
+as the paper's tuner (``tuner="seer"``) or as ``replan`` (the default), which re-plans.
 
 The plan (:func:`policy.seer.plan`) fixes the stages; each stage starts at its planned offset from
 the job's start (wall clock) and its trials train concurrently, each on ``p`` processes
@@ -10,21 +11,34 @@ Loss is ``1 - validation accuracy``. Devices: the GPUs this process sees, handed
 to the ranks of a stage; when a stage asks for more GPUs than there are, ranks share GPUs
 (round robin), which a cloud deployment would avoid by adding machines. On a CPU-only machine
 every rank is a CPU process. After each stage the job's state (who is alive, their losses,
-GPU-seconds spent) goes to the store, so a restarted job continues at the next stage.
+GPU-seconds spent, the stages still to run) goes to the store, so a restarted job continues at
+the next stage.
+
+``replan`` (`policy.seer.replan`, issue 19) starts from the filled plan (`policy.seer.fill`),
+scores every trial ``EVALS_PER_STAGE`` times a stage, and after every stage but the last
+re-plans the rest: the unspent budget goes to the remaining stages (``fill`` capped at the
+trials alive), then `policy.seer.replan.choose` compares continuing that plan with training the
+k most promising trials to the deadline (``exploit-k``), each trial's curve extrapolated by
+EarlyCurve's fit. Progress is counted in optimizer steps (the global batch is fixed, so a step
+is the same work on any ``p``); steps per minute on one GPU are measured from the stage just
+run. Survivors are the best trials of the whole stage (a filled plan's brackets do not feed
+each other one to one). Every decision is kept (`SeerResult.decisions`) for the job's record.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
 
 import numpy as np
 
-from policy.seer import Plan, assign_stage, eliminate, plan
+from policy.seer import Plan, Stage, StageBracket, assign_stage, eliminate, fill, plan
+from policy.seer.replan import CurvePredictor, ceiling_of, choose
+from policy.seer.tuning import PowerScaling, TuningSettings
 from store import ExampleStore
 from trainers._job import EpochReport, TrainResult
 from trainers.elastic import (
@@ -35,7 +49,13 @@ from trainers.elastic import (
     sample_configs,
 )
 
-__all__ = ["SeerJob", "StageEvent", "run_seer"]
+__all__ = ["EVALS_PER_STAGE", "TUNERS", "SeerJob", "StageEvent", "run_seer"]
+
+Tuner = Literal["replan", "seer"]
+#: the elastic tuners a job can run: ours (the default) and the paper's Alg. 1
+TUNERS: tuple[Tuner, ...] = ("replan", "seer")
+#: validation scores per trial and stage for ``replan`` (EarlyCurve needs 3 points to fit)
+EVALS_PER_STAGE = 4
 
 
 @dataclass(frozen=True)
@@ -46,7 +66,7 @@ class SeerJob:
 
     ``micro_batch``: examples per forward pass (gradient accumulation up to the global batch).
     ``devices``: the GPUs to use (``["cuda:0", "cuda:1"]``); default: every visible GPU, else
-    CPU processes.
+    CPU processes. ``tuner``: ``replan`` (default) or ``seer``, the paper's (see `TUNERS`).
     """
 
     tenant: str
@@ -64,9 +84,13 @@ class SeerJob:
     seed: int
     micro_batch: int = 64
     devices: tuple[str, ...] | None = None
+    tuner: Tuner = "replan"
 
     def plan(self) -> Plan:
-        return plan(
+        """The plan the job starts from: Alg. 1's for ``seer``, filled for ``replan``."""
+        if self.tuner not in TUNERS:
+            raise ValueError(f"tuner {self.tuner!r} is not one of {list(TUNERS)}")
+        p = plan(
             self.deadline_min,
             self.budget_gpu_min,
             eta=self.eta,
@@ -75,6 +99,7 @@ class SeerJob:
             p_max=self.p_max,
             t_min=self.t_min,
         )
+        return fill(p) if self.tuner == "replan" else p
 
 
 @dataclass(frozen=True)
@@ -101,6 +126,18 @@ class _State:
     gpu_s: float = 0.0
     started_at: float = 0.0
     events: list[dict[str, Any]] = field(default_factory=list)
+    stages: list[dict[str, Any]] = field(default_factory=list)  # the plan's, as re-planned
+    curves: dict[str, list[list[float]]] = field(default_factory=dict)  # [step, accuracy]
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _stage_from(d: dict[str, Any]) -> Stage:
+    return Stage(
+        int(d["index"]),
+        float(d["start"]),
+        float(d["end"]),
+        tuple(StageBracket(**b) for b in d["brackets"]),
+    )
 
 
 def _devices(job: SeerJob) -> list[str]:
@@ -116,93 +153,58 @@ def run_seer(
     job: SeerJob,
     store: ExampleStore,
     on_stage: Callable[[list[StageEvent]], None] | None = None,
+    on_decision: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> TrainResult:
     """Run (or resume) ``job``; returns the best trial's model as a :class:`TrainResult`.
 
-    ``on_stage`` is called after every stage with that stage's events (outcomes filled in).
+    ``on_stage`` is called after every stage with that stage's events (outcomes filled in);
+    ``on_decision`` (``replan``) after every re-planning decision with all of them so far.
     """
     p = job.plan()
     key = f"{job.job_id}-seer"
     blob = store.get_checkpoint(job.tenant, key)
     if blob is not None:  # resume: the remaining stages keep their lengths, starting now
         state = _State(**json.loads(blob))
-        if state.next_stage < len(p.stages):
-            state.started_at = time.time() - p.stages[state.next_stage].start * 60.0
+        if not state.stages:  # written before the stages were kept
+            state.stages = [asdict(st) for st in p.stages]
+        if state.next_stage < len(state.stages):
+            state.started_at = time.time() - state.stages[state.next_stage]["start"] * 60.0
     else:
         rng = np.random.default_rng(job.seed)
         configs = sample_configs(p.sampled_trials, rng)
         ids = [f"trial-{i:03d}" for i in range(p.sampled_trials)]
         state = _State(dict(zip(ids, configs, strict=True)), ids, started_at=time.time())
+        state.stages = [asdict(st) for st in p.stages]
     devices = _devices(job)
-    for stage in p.stages[state.next_stage :]:
+    while state.next_stage < len(state.stages):
+        stage = _stage_from(state.stages[state.next_stage])
         groups = assign_stage(stage, state.alive, state.losses)
-        until = state.started_at + stage.end * 60.0  # stages end on the wall clock
-        threads = max(1, _cpu_count() // stage.gpus) if devices == ["cpu"] else 1
-        work: list[tuple[str, int, int, TrialStage]] = []
-        cursor = 0
-        for b, trials in zip(stage.brackets, groups, strict=True):
-            for t in trials:
-                ranks = [devices[(cursor + r) % len(devices)] for r in range(b.gpus_per_trial)]
-                if devices != ["cpu"]:
-                    cursor += b.gpus_per_trial
-                work.append(
-                    (
-                        t,
-                        b.gpus_per_trial,
-                        b.bracket,
-                        TrialStage(
-                            job.tenant,
-                            job.candidate,
-                            job.snapshot,
-                            f"{job.job_id}-{t}",
-                            state.configs[t],
-                            ranks,
-                            until,
-                            job.global_batch,
-                            job.micro_batch,
-                            job.seed,
-                            store_url=store.blobs.url(),
-                            s3_endpoint_url=getattr(store.blobs, "endpoint_url", None),
-                            threads_per_rank=threads,
-                        ),
-                    )
-                )
-        with ThreadPoolExecutor(max(1, len(work))) as pool:
-            results = list(pool.map(lambda w: run_trial_stage(w[3]), work))
-        events = [
-            StageEvent(t, stage.index, gpus, bracket, state.configs[t], r)
-            for (t, gpus, bracket, _), r in zip(work, results, strict=True)
-        ]
+        events = _run_stage(job, store, state, stage, groups, devices)
         for e in events:
             state.losses[e.trial] = 1.0 - e.result.accuracy
             state.gpu_s += e.gpus * (e.result.train_s + e.result.start_s + e.result.checkpoint_s)
-        last = stage.index == p.stages[-1].index
+            state.curves.setdefault(e.trial, []).extend(e.result.curve)
+        last = state.next_stage == len(state.stages) - 1
+        going: dict[str, int] = {}
         if not last:
-            nxt = {b.bracket: b.trials for b in p.stages[stage.index].brackets}
-            keep = [nxt.get(b.bracket, 0) for b in stage.brackets]
-            state.alive = eliminate(groups, state.losses, keep)
-            # where the survivors go next (the assignment the next stage will make)
-            placed = assign_stage(p.stages[stage.index], state.alive, state.losses)
-            going = {
-                t: b.bracket
-                for b, ts in zip(p.stages[stage.index].brackets, placed, strict=True)
-                for t in ts
-            }
-        else:
-            going = {}
-        outcomes = []
-        for e in events:
-            if last:
-                outcome = "final"
-            elif e.trial not in going:
-                outcome = "eliminated"
-            elif going[e.trial] > e.bracket:
-                outcome = "promoted"
-            elif going[e.trial] < e.bracket:
-                outcome = "demoted"
+            ran = [t for ts in groups for t in ts]
+            if job.tuner == "replan":
+                state.alive = _replan(job, p, state, stage, events, ran)
+                if on_decision is not None:
+                    on_decision(state.decisions)
             else:
-                outcome = "kept"
-            outcomes.append(StageEvent(**{**e.__dict__, "outcome": outcome}))
+                following = _stage_from(state.stages[state.next_stage + 1])
+                nxt = {b.bracket: b.trials for b in following.brackets}
+                keep = [nxt.get(b.bracket, 0) for b in stage.brackets]
+                state.alive = eliminate(groups, state.losses, keep)
+            # where the survivors go next (the assignment the next stage will make)
+            following = _stage_from(state.stages[state.next_stage + 1])
+            placed = assign_stage(following, state.alive, state.losses)
+            going = {t: b.bracket for b, ts in zip(following.brackets, placed, strict=True)
+                     for t in ts}  # fmt: skip
+        else:
+            state.alive = [t for ts in groups for t in ts]
+        outcomes = [replace(e, outcome=_outcome(e, going, last)) for e in events]
         state.events += [
             {
                 "trial": e.trial,
@@ -214,9 +216,7 @@ def run_seer(
             }
             for e in outcomes
         ]
-        if last:
-            state.alive = [t for ts in groups for t in ts]
-        state.next_stage = stage.index
+        state.next_stage += 1
         store.put_checkpoint(job.tenant, key, json.dumps(asdict(state)).encode())
         if on_stage is not None:
             on_stage(outcomes)
@@ -235,12 +235,122 @@ def run_seer(
         snapshot=job.snapshot,
         accuracy=1.0 - state.losses[best],
         cost_s=state.gpu_s,
-        epochs=len(p.stages),
+        epochs=len(state.stages),
         hyperparameters={**state.configs[best], "seer_trial": best, "steps": steps},
         model=model,
         curve=curve,
         device=",".join(devices),
     )
+
+
+def _outcome(e: StageEvent, going: dict[str, int], last: bool) -> str:
+    if last:
+        return "final"
+    if e.trial not in going:
+        return "eliminated"
+    if going[e.trial] > e.bracket:
+        return "promoted"
+    return "demoted" if going[e.trial] < e.bracket else "kept"
+
+
+def _run_stage(
+    job: SeerJob,
+    store: ExampleStore,
+    state: _State,
+    stage: Stage,
+    groups: list[list[str]],
+    devices: list[str],
+) -> list[StageEvent]:
+    """Train every trial of ``stage`` (``groups``: its trials per bracket) concurrently until
+    the stage's end on the wall clock."""
+    until = state.started_at + stage.end * 60.0
+    threads = max(1, _cpu_count() // stage.gpus) if devices == ["cpu"] else 1
+    evals = EVALS_PER_STAGE if job.tuner == "replan" else 1
+    work: list[tuple[str, int, int, TrialStage]] = []
+    cursor = 0
+    for b, trials in zip(stage.brackets, groups, strict=True):
+        for t in trials:
+            ranks = [devices[(cursor + r) % len(devices)] for r in range(b.gpus_per_trial)]
+            if devices != ["cpu"]:
+                cursor += b.gpus_per_trial
+            work.append(
+                (
+                    t,
+                    b.gpus_per_trial,
+                    b.bracket,
+                    TrialStage(
+                        job.tenant,
+                        job.candidate,
+                        job.snapshot,
+                        f"{job.job_id}-{t}",
+                        state.configs[t],
+                        ranks,
+                        until,
+                        job.global_batch,
+                        job.micro_batch,
+                        job.seed,
+                        store_url=store.blobs.url(),
+                        s3_endpoint_url=getattr(store.blobs, "endpoint_url", None),
+                        threads_per_rank=threads,
+                        evals=evals,
+                    ),
+                )
+            )
+    with ThreadPoolExecutor(max(1, len(work))) as pool:
+        results = list(pool.map(lambda w: run_trial_stage(w[3]), work))
+    return [
+        StageEvent(t, stage.index, gpus, bracket, state.configs[t], r)
+        for (t, gpus, bracket, _), r in zip(work, results, strict=True)
+    ]
+
+
+def _replan(
+    job: SeerJob, p: Plan, state: _State, stage: Stage, events: Sequence[StageEvent],
+    ran: list[str],
+) -> list[str]:  # fmt: skip
+    """Re-plan what follows ``stage`` (see the module docstring): rewrites ``state.stages``
+    after it, appends the decision to ``state.decisions``; returns the trials going on."""
+    k = state.next_stage + 1
+    rest_stages = [_stage_from(d) for d in state.stages[k:]]
+    left_t = p.T - rest_stages[0].start
+    left_b = p.B - state.gpu_s / 60.0
+    rest = fill(replace(p, B=left_b, stages=tuple(rest_stages)), first_cap=len(ran))
+    # steps per minute on one GPU, from the stage just run (lambda(p) = p^0.8, as planned)
+    speedup = PowerScaling()
+    length = stage.end - stage.start
+    rates = [e.result.stage_steps / length / speedup(e.gpus) for e in events if length > 0]
+    per_gpu = float(np.median(rates)) if rates else 0.0
+    settings = TuningSettings(
+        eta=job.eta, v=job.v, p_min=job.p_min, p_max=job.p_max, t_min=job.t_min,
+        scaling=lambda g: per_gpu * speedup(g),
+    )  # fmt: skip
+    curves = {t: np.array(state.curves.get(t, []), dtype=float).reshape(-1, 2) for t in ran}
+    ceiling = ceiling_of([c[:, 1] for c in curves.values()], upper=1.0)
+    predict = {t: CurvePredictor(c[:, 0], c[:, 1], 1 << 30, ceiling) for t, c in curves.items()}
+    progress = {t: float(c[-1, 0]) if len(c) else 0.0 for t, c in curves.items()}
+    choice = choose(rest.stages, progress, predict, left_t, left_b, settings)
+    state.decisions.append(
+        {
+            "after_stage": stage.index,
+            "at_min": stage.end,
+            "left_deadline_min": left_t,
+            "left_budget_gpu_min": left_b,
+            "choice": choice.name,
+            "predicted_accuracy": choice.predicted,
+            "plan_predicted_accuracy": choice.plan,
+            "trials": list(choice.trials),
+            "gpus_per_trial": choice.gpus,
+            "steps_per_gpu_min": per_gpu,
+        }
+    )
+    if choice.trials:
+        top = max(b.bracket for st in rest.stages for b in st.brackets) + 1
+        bracket = StageBracket(choice.gpus, len(choice.trials), top)
+        exploit = Stage(rest.stages[0].index, rest.stages[0].start, p.T, (bracket,))
+        state.stages[k:] = [asdict(exploit)]
+        return list(choice.trials)
+    state.stages[k:] = [asdict(st) for st in rest.stages]
+    return ran
 
 
 def _cpu_count() -> int:

@@ -31,9 +31,10 @@ the plan's cost).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -48,7 +49,10 @@ from policy.seer._sim import (
 )
 from policy.spot.earlycurve import StageFit, fit_stage, split_stages
 
-__all__ = ["MIN_POINTS", "Choice", "CurvePredictor", "choose", "replan"]
+__all__ = ["MIN_POINTS", "Choice", "CurvePredictor", "ceiling_of", "choose", "replan"]
+
+#: a trial's id: an index in the simulator, a name (``trial-003``) in the live runner
+K = TypeVar("K", bound=Hashable)
 
 MIN_POINTS = 3  # evaluations a trial needs before its curve is extrapolated
 HORIZON = 4  # extrapolate to at most this many times the evaluations seen (then hold)
@@ -97,14 +101,18 @@ class CurvePredictor:
         return float(self.ceiling - float(self._fit(step)))
 
 
+def ceiling_of(observed: Sequence[np.ndarray], upper: float = np.inf) -> float:
+    """The metric's ceiling for `CurvePredictor`: the best of the trials' ``observed`` values
+    plus ``HEADROOM`` of their range, at most ``upper`` (accuracy: 1); 1 with nothing seen."""
+    if not any(len(v) for v in observed):
+        return min(1.0, upper)
+    pooled = np.concatenate([np.asarray(v, dtype=float) for v in observed])
+    return float(min(upper, pooled.max() + HEADROOM * max(float(np.ptp(pooled)), 1e-3)))
+
+
 def _predictors(c: Curves, tr: Trials, ids: Sequence[int]) -> dict[int, CurvePredictor]:
     seen = {t: c.evals(tr.config[t], tr.progress[t]) for t in ids}
-    observed = [c.values[tr.config[t]][: seen[t]] for t in ids if seen[t]]
-    if not observed:
-        ceiling = 1.0
-    else:
-        pooled = np.concatenate(observed)
-        ceiling = float(pooled.max() + HEADROOM * max(float(np.ptp(pooled)), 1e-3))
+    ceiling = ceiling_of([c.values[tr.config[t]][: seen[t]] for t in ids if seen[t]])
     return {
         t: CurvePredictor(
             c.times[tr.config[t]][: seen[t]],
@@ -118,9 +126,9 @@ def _predictors(c: Curves, tr: Trials, ids: Sequence[int]) -> dict[int, CurvePre
 
 def _predict_plan(
     stages: Sequence[Stage],
-    alive: Sequence[int],
-    progress: dict[int, float],
-    predict: dict[int, CurvePredictor],
+    alive: Sequence[K],
+    progress: dict[K, float],
+    predict: dict[K, CurvePredictor],
     s: TuningSettings,
 ) -> float:
     """Predicted outcome of running ``stages`` on ``alive``: each stage keeps its capacity of
@@ -141,31 +149,31 @@ def _predict_plan(
 
 
 @dataclass(frozen=True)
-class Choice:
+class Choice(Generic[K]):
     """A re-planning decision: ``name`` ``continue`` or ``exploit-k``; ``predicted`` its
     predicted outcome, ``plan`` the plan's; ``trials`` and ``gpus`` (each) of an exploit."""
 
     name: str
     predicted: float
     plan: float
-    trials: tuple[int, ...] = ()
+    trials: tuple[K, ...] = ()
     gpus: int = 0
 
 
 def choose(
     stages: Sequence[Stage],
-    progress: dict[int, float],
-    predict: dict[int, CurvePredictor],
+    progress: dict[K, float],
+    predict: dict[K, CurvePredictor],
     left_t: float,
     left_b: float,
     s: TuningSettings,
-) -> Choice:
+) -> Choice[K]:
     """The continuation with the best predicted outcome for the trials alive (``progress``'s
     keys, with their single-resource progress), ``left_t`` time and ``left_b`` budget left:
     the rest of the plan (``stages``) or ``exploit-k`` (see the module docstring)."""
     alive = list(progress)
     keep = _predict_plan(stages, alive, progress, predict, s)
-    best = Choice("continue", keep, keep)
+    best: Choice[K] = Choice("continue", keep, keep)
     for width in EXPLOIT_WIDTHS:
         g = int(min(s.p_max, left_b // (width * left_t)))
         if width > len(alive) or g < s.p_min:

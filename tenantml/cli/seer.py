@@ -274,6 +274,10 @@ def run_cmd(
     seed: Annotated[
         int | None, typer.Option(help=f"seed of the sampled configurations {_SEER}")
     ] = None,
+    tuner: Annotated[
+        str,
+        typer.Option(help="replan (re-plans the rest after each stage) or seer (the paper's)"),
+    ] = "replan",
     home: Annotated[Path | None, typer.Option("--home", help="TENANTML_HOME")] = None,
 ) -> None:
     """Run a SEER plan for one tenant's model here; trials and stages go to MLflow and the best
@@ -290,10 +294,11 @@ def run_cmd(
             deadline,
             budget,
             p_max=None if math.isinf(cap) else int(cap),
+            tuner=tuner,
             **_given(eta=eta, v=v, p_min=p_min, t_min=t_min, global_batch=global_batch, seed=seed),
         )
         console.print(
-            f"SEER job {out['job_id']}: best accuracy {out['accuracy']:.3f}, "
+            f"{tuner} job {out['job_id']}: best accuracy {out['accuracy']:.3f}, "
             f"{out['gpu_s'] / 60:.1f} GPU-min spent; "
             + (
                 f"now best (version {out['best_version']})"

@@ -347,6 +347,10 @@ def run(
         float | None,
         typer.Option(help="tune torch models with SEER: budget = X x the expected job time"),
     ] = None,
+    tuner: Annotated[
+        str,
+        typer.Option(help="with --seer-budget-x: replan (re-plans after each stage) or seer"),
+    ] = "replan",
     prior: Annotated[
         str,
         typer.Option(
@@ -413,6 +417,7 @@ def run(
                     job_budget_s=job_budget,
                     sleep_s=sleep_job_seconds,
                     seer_budget_x=seer_budget_x,
+                    seer_tuner=tuner,
                     prior=prior,
                     **chain,
                 )

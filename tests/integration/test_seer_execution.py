@@ -80,14 +80,14 @@ def test_a_failing_rank_names_the_problem(home: Path) -> None:
 
 
 def test_two_stage_plan_end_to_end(home: Path) -> None:
-    """T = 0.5 min, B = 2.01 GPU-min, eta = 2, t_min = 0.125: N = [2, 2], P = [1, 2];
-    stage 1 runs 2x1 + 2x2 processes, stage 2 runs 1x1 + 1x2 (the best on 2 processes)."""
+    """The paper's tuner. T = 0.5 min, B = 2.01 GPU-min, eta = 2, t_min = 0.125: N = [2, 2],
+    P = [1, 2]; stage 1 runs 2x1 + 2x2 processes, stage 2 runs 1x1 + 1x2 (the best on 2)."""
     from mlflow_plugin.registry import best_model
     from mlflow_plugin.tracking import experiment_name, job_records
     from tenantml.client import Client
 
     c = Client(home)
-    out = c.seer("digits", "lenet", 0.5, 2.01, eta=2, t_min=0.125, global_batch=64)
+    out = c.seer("digits", "lenet", 0.5, 2.01, eta=2, t_min=0.125, global_batch=64, tuner="seer")
     exp = c.mlflow.get_experiment_by_name(experiment_name("digits"))
     jobs = [r for r in job_records(c.mlflow, [exp.experiment_id]) if r.job_id == out["job_id"]]
     assert len(jobs) == 1 and jobs[0].status == "FINISHED"
@@ -116,7 +116,7 @@ def test_two_stage_plan_end_to_end(home: Path) -> None:
     )
     assert gpus2 == [1.0, 2.0]  # the leader trains on 2 processes in stage 2
     artifacts = [a.path for a in c.mlflow.list_artifacts(jobs[0].run_id)]
-    assert "seer_plan.json" in artifacts
+    assert "seer_plan.json" in artifacts and "seer_decisions.json" not in artifacts
     best = best_model(c.mlflow, "digits")
     assert best is not None and best.job_id == out["job_id"]
     pred = c.infer("digits", datasets.load("digits").inputs[600:620])
@@ -154,3 +154,60 @@ def test_scheduler_hands_out_seer_jobs_from_cost_estimates() -> None:
     assert seer_options_from_params(params) == opts.as_dict()
     assert seer_options_from_params({"model": "lenet"}) is None
     assert np.isclose(opts.as_dict()["t_min"], 1.0)
+
+
+def test_a_trial_stage_scores_its_curve_within_the_stage(home: Path) -> None:
+    """``evals = 4``: rank 0 scores the validation split at 1/4, 1/2 and 3/4 of the stage's
+    time and at its end, each at a later step (the curve `replan` extrapolates)."""
+    import time
+
+    from tasks.settings import Settings
+    from trainers.elastic import TrialStage, run_trial_stage
+
+    store = Settings.load(home).store()
+    hp = {"lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4}
+    stage = TrialStage("digits", "lenet", 1, "curve", hp, ["cpu"], until=time.time() + 15,
+                       global_batch=64, micro_batch=64, evals=4,
+                       store_url=store.blobs.url())  # fmt: skip
+    r = run_trial_stage(stage)
+    steps = [s for s, _ in r.curve]
+    assert len(r.curve) == 4 and steps == sorted(set(steps)) and steps[-1] == r.steps
+    assert r.curve[-1][1] == r.accuracy and all(0 <= a <= 1 for _, a in r.curve)
+
+
+@pytest.mark.full
+def test_replan_scores_trials_within_stages_and_logs_its_decisions(home: Path) -> None:
+    """The default tuner: the filled plan of the same inputs, every trial scored up to
+    `EVALS_PER_STAGE` times a stage, and one re-planning decision after stage 1, logged."""
+    import json
+
+    from mlflow_plugin.tracking import experiment_name, job_records
+    from tenantml.client import Client
+    from trainers.seer_runner import EVALS_PER_STAGE
+
+    c = Client(home)
+    out = c.seer("digits", "lenet", 0.5, 2.01, eta=2, t_min=0.125, global_batch=64, seed=1)
+    exp = c.mlflow.get_experiment_by_name(experiment_name("digits"))
+    [job] = [r for r in job_records(c.mlflow, [exp.experiment_id]) if r.job_id == out["job_id"]]
+    assert job.status == "FINISHED"
+    path = c.mlflow.download_artifacts(job.run_id, "seer_decisions.json")
+    with open(path) as f:
+        decisions = json.load(f)
+    assert [d["after_stage"] for d in decisions] == [1]
+    (d,) = decisions
+    assert d["choice"] == "continue" or d["choice"].startswith("exploit-")
+    # what is left of B counts each process's start (imports, data: seconds here, against
+    # 7.5-s stages), so it may be below zero on this loaded CPU machine
+    assert d["left_budget_gpu_min"] < 2.01 and 0 < d["left_deadline_min"] < 0.5
+    assert d["steps_per_gpu_min"] > 0
+    trials = c.mlflow.search_runs(
+        [exp.experiment_id],
+        filter_string=f"tags.`mlflow.parentRunId` = '{job.run_id}'",
+    )
+    assert trials
+    for t in trials:
+        curve = c.mlflow.get_metric_history(t.info.run_id, "curve_accuracy")
+        # stage 1 lasts 10 s: a process that took longer to start scores once, at its end
+        assert 1 <= len({m.step for m in curve}) <= EVALS_PER_STAGE * len(decisions) + 1
+        assert all(0.0 <= m.value <= 1.0 for m in curve)
+    assert 0.0 <= out["accuracy"] <= 1.0

@@ -41,7 +41,13 @@ def test_seer_options_round_trip_through_mlflow_params() -> None:
     assert SeerOptions.from_params({"seer.deadline_min": "1", "seer.budget_gpu_min": "4",
                                     "seer.p_max": "None"}) == SeerOptions(1.0, 4.0)  # fmt: skip
     every = {f"seer.{f.name}": "1" for f in dataclasses.fields(SeerOptions)}
-    assert SeerOptions.from_params(every) == SeerOptions(1.0, 1.0, 1.0, 1.0, 1, 1, 1.0, 1, 1)
+    every["seer.tuner"] = "seer"
+    assert SeerOptions.from_params(every) == SeerOptions(
+        1.0, 1.0, 1.0, 1.0, 1, 1, 1.0, 1, 1, tuner="seer"
+    )
+    assert SeerOptions(1, 4).tuner == "replan"
+    with pytest.raises(ValueError, match="tuner 'asha' is not valid: use one of"):
+        SeerOptions(1, 4, tuner="asha")
     job = opts.job("t", "lenet", 2, "seer-lenet-s2")
     assert (job.eta, job.v, job.p_min, job.p_max, job.t_min) == (2, 2, 1, 4.0, 1.0)
     assert SeerOptions(1, 4).job("t", "lenet", 2, "j").p_max == float("inf")
