@@ -2,7 +2,8 @@
 
 Issue 16, item 5. Each tenant of a directory (``NAME.csv`` with a header and a label column, or
 ``NAME/<label>/*.png`` folders) is split into a seeded, stratified train part, which is fed, and
-a test part the service never sees. Then, per system:
+a test part the service never sees (given as the directory, ``demo`` and ``real`` name the
+project's own tenants: `write_demo_tenants`, `write_real_tenants`). Then, per system:
 
 * a service system (``live``: the default policy, as `tenantml run` serves;
   ``live-independent``: the same with independent arms for its GP prior, the ablation of
@@ -42,16 +43,23 @@ import numpy as np
 from numpy.typing import NDArray
 
 __all__ = [
+    "BUILT_IN_TENANTS",
+    "CARRIED_IMAGES",
+    "CARRIED_TABULAR",
     "DEMO",
     "FLAML",
     "QUARTERS",
+    "REAL",
     "LiveTenant",
     "SystemRun",
+    "load_carried_images",
+    "load_carried_tabular",
     "load_tenants",
     "run_flaml",
     "run_service",
     "summarize",
     "write_demo_tenants",
+    "write_real_tenants",
 ]
 
 FLAML = "flaml"
@@ -172,14 +180,81 @@ def load_tenants(
 
 
 DEMO = "demo"  # the directory argument that means the project's own demo tenants
+REAL = "real"  # ... and the project's carried real tenant sets (tenantml/data/tenants/)
+# the carried sets (infra/scripts/import_tenants.py; sources, licenses: tenantml/data/README.md):
+# NAME.csv.gz, a header, numeric features and the class last as ``label``
+CARRIED_TABULAR = (
+    "biopsy",
+    "chile",
+    "crabs",
+    "cracker",
+    "fishing",
+    "glass",
+    "oj",
+    "participation",
+    "pima",
+    "tobacco",
+)
+# NAME.npz: ``images`` uint8 (N, H, W) grey 0-255, ``labels`` (N,)
+CARRIED_IMAGES = ("mnist",)
+
+
+def _carried(filename: str) -> Path:
+    from importlib import resources
+
+    return Path(str(resources.files("tenantml") / "data" / "tenants" / filename))
+
+
+def load_carried_tabular(name: str) -> tuple[NDArray[np.float32], list[str]]:
+    """A carried tabular set (one of `CARRIED_TABULAR`): (n, features) float32 inputs and the
+    n class labels."""
+    import gzip
+
+    if name not in CARRIED_TABULAR:
+        raise ValueError(f"{name!r} is not a carried tabular set: {', '.join(CARRIED_TABULAR)}")
+    with gzip.open(_carried(f"{name}.csv.gz"), "rt", newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader)
+        rows = list(reader)
+    if header[-1] != "label":
+        raise ValueError(f"{name}.csv.gz: its last column is {header[-1]!r}, not 'label'")
+    x = np.array([row[:-1] for row in rows], dtype=np.float32).reshape(len(rows), len(header) - 1)
+    return x, [row[-1] for row in rows]
+
+
+def load_carried_images(name: str) -> tuple[NDArray[np.uint8], list[str]]:
+    """A carried image set (one of `CARRIED_IMAGES`): uint8 (n, H, W) grey images, 0-255, and
+    the n class labels."""
+    if name not in CARRIED_IMAGES:
+        raise ValueError(f"{name!r} is not a carried image set: {', '.join(CARRIED_IMAGES)}")
+    with np.load(_carried(f"{name}.npz")) as npz:
+        images: NDArray[np.uint8] = npz["images"].astype(np.uint8)
+        labels = [str(label) for label in npz["labels"].tolist()]
+    return images, labels
+
+
+def _write_image_folders(folder: Path, images: NDArray[np.uint8], labels: Sequence[str]) -> None:
+    """``folder/<label>/NNNN.png``: uint8 (n, H, W) grey `images`, numbered in order."""
+    from PIL import Image
+
+    for i, (pixels, label) in enumerate(zip(images, labels, strict=True)):
+        (folder / label).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(pixels).save(folder / label / f"{i:04d}.png")
+
+
+def _write_digits(directory: Path) -> None:
+    """scikit-learn's digits as ``digits/<label>/*.png``, 8x8 grey (0..16 scaled to 0..255)."""
+    from tenantml import datasets
+
+    d = datasets.load("digits")
+    pixels = np.clip(np.asarray(d.inputs)[..., 0] * 16.0, 0, 255).astype(np.uint8)
+    _write_image_folders(directory / "digits", pixels, [str(label) for label in d.labels])
 
 
 def write_demo_tenants(directory: Path) -> Path:
     """The project's demo data sets as a bench-live directory: ``wine.csv`` and
     ``breast-cancer.csv`` (label column ``label``) and ``digits/<label>/*.png`` (8x8 grey).
     Returns `directory`."""
-    from PIL import Image
-
     from tenantml import datasets
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -192,13 +267,33 @@ def write_demo_tenants(directory: Path) -> Path:
             writer.writerows(
                 [*map(repr, row.tolist()), label] for row, label in zip(x, d.labels, strict=True)
             )
-    d = datasets.load("digits")
-    for i, (image, label) in enumerate(zip(np.asarray(d.inputs), d.labels, strict=True)):
-        folder = directory / "digits" / str(label)
-        folder.mkdir(parents=True, exist_ok=True)
-        pixels = np.clip(image[:, :, 0] * 16.0, 0, 255).astype(np.uint8)  # 0..16 -> 0..255
-        Image.fromarray(pixels).save(folder / f"{i:04d}.png")
+    _write_digits(directory)
     return directory
+
+
+def write_real_tenants(directory: Path) -> Path:
+    """The project's carried real data sets as a bench-live directory, 12 tenants: the ten of
+    `CARRIED_TABULAR` as ``NAME.csv`` (a header, numeric features, ``label`` last), scikit-learn's
+    digits as ``digits/<label>/*.png`` (8x8 grey) and each of `CARRIED_IMAGES` as
+    ``NAME/<label>/*.png`` (MNIST: 28x28 grey). Returns `directory`."""
+    import gzip
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in CARRIED_TABULAR:
+        (directory / f"{name}.csv").write_bytes(
+            gzip.decompress(_carried(f"{name}.csv.gz").read_bytes())
+        )
+    _write_digits(directory)
+    for name in CARRIED_IMAGES:
+        _write_image_folders(directory / name, *load_carried_images(name))
+    return directory
+
+
+# the directory arguments that name the project's own tenants, and their writers
+BUILT_IN_TENANTS: dict[str, Callable[[Path], Path]] = {
+    DEMO: write_demo_tenants,
+    REAL: write_real_tenants,
+}
 
 
 def _served_steps(home: Path, tenants: Sequence[LiveTenant], t0: float, budget_s: float) -> Any:
@@ -433,8 +528,8 @@ def run_bench_live(
             raise ValueError(f"--systems: {s!r} is not valid; valid: {', '.join(valid)}")
     if budget_s <= 0 or slots < 1:
         raise ValueError("--budget-s must be positive and --slots 1 or more")
-    if str(directory) == DEMO:
-        directory = write_demo_tenants(out / "tenants")
+    if str(directory) in BUILT_IN_TENANTS:
+        directory = BUILT_IN_TENANTS[str(directory)](out / "tenants")
     tenants = load_tenants(directory, seed=seed, test_fraction=test_fraction,
                            label_column=label_column)  # fmt: skip
     names = [t.name for t in tenants]
