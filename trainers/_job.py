@@ -21,9 +21,12 @@ class TrainJob:
     """Train `candidate` (a `trainers.templates.Candidate` name) for `tenant` on `snapshot`.
 
     `hyperparameters`: torch families take ``lr`` (else the grid {0.1, 0.01, 0.001, 0.0001} of
-    Sec. 5.1 is searched), ``batch_size``, ``optimizer`` (``sgd`` | ``adam``), ``weight_decay``;
-    scikit-learn families take the estimator's own parameters. `time_budget_s` stops training
-    early (the best model so far is returned); `max_epochs` caps each learning rate's run.
+    Sec. 5.1 is searched), ``batch_size``, ``optimizer`` (``sgd`` | ``adam`` | ``adamw``; default
+    AdamW for image classifiers, Adam otherwise), ``weight_decay``, ``augment`` (image
+    classifiers: random shifts, default on; `trainers.torch_trainer`); scikit-learn families
+    take the estimator's own parameters (a tabular portfolio member's settings first).
+    `time_budget_s` stops training early (the best model so far is returned); `max_epochs`
+    caps each learning rate's run.
     `job_id` names the checkpoint: starting a job with the same id again resumes it.
     """
 

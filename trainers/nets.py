@@ -29,6 +29,7 @@ __all__ = [
     "SequenceClassifier",
     "TenantNet",
     "normalize_fk",
+    "translate_images",
 ]
 
 
@@ -48,14 +49,37 @@ def normalize_fk(x: torch.Tensor, k: float) -> torch.Tensor:
     return (4.0 * (uk - uk * uk)).view_as(x)
 
 
+def translate_images(x: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
+    """``x`` ``(b, H, W, C)`` float moved by ``shifts`` ``(b, 2)``: right by ``shifts[:, 0]``
+    of the width, down by ``shifts[:, 1]`` of the height; bilinear between pixels, 0 where the
+    moved image has nothing (the fill of torchvision's ``RandomAffine``, and of the pad-and-crop
+    of He et al. 2016 on CIFAR-10). Training-time augmentation (`Preprocess`); no flips, which
+    change what a digit or a letter is."""
+    b = x.shape[0]
+    theta = torch.zeros(b, 2, 3, device=x.device, dtype=x.dtype)
+    theta[:, 0, 0] = 1.0
+    theta[:, 1, 1] = 1.0
+    # affine_grid samples the input at (output position + offset) on a [-1, 1] frame, 2 wide:
+    # to move the content right by s of the width, each output pixel samples 2 s to its left.
+    theta[:, :, 2] = -2.0 * shifts.to(x.device, x.dtype)
+    images = x.permute(0, 3, 1, 2)
+    grid = F.affine_grid(theta, list(images.shape), align_corners=False)
+    moved = F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    return moved.permute(0, 2, 3, 1)
+
+
 class Preprocess(nn.Module):
     """Raw schema-shaped input -> the float tensor a body expects.
 
     Steps: to float, divided by 255 when the training data was uint8 (buffer `input_scale`, so
     images cast to float at inference get the same treatment); optional f_k normalization
-    (`k`); per-channel standardization with training-set statistics (buffers `mean`, `std`,
-    last axis of the input); for images, HWC -> CHW (channels-last memory on CUDA) and bilinear
-    resize up to `min_size` when the input is smaller.
+    (`k`); in training, when the trainer gives ``shifts``, the random translation of each image
+    (`translate_images`: after f_k, whose per-image scaling and non-monotonic curve would turn
+    the blend of shifted pixels into other values, and before standardization, so what the
+    image moves away from is filled with 0, the fed images' zero); per-channel standardization
+    with training-set statistics (buffers `mean`, `std`, last axis of the input); for images,
+    HWC -> CHW (channels-last memory on CUDA) and bilinear resize up to `min_size` when the
+    input is smaller.
     """
 
     mean: torch.Tensor
@@ -90,8 +114,12 @@ class Preprocess(nn.Module):
         self.mean.copy_(v.mean(0))
         self.std.copy_(v.std(0).clamp_min(1e-6))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = (self.scale(x) - self.mean) / self.std
+    def forward(self, x: torch.Tensor, shifts: torch.Tensor | None = None) -> torch.Tensor:
+        """``shifts`` ``(N, 2)``: translations of the images (training only; `translate_images`)."""
+        x = self.scale(x)
+        if shifts is not None and self.image:
+            x = translate_images(x, shifts)
+        x = (x - self.mean) / self.std
         if self.image:
             x = x.permute(0, 3, 1, 2)
             h, w = x.shape[-2:]
@@ -118,8 +146,14 @@ class TenantNet(nn.Module):
         self.register_buffer("out_mean", torch.zeros(()))
         self.register_buffer("out_std", torch.ones(()))
 
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
-        z = self.pre(x)
+    def forward(
+        self,
+        x: torch.Tensor,
+        lengths: torch.Tensor | None = None,
+        shifts: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``shifts``: training-time translations of image inputs (`Preprocess`)."""
+        z = self.pre(x, shifts)
         out: torch.Tensor = self.body(z, lengths) if self.sequence else self.body(z)
         return out
 
@@ -207,7 +241,14 @@ class BNAlexNet(nn.Module):
 
 
 class NetworkInNetwork(nn.Module):
-    """Lin, Chen & Yan 2013, the CIFAR-10 model: three mlpconv blocks and global average pooling."""
+    """Lin, Chen & Yan 2013, the CIFAR-10 model: three mlpconv blocks and global average pooling.
+
+    The convolutions start from He et al.'s initialization (ICCV 2015: normal, std
+    ``sqrt(2 / fan_out)``, zero bias), as torchvision initializes its ResNets and VGGs. With
+    PyTorch's default initialization the nine ReLU convolutions (no batch normalization) pass on
+    too small a signal: on the 8x8 digits the net stayed at chance (0.10 validation accuracy)
+    at every rate of the grid, and reaches >= 0.98 with this initialization.
+    """
 
     def __init__(self, c_in: int, n_classes: int) -> None:
         super().__init__()
@@ -233,6 +274,11 @@ class NetworkInNetwork(nn.Module):
             nn.AdaptiveAvgPool2d(1),
             nn.Flatten(),
         )
+        for module in self.net:
+            if isinstance(module, nn.Conv2d):
+                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.net(x)

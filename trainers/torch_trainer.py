@@ -2,13 +2,17 @@
 
 One job (`TrainJob`) runs a learning-rate grid (shared/papers/000, Sec. 5.1: {0.1, 0.01, 0.001,
 0.0001}) unless it names ``lr``; each rate trains up to `max_epochs` epochs; the model with the best
-validation score over all rates and epochs is returned. After every epoch the whole state (rate
+validation score over all rates and epochs is returned (of equal scores within one rate's run, the
+later epoch's: trained longer, at a lower rate). After every epoch the whole state (rate
 index, epoch, weights, optimizer, best model, curve, device-seconds: a
 `trainers._checkpoint.JobCheckpoint`) goes to the store as the job's checkpoint, so a job started
 again with the same id resumes where the last finished epoch left off: a kill loses at most one
 epoch. On a revocation notice (`trainers.preemption`) the checkpoint is written at once with the
-position inside the epoch, and the job raises `preemption.Preempted`. Epoch order is seeded by
-(seed, rate, epoch), so a resumed job sees the batches an uninterrupted one would have.
+position inside the epoch, and the job raises `preemption.Preempted`. Epoch order (and the random
+shifts of images) is seeded by (seed, rate, epoch), so a resumed job sees the batches an
+uninterrupted one would have. A ``time_budget_s`` is shared out as the grid goes: each rate may
+spend what is left over the rates not yet run (`_start_rate`); when the budget is spent the job
+returns the best model so far.
 
 `train_torch` reads as its steps: `_prepare` (data, device), `_resume` (checkpoint or a fresh
 start), then `_train_rate` for each rate of the grid, which runs `_train_epoch` (raising through
@@ -19,9 +23,39 @@ a cosine decay to 0 at ``max_epochs`` (Loshchilov & Hutter, ICLR 2017, without r
 al. 2017's warm-up). The factor is a function of the step index alone (`lr_factor`), so it needs
 no state in the checkpoint and a resumed job follows the same schedule. The batch size defaults
 to ``n_train / 40`` within [16, 64]: a small data set (1,437 digits) still gets about 40 steps
-per epoch. On digits as 8x8 images (LeNet-5, SGD 0.01, 3 epochs) a constant rate with batches
-of 64 reached 0.51 validation accuracy; the schedule with batches of 35 reaches >= 0.97 in 6
-epochs (`tests/unit/test_trainers.py::test_lenet_learns_digits`).
+per pass over it.
+
+Image classifiers (the CNNs of `trainers.nets.IMAGE_NETS`) train with this recipe:
+
+* AdamW (Loshchilov & Hutter, ICLR 2019) with decoupled weight decay 0.05 (`DEFAULT_OPTIMIZER`,
+  `DEFAULT_WEIGHT_DECAY`; a job's ``optimizer`` ``sgd`` | ``adam`` | ``adamw`` and
+  ``weight_decay`` override them). Within the service's 10 epochs SGD with momentum 0.9 left
+  LeNet-5 near chance at 0.001 and 0.0001 and at 0.96-0.97 at 0.01 on the digits; AdamW learns
+  at 0.01 and 0.001 of the grid (0.1 is too large for it, as 0.001 and 0.0001 are too small
+  for SGD).
+* Random translations of each training image by up to `trainers._torch_data.MAX_SHIFT` (1/16)
+  of its width and height, bilinear, applied by the net's `trainers.nets.Preprocess` (after the
+  f_k normalization); no flips. A job's ``augment`` hyperparameter, false, turns them off
+  (`augments`).
+* Repeated augmentation (Hoffer et al., CVPR 2020; Berman et al. 2019): one epoch shows at least
+  `MIN_IMAGES_PER_EPOCH` images, so a small training split is gone through several times per
+  epoch, each time in a new order with new shifts (`passes_per_epoch`). This gives a small data
+  set the optimizer steps it needs within the service's ``max_epochs=10``, while an epoch
+  stays the unit of `max_epochs`, of the checkpoints and of the curve: the 1,077 digits the
+  service trains on in the benchmark below get 2 passes, 84 steps per epoch, 840 per rate (the
+  result's ``steps``). LeNet-5 at rate 0.01, mean test accuracy over 8 seeds: 10 epochs of one
+  pass 0.983, of two passes 0.990; 20 epochs of one pass did as well (0.989) but would have
+  gone past ``max_epochs``; smaller batches did not help (batches of 13, 10 epochs: 0.981).
+* Inputs smaller than a net's smallest side are resized up bilinearly in `Preprocess` (LeNet-5 to
+  28x28, the torchvision nets to 32x32, the AlexNets to 64x64; NIN takes 8x8 as it is); NIN
+  starts from He et al.'s initialization (`trainers.nets.NetworkInNetwork`).
+
+Measured on scikit-learn's digits (8x8, 1,797 images; a seeded stratified 75/25 split, the 75%
+fed to a store, each job with the service's defaults: the grid, ``max_epochs=10``, no budget;
+one CPU thread), test accuracy of the returned model and the job's device-seconds, before and
+after this recipe: LeNet-5 0.973 (6 s) -> 0.993 (14 s); NIN 0.102 (40 s) -> 0.996 (87 s);
+ResNet-18 0.982 (282 s) -> 0.989 (580 s); LeNet-5 after f_0.25 0.847 -> 0.911 (f_k maps the
+darkest ink to 0, as the background); SqueezeNet 0.409 -> 0.676, still short of the others.
 
 On CUDA: bf16 autocast and channels-last memory for image nets; `cudnn.benchmark`.
 """
@@ -30,7 +64,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
@@ -46,7 +80,7 @@ from trainers import preemption
 from trainers._checkpoint import EPOCH_START, EpochPosition, JobCheckpoint
 from trainers._job import LR_GRID, EpochReport, TrainJob, TrainResult
 from trainers._model import TrainedModel
-from trainers._torch_data import TrainingData
+from trainers._torch_data import MAX_SHIFT, TrainingData, random_shifts
 from trainers.nets import (
     IMAGE_NETS,
     SEQUENCE_NETS,
@@ -58,12 +92,17 @@ from trainers.nets import (
 from trainers.templates import Candidate
 
 __all__ = [
+    "DEFAULT_OPTIMIZER",
+    "DEFAULT_WEIGHT_DECAY",
     "LR_GRID",
+    "MIN_IMAGES_PER_EPOCH",
     "Stepper",
+    "augments",
     "build_net",
     "default_batch_size",
     "infer_batches",
     "lr_factor",
+    "passes_per_epoch",
     "pick_device",
     "train_torch",
 ]
@@ -84,6 +123,20 @@ def lr_factor(step: int, total: int) -> float:
 def default_batch_size(n_train: int) -> int:
     """About 40 steps per epoch, between 16 and 64 examples per batch."""
     return int(min(64, max(16, n_train // 40)))
+
+
+#: An epoch of an augmented image classifier shows at least this many (translated) images: a
+#: smaller training split is gone through several times per epoch (module docstring).
+MIN_IMAGES_PER_EPOCH = 2048
+
+
+def passes_per_epoch(n_train: int, augmented: bool) -> int:
+    """How many times one epoch goes through the `n_train` training images, each time in a new
+    order and with new random shifts: enough for `MIN_IMAGES_PER_EPOCH` when `augmented`,
+    else once."""
+    if not augmented or n_train < 1:
+        return 1
+    return max(1, -(-MIN_IMAGES_PER_EPOCH // n_train))
 
 
 def pick_device(name: str | None = None) -> torch.device:
@@ -131,19 +184,30 @@ class Stepper:
         self.net, self.opt, self.device, self.classify = net, opt, device, classify
         self.amp = device.type == "cuda"
 
-    def loss(self, x: torch.Tensor, y: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
+    def loss(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        lengths: torch.Tensor | None,
+        shifts: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
-            out = self.net(x, lengths)
+            out = self.net(x, lengths, shifts)
         out = out.float()
         if self.classify:
             return F.cross_entropy(out, y)
         return F.mse_loss(out, (y.float() - self.net.out_mean) / self.net.out_std)
 
     def step(
-        self, x: torch.Tensor, y: torch.Tensor, lengths: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        lengths: torch.Tensor | None = None,
+        shifts: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """One step on the batch; ``shifts`` ``(b, 2)`` translate its images (`Preprocess`)."""
         self.opt.zero_grad(set_to_none=True)
-        loss = self.loss(x, y, lengths)
+        loss = self.loss(x, y, lengths, shifts)
         loss.backward()  # type: ignore[no-untyped-call]
         self.opt.step()
         return loss.detach()
@@ -170,21 +234,46 @@ def infer_batches(
     return np.concatenate(outs) if outs else np.zeros((0,), dtype=np.float32)
 
 
+#: the optimizer of each family when the job names none (module docstring: why AdamW for CNNs)
+DEFAULT_OPTIMIZER: dict[str, str] = {"cnn": "adamw", "autoencoder": "adam", "rnn": "adam"}
+
+#: weight decay of each optimizer when the job gives none: SGD's 5e-4 of the ImageNet CNNs
+#: (Krizhevsky et al. 2012, Simonyan & Zisserman 2015); AdamW's decoupled 0.05 as in the
+#: AdamW recipes of ConvNeXt (Liu et al., CVPR 2022) and DeiT (Touvron et al., ICML 2021)
+DEFAULT_WEIGHT_DECAY: dict[str, float] = {"sgd": 5e-4, "adamw": 0.05, "adam": 0.0}
+
+
 def _optimizer(net: nn.Module, lr: float, job: TrainJob, family: str) -> torch.optim.Optimizer:
+    """The job's ``optimizer`` (else `DEFAULT_OPTIMIZER`) at rate `lr`, with its
+    ``weight_decay`` (else `DEFAULT_WEIGHT_DECAY`)."""
     hp = job.hyperparameters
-    kind = str(hp.get("optimizer", "sgd" if family == "cnn" else "adam"))
-    wd = float(hp.get("weight_decay", 5e-4 if kind == "sgd" else 0.0))
+    kind = str(hp.get("optimizer", DEFAULT_OPTIMIZER.get(family, "adam")))
+    if kind not in DEFAULT_WEIGHT_DECAY:
+        raise ValueError(f"optimizer {kind!r} is not valid: use 'sgd', 'adam' or 'adamw'")
+    wd = float(hp.get("weight_decay", DEFAULT_WEIGHT_DECAY[kind]))
     if kind == "sgd":
         return torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9, weight_decay=wd)
-    if kind == "adam":
-        return torch.optim.Adam(net.parameters(), lr=lr, weight_decay=wd)
-    raise ValueError(f"optimizer {kind!r} is not valid: use 'sgd' or 'adam'")
+    if kind == "adamw":
+        return torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=wd)
+    return torch.optim.Adam(net.parameters(), lr=lr, weight_decay=wd)
+
+
+def augments(candidate: str, schema: Schema, hyperparameters: Mapping[str, object]) -> bool:
+    """Whether training translates the images at random (`trainers.nets.translate_images`): for
+    image classifiers, unless the job's ``augment`` hyperparameter is false. Not for image recovery
+    (the target would have to move too) nor for sequences."""
+    flag = hyperparameters.get("augment", True)
+    if isinstance(flag, str):
+        flag = flag.strip().lower() not in ("0", "false", "no", "off")
+    return bool(flag) and Candidate.parse(candidate).model in IMAGE_NETS and is_class_output(schema)
 
 
 @dataclass(frozen=True, eq=False)
 class _PreparedJob:
     """A validated job with its data at hand: what stays fixed over every rate and epoch.
-    ``lrs``: the rates to train, in order (the job's ``lr``, else `LR_GRID`)."""
+    ``lrs``: the rates to train, in order (the job's ``lr``, else `LR_GRID`); ``max_shift``:
+    the largest random translation of a training image (`augments`), 0 for none; ``passes``:
+    how many times an epoch goes through the training split (`passes_per_epoch`)."""
 
     job: TrainJob
     job_id: str
@@ -196,6 +285,8 @@ class _PreparedJob:
     lrs: tuple[float, ...]
     batch_size: int
     data: TrainingData
+    max_shift: float
+    passes: int
 
 
 class _CostClock:
@@ -250,6 +341,7 @@ def _prepare(job: TrainJob, store: ExampleStore) -> _PreparedJob:
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
     lrs = (float(job.hyperparameters["lr"]),) if "lr" in job.hyperparameters else LR_GRID
+    augmented = augments(job.candidate, schema, job.hyperparameters)
     given = job.hyperparameters.get("batch_size")
     batch_size = default_batch_size(data.n_train) if given is None else int(given)
     if batch_size < 1:
@@ -265,6 +357,8 @@ def _prepare(job: TrainJob, store: ExampleStore) -> _PreparedJob:
         lrs=lrs,
         batch_size=batch_size,
         data=data,
+        max_shift=MAX_SHIFT if augmented else 0.0,
+        passes=passes_per_epoch(data.n_train, augmented),
     )
 
 
@@ -334,11 +428,16 @@ def _train_rate(
     return ck
 
 
-def _epoch_order(seed: int, lr_index: int, epoch: int, n: int) -> torch.Tensor:
-    """The permutation ``(n,)`` of the training rows for one epoch, seeded by (seed, rate,
+def _epoch_order(
+    seed: int, lr_index: int, epoch: int, n: int, max_shift: float = 0.0, passes: int = 1
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The training rows of one epoch in order, ``(passes * n,)``: ``passes`` permutations of
+    the ``n`` rows one after the other; and when ``max_shift`` > 0 the translation
+    ``(passes * n, 2)`` of the image at each position (`random_shifts`). Seeded by (seed, rate,
     epoch) alone, so a resumed job sees the batches an uninterrupted one would."""
     gen = torch.Generator().manual_seed(seed * 1_000_003 + lr_index * 1009 + epoch)
-    return torch.randperm(n, generator=gen)
+    order = torch.cat([torch.randperm(n, generator=gen) for _ in range(passes)])
+    return order, random_shifts(len(order), max_shift, gen) if max_shift > 0 else None
 
 
 def _train_epoch(
@@ -354,7 +453,9 @@ def _train_epoch(
     Raises:
         preemption.Preempted: a revocation notice came (checked after every step).
     """
-    order = _epoch_order(run.job.seed, rate.index, ck.epoch + 1, run.data.n_train)
+    order, shifts = _epoch_order(
+        run.job.seed, rate.index, ck.epoch + 1, run.data.n_train, run.max_shift, run.passes
+    )
     rate.net.train()
     start = ck.position
     # the loss sum stays on the device: reading it every step would wait for the GPU
@@ -370,7 +471,8 @@ def _train_epoch(
         factor = lr_factor(ck.epoch * per_epoch + bi, run.job.max_epochs * per_epoch)
         for group in rate.opt.param_groups:
             group["lr"] = rate.lr * factor
-        total += rate.stepper.step(*run.data.train_batch(rows, run.device))
+        batch_shifts = None if shifts is None else shifts[s : s + run.batch_size].to(run.device)
+        total += rate.stepper.step(*run.data.train_batch(rows, run.device), batch_shifts)
         n_batches += 1
         steps += 1
         if preemption.pending():
@@ -414,7 +516,11 @@ def _finish_epoch(
     pred = infer_batches(rate.net, run.data.x_va, run.data.len_va, run.device)
     acc = 0.0 if diverged else run.data.score(pred)
     report = EpochReport(rate.lr, epoch, train_loss, acc, clock.spent())
-    if acc > ck.best_acc:
+    # A tie with the best so far of the same rate goes to the later epoch: trained longer, at a
+    # lower rate of the schedule (LeNet-5 on the digits at 0.01, 8 seeds: mean test accuracy of
+    # the returned model 0.990 with the earlier epoch, 0.991 with the later).
+    tie = acc == ck.best_acc and rate.lr == ck.best_lr and ck.best_model is not None
+    if acc > ck.best_acc or (tie and not diverged):
         best = {k: v.detach().cpu().clone() for k, v in rate.net.state_dict().items()}
         ck = replace(ck, best_acc=acc, best_lr=rate.lr, best_model=best)
     out_of_time = job.time_budget_s is not None and clock.spent() >= job.time_budget_s

@@ -32,14 +32,14 @@ def digits(tmp_path_factory: pytest.TempPathFactory) -> ExampleStore:
     return _store(tmp_path_factory.mktemp("digits"), "digits")
 
 
-DIGITS_JOB = TrainJob("digits", "lenet", hyperparameters={"lr": 0.05}, max_epochs=6)
+DIGITS_JOB = TrainJob("digits", "lenet", hyperparameters={"lr": 0.01}, max_epochs=6)
 
 
 def test_lenet_learns_digits(digits: ExampleStore) -> None:
     r = train(DIGITS_JOB, digits)
-    # LeNet-5 on the 8x8 digits: >= 0.98 is what the literature reports; the warm-up and cosine
-    # schedule with ~40 steps per epoch gets there in 6 epochs (a constant rate did not: 0.9).
-    assert r.accuracy >= 0.975, r.curve
+    # LeNet-5 on the 8x8 digits: >= 0.98 is what the literature reports; AdamW with random
+    # shifts, warm-up and cosine gets there in 6 epochs (0.99; SGD without shifts: 0.94).
+    assert r.accuracy >= 0.98, r.curve
     assert r.epochs == 6 and [e.epoch for e in r.curve] == [1, 2, 3, 4, 5, 6]
     assert r.cost_s > 0 and r.n_val == 360 and r.device == "cpu"
     d = datasets.load("digits")
@@ -183,7 +183,9 @@ def test_bad_hyperparameters_name_the_valid_ones(tmp_path: Path) -> None:
 
 
 def test_bad_torch_options(digits: ExampleStore) -> None:
-    with pytest.raises(ValueError, match="optimizer 'lbfgs' is not valid: use 'sgd' or 'adam'"):
+    with pytest.raises(
+        ValueError, match="optimizer 'lbfgs' is not valid: use 'sgd', 'adam' or 'adamw'"
+    ):
         train(TrainJob("digits", "lenet", hyperparameters={"optimizer": "lbfgs"}), digits)
     with pytest.raises(ValueError, match="batch_size=0"):
         train(TrainJob("digits", "lenet", hyperparameters={"batch_size": 0}), digits)
