@@ -208,6 +208,6 @@ def test_replan_scores_trials_within_stages_and_logs_its_decisions(home: Path) -
     for t in trials:
         curve = c.mlflow.get_metric_history(t.info.run_id, "curve_accuracy")
         # stage 1 lasts 10 s: a process that took longer to start scores once, at its end
-        assert 1 <= len({m.step for m in curve}) <= EVALS_PER_STAGE * len(decisions) + 1
+        assert 1 <= len({m.step for m in curve}) <= EVALS_PER_STAGE * (len(decisions) + 1)
         assert all(0.0 <= m.value <= 1.0 for m in curve)
     assert 0.0 <= out["accuracy"] <= 1.0
