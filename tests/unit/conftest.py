@@ -33,17 +33,28 @@ def tracking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         os.chdir(cwd)
 
 
-@pytest.fixture(scope="module")
-def wine(tmp_path_factory: pytest.TempPathFactory) -> object:
-    """A local example store with the UCI wine tenant ``wine`` fed (178 examples)."""
+def _fed_store(tmp_path_factory: pytest.TempPathFactory, name: str) -> object:
+    """A local example store with the offline data set `name` fed as tenant `name`."""
     from store import ExampleStore, LocalBlobStore
     from tenantml import datasets
 
-    store = ExampleStore(LocalBlobStore(tmp_path_factory.mktemp("store")))
-    d = datasets.load("wine")
-    store.create_tenant("wine", d.schema)
-    store.feed("wine", d.inputs, d.labels)
+    store = ExampleStore(LocalBlobStore(tmp_path_factory.mktemp(name) / "store"))
+    d = datasets.load(name)
+    store.create_tenant(name, d.schema)
+    store.feed(name, d.inputs, d.labels)
     return store
+
+
+@pytest.fixture(scope="module")
+def wine(tmp_path_factory: pytest.TempPathFactory) -> object:
+    """A local example store with the UCI wine tenant ``wine`` fed (178 examples)."""
+    return _fed_store(tmp_path_factory, "wine")
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory: pytest.TempPathFactory) -> object:
+    """A local example store with scikit-learn's digits fed as tenant ``digits`` (1,797)."""
+    return _fed_store(tmp_path_factory, "digits")
 
 
 @pytest.fixture

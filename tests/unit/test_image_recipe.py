@@ -5,14 +5,12 @@ that the recipe before these (SGD, no shifts, PyTorch's default init for NIN) di
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import torch
 
-from store import ExampleStore, LocalBlobStore
+from store import ExampleStore
 from store.schema import DataType, Schema, Tensor
-from tenantml import datasets
 from trainers import TrainJob, preemption, train
 from trainers._torch_data import MAX_SHIFT, random_shifts
 from trainers.nets import translate_images
@@ -105,15 +103,6 @@ def test_cnns_default_to_adamw_and_the_others_keep_adam() -> None:
     assert isinstance(sgd, torch.optim.SGD) and sgd.param_groups[0]["weight_decay"] == 5e-4
     rnn = _optimizer(net, 0.01, TrainJob("t", "gru"), "rnn")
     assert type(rnn) is torch.optim.Adam and rnn.param_groups[0]["weight_decay"] == 0.0
-
-
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory: pytest.TempPathFactory) -> ExampleStore:
-    store = ExampleStore(LocalBlobStore(Path(tmp_path_factory.mktemp("digits")) / "store"))
-    d = datasets.load("digits")
-    store.create_tenant("digits", d.schema)
-    store.feed("digits", d.inputs, d.labels)
-    return store
 
 
 @pytest.fixture

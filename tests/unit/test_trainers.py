@@ -27,11 +27,6 @@ def _store(tmp_path: Path, *names: str) -> ExampleStore:
     return store
 
 
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory: pytest.TempPathFactory) -> ExampleStore:
-    return _store(tmp_path_factory.mktemp("digits"), "digits")
-
-
 DIGITS_JOB = TrainJob("digits", "lenet", hyperparameters={"lr": 0.01}, max_epochs=6)
 
 
