@@ -18,6 +18,10 @@ os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
 # before any test's `Settings.apply` runs: an ephemeral server in a fresh PREFECT_HOME (its
 # migrations take 20-40 s on 2 loaded cores) would then get Prefect's default 20 s to start.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+# `make test` runs two pytest workers on two cores, each with servers and training processes:
+# one OpenMP thread per process (torch, BLAS; inherited by the jobs' subprocesses). A LeNet job
+# on digits took 28-40 s with torch's default of a thread per core, against 7 s on one.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")

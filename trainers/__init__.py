@@ -13,6 +13,7 @@ from trainers._job import LR_GRID, EpochReport, TrainJob, TrainResult
 from trainers._model import TrainedModel
 from trainers.templates import (
     NORMALIZATION_KS,
+    PIXEL_MODELS,
     TEMPLATES,
     Candidate,
     NoCandidatesError,
@@ -24,6 +25,7 @@ from trainers.zoo import ZOO, ModelSpec
 __all__ = [
     "LR_GRID",
     "NORMALIZATION_KS",
+    "PIXEL_MODELS",
     "TEMPLATES",
     "ZOO",
     "Candidate",

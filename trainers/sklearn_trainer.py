@@ -1,4 +1,5 @@
-"""The scikit-learn trainer for tabular classification: fit on the training split, score on the
+"""The scikit-learn trainer for tabular classification (and image classification on the flattened
+pixels, `trainers.templates.PIXEL_MODELS`): fit on the training split, score on the
 validation split; same `TrainJob` / `TrainResult` as the torch trainer (one "epoch").
 
 A tabular arm is a family's estimator (`ESTIMATORS`) with the settings its portfolio entry fixes

@@ -17,7 +17,7 @@ from policy import History, Observation, loss_estimates
 from store.schema import Schema, Tensor
 from tasks._service import JobSpec, Planner, ServiceState, TenantInfo, _slot, build_problem
 from tasks.settings import Settings
-from trainers import candidates
+from trainers import PIXEL_MODELS, Candidate, candidates
 
 TAB = Schema(input=Tensor(5), output=Tensor(2))
 IMG = Schema(input=Tensor(8, 8, 1), output=Tensor(10))
@@ -41,9 +41,10 @@ def test_problem_is_the_union_of_candidates() -> None:
     s = _state([_tenant("a", TAB), _tenant("b", IMG), _tenant("c", TAB)], [])
     tabular = tuple(c.name for c in candidates(TAB))
     assert s.catalogue[: len(tabular)] == tabular
-    n = len(tabular)
-    assert len(s.catalogue) == n + 36
-    assert s.problem.available.sum(axis=1).tolist() == [n, 36, n]
+    n, image = len(tabular), len(candidates(IMG))
+    # the image tenant's pixel arms are tabular arms: shared, not new columns
+    assert len(s.catalogue) == n + 36 and image == 36 + len(PIXEL_MODELS)
+    assert s.problem.available.sum(axis=1).tolist() == [n, image, n]
     assert np.all(s.problem.cost[s.problem.available] > 0)
     # a CNN is predicted dearer than logistic regression for the same data size
     k_lr, k_cnn = s.catalogue.index("logistic_regression"), s.catalogue.index("resnet18")
@@ -196,7 +197,10 @@ def test_unreachable_server_is_named_and_the_cli_exits_1(
 
 
 def test_planner_hands_torch_models_seer_jobs_with_deadline_from_the_cost_estimate() -> None:
-    state = _state([_tenant("img", IMG), _tenant("tab", TAB)], [])
+    # the image tenant with its CNNs only (its pixel arms are scikit-learn models: no SEER)
+    img = _tenant("img", IMG)
+    nets = tuple(c for c in img.candidates if Candidate.parse(c).spec.family != "sklearn")
+    state = _state([dataclasses.replace(img, candidates=nets), _tenant("tab", TAB)], [])
     planner = Planner("roundrobin", slots=8)
     specs = planner.decide(state, in_flight=[], tick=1, seer_budget_x=4)
     assert {s.tenant for s in specs} == {"img", "tab"}

@@ -5,7 +5,16 @@ import pytest
 import torch
 
 from store.schema import DataType, Schema, Tensor
-from trainers import NORMALIZATION_KS, TEMPLATES, Candidate, NoCandidatesError, candidates, match
+from trainers import (
+    NORMALIZATION_KS,
+    PIXEL_MODELS,
+    TEMPLATES,
+    ZOO,
+    Candidate,
+    NoCandidatesError,
+    candidates,
+    match,
+)
 from trainers.nets import IMAGE_NETS, normalize_fk
 from trainers.torch_trainer import build_net
 
@@ -51,8 +60,15 @@ def test_candidates_and_augmentation() -> None:
     assert [c.model for c in plain] == list(match(IMAGE).models)
     assert {"alexnet", "bn_alexnet", "resnet18", "resnet50", "googlenet", "squeezenet",
             "vgg16", "nin"} <= {c.model for c in plain}  # fmt: skip
+    # the tabular portfolio on the flattened pixels, without the arms whose cost grows with
+    # many features and classes
+    pixels = {c.model for c in plain if c.spec.family == "sklearn"}
+    assert pixels == set(PIXEL_MODELS) and {"extra_trees", "svm", "knn-k1-p1"} <= pixels
+    assert not any(ZOO[m].estimator == "gradient_boosting" for m in pixels)
     full = candidates(IMAGE)
-    assert len(full) == len(plain) * (1 + len(NORMALIZATION_KS))
+    nets = len(plain) - len(pixels)  # the f_k variants are the CNNs'
+    assert len(full) == len(plain) + nets * len(NORMALIZATION_KS)
+    assert all(c.spec.family != "sklearn" for c in full if c.k is not None)
     assert {c.k for c in full} == {None, *NORMALIZATION_KS}
     assert Candidate.parse("resnet18+f0.25") == Candidate("resnet18", 0.25)
     assert all(Candidate.parse(c.name) == c for c in full)

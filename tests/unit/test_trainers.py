@@ -89,7 +89,7 @@ from store import ExampleStore, LocalBlobStore
 from trainers import TrainJob, train
 store = ExampleStore(LocalBlobStore(sys.argv[1]))
 train(TrainJob("digits", "lenet", hyperparameters={"lr": 0.05, "augment": False},
-               max_epochs=40, job_id="killed"), store)
+               max_epochs=10, job_id="killed"), store)
 """
 
 
@@ -117,10 +117,10 @@ def test_sigkill_mid_training_loses_at_most_one_epoch(digits: ExampleStore, tmp_
     # without augmentation: an epoch is one pass (this test is about the checkpoint; resuming
     # with random shifts is `test_image_recipe`'s)
     hp = {"lr": 0.05, "augment": False}
-    job = TrainJob("digits", "lenet", hyperparameters=hp, max_epochs=40, job_id="killed")
+    job = TrainJob("digits", "lenet", hyperparameters=hp, max_epochs=10, job_id="killed")
     r = train(job, digits)
     assert r.resumed_from_epoch == saved["epochs_total"] >= 2
-    assert r.epochs == 40 and [e.epoch for e in r.curve] == list(range(1, 41))
+    assert r.epochs == 10 and [e.epoch for e in r.curve] == list(range(1, 11))
 
 
 def test_learning_rate_grid_and_time_budget(digits: ExampleStore) -> None:
