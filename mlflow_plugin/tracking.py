@@ -37,9 +37,11 @@ __all__ = [
     "job_record",
     "job_records",
     "runs_page",
+    "set_tenant_models",
     "set_tenant_weight",
     "start_job_run",
     "tenant_experiments",
+    "tenant_models",
     "tenant_weights",
     "valid_weight",
 ]
@@ -180,6 +182,25 @@ def set_tenant_weight(
     exp_id = ensure_scheduler_experiment(client, artifact_location)
     client.set_experiment_tag(exp_id, WEIGHT_PREFIX + tenant, repr(w))
     return w
+
+
+MODELS = "tenantml.models"  # on a tenant experiment: the candidates it may train, when restricted
+
+
+def set_tenant_models(client: MlflowClient, experiment_id: str, models: Iterable[str]) -> None:
+    """Restrict the tenant of ``experiment_id`` to ``models`` (validated by the caller); none:
+    every candidate of its schema again."""
+    client.set_experiment_tag(experiment_id, MODELS, ",".join(models))
+
+
+def tenant_models(experiments: Iterable[Experiment]) -> dict[str, tuple[str, ...]]:
+    """Tenant name -> the candidates it is restricted to, for the restricted tenants (from the
+    experiments of a `search_experiments`)."""
+    return {
+        e.tags[TENANT]: tuple(e.tags[MODELS].split(","))
+        for e in experiments
+        if e.tags.get(KIND) == "tenant" and e.tags.get(MODELS)
+    }
 
 
 def tenant_experiments(

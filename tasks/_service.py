@@ -30,7 +30,9 @@ from mlflow_plugin.tracking import (
     JobRecord,
     ensure_tenant_experiment,
     job_records,
+    set_tenant_models,
     tenant_experiments,
+    tenant_models,
     tenant_weights,
 )
 from policy import (
@@ -66,6 +68,7 @@ __all__ = [
     "load_state",
     "record_finished",
     "register_tenant",
+    "valid_models",
     "run_job",
     "state_of",
 ]
@@ -204,11 +207,32 @@ def register_tenant(
     name: str,
     schema: Schema,
     artifact_location: str | None = None,
+    models: Sequence[str] | None = None,
 ) -> str:
-    """Create the tenant in the store and its MLflow experiment (idempotent for one schema)."""
+    """Create the tenant in the store and its MLflow experiment (idempotent for one schema).
+    ``models``: restrict the tenant to these candidates of its schema (checked before anything
+    is stored; ``["all"]`` lifts a restriction); None keeps what was set before."""
     cands = [c.name for c in candidates(schema)]  # raises NoCandidatesError first
+    chosen = None if models is None else valid_models(models, cands)
     store.create_tenant(name, schema)
-    return ensure_tenant_experiment(client, name, str(schema), cands, artifact_location)
+    exp_id = ensure_tenant_experiment(client, name, str(schema), cands, artifact_location)
+    if chosen is not None:
+        set_tenant_models(client, exp_id, () if chosen == tuple(cands) else chosen)
+    return exp_id
+
+
+def valid_models(models: Sequence[str], candidates: Sequence[str]) -> tuple[str, ...]:
+    """``models`` in the catalogue's order, ``["all"]`` for every one, or ValueError naming the
+    models that are not among ``candidates`` and the valid ones."""
+    if list(models) == ["all"]:
+        return tuple(candidates)
+    unknown = [m for m in models if m not in candidates]
+    if unknown or not models:
+        raise ValueError(
+            f"models {', '.join(unknown) or '(none)'} are not candidates of this schema; give "
+            f"'all' or some of: {', '.join(candidates)}"
+        )
+    return tuple(c for c in candidates if c in set(models))
 
 
 def capacity_prices(spec: str | None, catalogue: Sequence[str]) -> tuple[float, ...] | None:
@@ -257,6 +281,7 @@ def load_state(
     experiments = client.search_experiments()  # one request for the tenants, order, weights
     exps = tenant_experiments(client, experiments)
     weights = tenant_weights(client, experiments)
+    restricted = tenant_models(experiments)
     known = set(store.tenants())
     created = {e.experiment_id: e.creation_time for e in experiments}
     tenants = []
@@ -266,6 +291,8 @@ def load_state(
         schema = store.schema(name)
         m = store.manifest(name)
         cands = tuple(c.name for c in candidates(schema))
+        if name in restricted:  # the operator's or the tenant's choice (`submit --models`)
+            cands = tuple(c for c in cands if c in restricted[name]) or cands
         weight = weights.get(name, DEFAULT_WEIGHT)
         tenants.append(TenantInfo(name, schema, cands, m.n_enabled, m.version, exp_id, weight))
     records = job_records(client, [t.experiment_id for t in tenants])

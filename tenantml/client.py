@@ -123,11 +123,18 @@ class Client:
 
     # -- tenants -------------------------------------------------------------------------------
     def submit(
-        self, name: str, schema: Schema | str, *, weight: float | None = None
+        self,
+        name: str,
+        schema: Schema | str,
+        *,
+        weight: float | None = None,
+        models: Sequence[str] | None = None,
     ) -> Leaderboard:
         """Declare a task; idempotent for the same schema, an error for a different one.
         `weight` (operator only; default 1): how much the tenant's regret counts when the
-        scheduler shares the pool (`set_weight`)."""
+        scheduler shares the pool (`set_weight`). `models`: train only these candidates of the
+        schema (e.g. its CNNs), ``["all"]`` to lift it; None keeps what was set (default: all).
+        A model that is not a candidate is refused before anything is stored."""
         from mlflow_plugin.tracking import valid_weight
         from tasks import register_tenant
 
@@ -136,7 +143,9 @@ class Client:
             valid_weight(weight)  # before anything is stored
         if isinstance(schema, str):
             schema = Schema.parse(schema)
-        register_tenant(self.mlflow, self.store, name, schema, self.settings.artifact_location)
+        register_tenant(
+            self.mlflow, self.store, name, schema, self.settings.artifact_location, models
+        )
         if weight is not None:
             self.set_weight(name, weight)  # publishes the leaderboard
         elif not self.settings.user:  # the weight it shows is the operator's to read

@@ -105,14 +105,24 @@ def submit(
             "change it later with `tenantml weight`"
         ),
     ] = None,
+    models: Annotated[
+        str | None,
+        typer.Option(
+            help="train only these candidates, comma-separated (e.g. lenet,resnet18); "
+            "'all' lifts it (default: all the schema's candidates, or what was set before)"
+        ),
+    ] = None,
     home: Home = None,
 ) -> None:
     """Declare a task by its input/output schema (ease.ml Fig. 2 syntax)."""
     with _errors():
         text = Path(schema[1:]).read_text() if schema.startswith("@") else schema
-        lb = _client(home).submit(name, text, weight=weight)
+        chosen = None if models is None else [m.strip() for m in models.split(",") if m.strip()]
+        lb = _client(home).submit(name, text, weight=weight, models=chosen)
         shown = "" if lb.weight is None else f", weight {lb.weight:g}"
         console.print(f"tenant {name!r}: {lb.schema}; {lb.n_candidates} candidate models{shown}")
+        if chosen and chosen != ["all"]:
+            console.print(f"trains only: {', '.join(chosen)}")
 
 
 def weight(

@@ -131,7 +131,7 @@ from tenantml.client import Client
 from tenantml import datasets
 c = Client()
 d = datasets.load("digits")
-c.submit("digits", d.schema)
+c.submit("digits", d.schema, models=["lenet", "lenet+f1"])  # torch jobs: checkpoints to S3
 c.feed("digits", d.inputs, d.labels)
 """
 
