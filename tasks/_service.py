@@ -68,9 +68,9 @@ __all__ = [
     "load_state",
     "record_finished",
     "register_tenant",
-    "valid_models",
     "run_job",
     "state_of",
+    "valid_models",
 ]
 
 
@@ -146,14 +146,18 @@ class ServiceState:
         )
 
     def history(self) -> History:
-        """FINISHED jobs are observations; FAILED ones count as tried with no model."""
+        """FINISHED jobs are observations; FAILED ones count as tried with no model. Jobs of a
+        model the tenant may no longer train (`submit --models`) are left out: the policy
+        reasons about the models it may still choose (the leaderboard keeps them all)."""
         ti, mi = self.index()
+        available = self.problem.available
         log = []
         for r in self.records:
             if (
                 r.tenant not in ti
                 or r.candidate not in mi
                 or r.status not in ("FINISHED", "FAILED")
+                or not available[ti[r.tenant], mi[r.candidate]]
             ):
                 continue
             ok = r.status == "FINISHED" and r.accuracy is not None

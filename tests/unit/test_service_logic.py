@@ -348,3 +348,15 @@ def test_up_makes_the_rule_start_at_pending_on_process_pools_only() -> None:
     assert {"prefect.flow-run.Pending", "prefect.flow-run.Submitting"} <= set(made["after"])
     assert "prefect.flow-run.Running" in made["expect"]
     assert set(file["after"]) < set(made["after"]) and made["within"] == file["within"]
+
+
+def test_a_tenant_restricted_after_jobs_ran_plans_within_its_models() -> None:
+    # digits trained extra trees, then was restricted to LeNet (`submit --models`): the
+    # finished job stays in MLflow, the policy reasons about LeNet only
+    img = dataclasses.replace(_tenant("img", IMG), candidates=("lenet", "lenet+f1"))
+    s = _state([img, _tenant("tab", TAB)], [_record("img", "extra_trees", acc=0.95)])
+    assert s.history().log == ()
+    for policy in ("rate", "roundrobin"):
+        specs = Planner(policy, slots=2).decide(s, in_flight=[], tick=1)
+        assert all(x.candidate in ("lenet", "lenet+f1") for x in specs if x.tenant == "img")
+    assert "img" in {x.tenant for x in specs}  # round robin's turn comes to it
