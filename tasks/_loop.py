@@ -555,17 +555,20 @@ def publish_leaderboards(
     since this scheduler last did, and of the tenants in `moved` (their ``best`` may have moved),
     from the state just read: one registry request per tenant published, none otherwise."""
     from tasks import leaderboard
+    from trainers import candidates
 
     by_tenant: dict[str, list[JobRecord]] = {t.name: [] for t in state.tenants}
     for r in state.records:
         if r.tenant in by_tenant:
             by_tenant[r.tenant].append(r)
     for t in state.tenants:
-        key = leaderboard.fingerprint(by_tenant[t.name], t.weight)
+        # a tenant restricted by `submit --models` has fewer candidates in play than its schema
+        n = len(t.candidates) if len(t.candidates) < len(candidates(t.schema)) else 0
+        key = leaderboard.fingerprint(by_tenant[t.name], t.weight, n)
         if svc.published.get(t.name) == key and t.name not in moved:
             continue
         snap = leaderboard.snapshot_from_mlflow(
-            svc.client, t.name, records=by_tenant[t.name], weight=t.weight
+            svc.client, t.name, records=by_tenant[t.name], weight=t.weight, n_candidates=n
         )
         leaderboard.publish(svc.store, t.name, snap)  # an outage: waited out like the refresh
         svc.published[t.name] = key

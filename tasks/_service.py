@@ -146,9 +146,9 @@ class ServiceState:
         )
 
     def history(self) -> History:
-        """FINISHED jobs are observations; FAILED ones count as tried with no model. Jobs of a
-        model the tenant may no longer train (`submit --models`) are left out: the policy
-        reasons about the models it may still choose (the leaderboard keeps them all)."""
+        """FINISHED jobs are observations; FAILED ones count as tried with no model. A job of a
+        model outside the tenant's candidates (`load_state` keeps those it ran; a state built
+        otherwise may not) is left out rather than refused by the policy."""
         ti, mi = self.index()
         available = self.problem.available
         log = []
@@ -295,14 +295,26 @@ def load_state(
         schema = store.schema(name)
         m = store.manifest(name)
         cands = tuple(c.name for c in candidates(schema))
-        if name in restricted:  # the operator's or the tenant's choice (`submit --models`)
-            cands = tuple(c for c in cands if c in restricted[name]) or cands
         weight = weights.get(name, DEFAULT_WEIGHT)
         tenants.append(TenantInfo(name, schema, cands, m.n_enabled, m.version, exp_id, weight))
     records = job_records(client, [t.experiment_id for t in tenants])
+    tenants = [_restrict(t, restricted.get(t.name), records) for t in tenants]
     catalogue = tuple(dict.fromkeys(c for t in tenants for c in t.candidates))
     usd = capacity_prices(capacity_prices_spec, catalogue)
     return state_of(tenants, records, usd, prior)
+
+
+def _restrict(
+    tenant: TenantInfo, allowed: Sequence[str] | None, records: Sequence[JobRecord]
+) -> TenantInfo:
+    """``tenant`` with the candidates it may train (`submit --models`), plus those it already has
+    jobs of: a restriction set later keeps the model it serves and its running jobs in the
+    policy's view (tried models are never chosen again), and only stops new ones."""
+    if not allowed:
+        return tenant
+    ran = {r.candidate for r in records if r.tenant == tenant.name}
+    keep = set(allowed) | ran
+    return replace(tenant, candidates=tuple(c for c in tenant.candidates if c in keep))
 
 
 def state_of(
@@ -402,7 +414,14 @@ class Planner:
         self._seen: set[str] = set()
 
     def _sync(self, state: ServiceState, pending: tuple[Assignment, ...]) -> SchedulerLoop:
-        key = (tuple(t.name for t in state.tenants), state.catalogue)
+        # a tenant's models (`submit --models`) or weight changed: a new loop, from the history
+        p = state.problem
+        key = (
+            tuple(t.name for t in state.tenants),
+            state.catalogue,
+            p.available.tobytes(),
+            None if p.weights is None else np.asarray(p.weights).tobytes(),
+        )
         done = [r for r in state.records if r.status in ("FINISHED", "FAILED")]
         if self.loop is None or key != self._key:
             # The loop refits the prior every `policy.prior.REFIT_EVERY` new results, as the

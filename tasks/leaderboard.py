@@ -79,12 +79,15 @@ class Leaderboard:
 @dataclass(frozen=True)
 class Snapshot:
     """The MLflow half of a leaderboard as last published: rows (best first), the version under
-    ``best``, the tenant's weight, and `as_of` (epoch seconds)."""
+    ``best``, the tenant's weight, `as_of` (epoch seconds), and ``n_candidates``: how many
+    models a tenant restricted by `submit --models` has in play (those it may train and those it
+    ran); None when it is not restricted (every candidate of its schema)."""
 
     rows: tuple[LeaderboardRow, ...]
     best_version: str | None
     weight: float
     as_of: float
+    n_candidates: int | None = None
 
     def to_json(self) -> bytes:
         body = {"format": _FORMAT, **asdict(self), "rows": [asdict(r) for r in self.rows]}
@@ -100,6 +103,7 @@ class Snapshot:
             body["best_version"],
             float(body["weight"]),
             float(body["as_of"]),
+            body.get("n_candidates"),  # absent from snapshots published before the field
         )
 
 
@@ -124,25 +128,34 @@ def snapshot_from_mlflow(
     *,
     records: list[JobRecord] | None = None,
     weight: float | None = None,
+    n_candidates: int | None = None,
 ) -> Snapshot:
-    """Tenant `name`'s snapshot as MLflow holds it now; `records` and `weight`: what the caller
-    read already (the scheduler's state), saving those requests."""
+    """Tenant `name`'s snapshot as MLflow holds it now; `records`, `weight` and `n_candidates`
+    (restricted tenants: `Snapshot.n_candidates`; 0: not restricted): what the caller read
+    already (the scheduler's state), saving those requests."""
     from mlflow_plugin.registry import best_model
     from mlflow_plugin.tracking import (
         DEFAULT_WEIGHT,
         experiment_name,
         job_records,
+        tenant_models,
         tenant_weights,
     )
 
     as_of = time.time()
-    if records is None:
+    if records is None or n_candidates is None:
         exp = client.get_experiment_by_name(experiment_name(name))
-        records = job_records(client, [exp.experiment_id]) if exp else []
+        if records is None:
+            records = job_records(client, [exp.experiment_id]) if exp else []
+        if n_candidates is None:
+            allowed = tenant_models([exp] if exp else []).get(name)
+            n_candidates = len(set(allowed) | {r.candidate for r in records}) if allowed else 0
     if weight is None:
         weight = tenant_weights(client).get(name, DEFAULT_WEIGHT)
     best = best_model(client, name)
-    return Snapshot(rows(records, best), best.version if best else None, weight, as_of)
+    return Snapshot(
+        rows(records, best), best.version if best else None, weight, as_of, n_candidates or None
+    )
 
 
 def publish(store: ExampleStore, name: str, snapshot: Snapshot) -> None:
@@ -170,9 +183,13 @@ def _warn(message: str) -> None:
     logging.getLogger(__name__).warning(message)
 
 
-def fingerprint(records: Iterable[JobRecord], weight: float) -> tuple[Any, ...]:
-    """What a snapshot shows of `records` and `weight`, to tell whether it changed."""
+def fingerprint(
+    records: Iterable[JobRecord], weight: float, n_candidates: int = 0
+) -> tuple[Any, ...]:
+    """What a snapshot shows of `records`, `weight` and `n_candidates`, to tell whether it
+    changed."""
     return (
         weight,
+        n_candidates,
         tuple(sorted((r.run_id, r.status, r.accuracy, r.cost_s, r.end_time) for r in records)),
     )

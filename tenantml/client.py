@@ -265,7 +265,7 @@ class Client:
             m.n_examples,
             m.n_enabled,
             m.version,
-            len(candidates(schema)),
+            snap.n_candidates or len(candidates(schema)),  # `submit --models`: those in play
             snap.rows,
             snap.best_version,
             None if self.settings.user else snap.weight,  # the operator's view only

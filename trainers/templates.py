@@ -8,8 +8,9 @@ classification* (a flat ``Tensor[A]`` input, no recursion) sits above the paper'
 RNN. Rows whose models are not built here (seq2seq, tree models, bit-level nets) still match, so
 a tenant learns what its task is and that no candidate exists yet, rather than a wrong match.
 
-Image classification has the paper's CNNs and, ours, `PIXEL_MODELS`: the tabular portfolio on
-the flattened pixels, the baseline a practitioner (and FLAML) starts an image task with. They cost
+Image classification has the paper's CNNs and, ours, `PIXEL_MODELS` (``pixels-<arm>``, arms
+of their own: `trainers.zoo`): the tabular portfolio on the flattened pixels, the baseline a
+practitioner (and FLAML) starts an image task with. They cost
 about a second on small images (MNIST, 1,500 training images: extra trees 0.94 validation accuracy
 in 0.7 s on one core; digits: 0.987 in 0.3 s) where a CNN job takes tens of seconds, so the
 cost-aware policy serves an image tenant a first model early and the CNNs after. Two kinds of
@@ -31,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from store.schema import DataType, Schema
-from trainers.zoo import TABULAR_MODELS, ZOO, ModelSpec
+from trainers.zoo import PIXEL_MODELS, TABULAR_MODELS, ZOO, ModelSpec
 
 __all__ = [
     "NORMALIZATION_KS",
@@ -45,14 +46,6 @@ __all__ = [
 ]
 
 NORMALIZATION_KS: tuple[float, ...] = (1.0, 0.25, 0.0625)
-
-#: the tabular arms an image classification task also gets, on its flattened pixels (see the
-#: module docstring for the two kinds left out)
-PIXEL_MODELS: tuple[str, ...] = tuple(
-    m
-    for m in TABULAR_MODELS
-    if ZOO[m].estimator != "gradient_boosting" and dict(ZOO[m].params).get("solver") != "saga"
-)
 
 
 class NoCandidatesError(ValueError):

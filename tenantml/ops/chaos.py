@@ -48,16 +48,20 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tenantml.ops import nodes as node_ops
 from tenantml.ops import servers
 
+if TYPE_CHECKING:
+    from store.schema import Schema
+
 __all__ = ["ChaosReport", "chaos_steps", "run_chaos"]
 
-# Tenant -> bundled data set. Three image tenants (digits under three names) keep torch jobs
+# Tenant -> bundled data set. Three image tenants (digits under three names, restricted to
+# their CNNs: an image task's pixel arms are scikit-learn jobs) keep torch jobs
 # that log an epoch every ~0.2-1.5 s (LeNet, SqueezeNet, NIN and their f_k variants: 45 jobs)
 # coming for the 20 kills of `--full`: with one, the picker soon moved on to bigger CNNs. Two
 # tabular tenants add scikit-learn jobs (no epochs: a kill restarts them).
@@ -529,6 +533,15 @@ def _check(svc: _Service, rep: ChaosReport) -> None:
             f.back_s = min(after) - f.killed_at if after else None
 
 
+def _torch_models(schema: Schema) -> list[str] | None:
+    """An image tenant's CNNs (`submit --models`: the kills need jobs with epochs); None (all
+    candidates) for a tabular one."""
+    from trainers import candidates
+
+    nets = [c.name for c in candidates(schema) if c.spec.family != "sklearn"]
+    return nets or None
+
+
 def chaos_steps(
     *,
     kills: int,
@@ -606,7 +619,7 @@ def run_chaos(
         c = svc.client()
         for name, data in {**TENANTS, **(NODE_TENANTS if node else {})}.items():
             d = datasets.load(data)
-            c.submit(name, d.schema)
+            c.submit(name, d.schema, models=_torch_models(d.schema))
             c.feed(name, d.inputs, d.labels)
         svc.start_scheduler()
         if kills or (node and losses):

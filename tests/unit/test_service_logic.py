@@ -15,7 +15,15 @@ import pytest
 from mlflow_plugin.tracking import JobRecord
 from policy import History, Observation, loss_estimates
 from store.schema import Schema, Tensor
-from tasks._service import JobSpec, Planner, ServiceState, TenantInfo, _slot, build_problem
+from tasks._service import (
+    JobSpec,
+    Planner,
+    ServiceState,
+    TenantInfo,
+    _restrict,
+    _slot,
+    build_problem,
+)
 from tasks.settings import Settings
 from trainers import PIXEL_MODELS, Candidate, candidates
 
@@ -42,8 +50,8 @@ def test_problem_is_the_union_of_candidates() -> None:
     tabular = tuple(c.name for c in candidates(TAB))
     assert s.catalogue[: len(tabular)] == tabular
     n, image = len(tabular), len(candidates(IMG))
-    # the image tenant's pixel arms are tabular arms: shared, not new columns
-    assert len(s.catalogue) == n + 36 and image == 36 + len(PIXEL_MODELS)
+    # the image tenant's pixel arms are arms of their own, not the tabular tenants'
+    assert len(s.catalogue) == n + image and image == 36 + len(PIXEL_MODELS)
     assert s.problem.available.sum(axis=1).tolist() == [n, image, n]
     assert np.all(s.problem.cost[s.problem.available] > 0)
     # a CNN is predicted dearer than logistic regression for the same data size
@@ -350,13 +358,37 @@ def test_up_makes_the_rule_start_at_pending_on_process_pools_only() -> None:
     assert set(file["after"]) < set(made["after"]) and made["within"] == file["within"]
 
 
-def test_a_tenant_restricted_after_jobs_ran_plans_within_its_models() -> None:
-    # digits trained extra trees, then was restricted to LeNet (`submit --models`): the
-    # finished job stays in MLflow, the policy reasons about LeNet only
-    img = dataclasses.replace(_tenant("img", IMG), candidates=("lenet", "lenet+f1"))
-    s = _state([img, _tenant("tab", TAB)], [_record("img", "extra_trees", acc=0.95)])
-    assert s.history().log == ()
+def test_a_tenant_restricted_after_jobs_ran_keeps_what_it_serves_and_plans_within_its_models(
+) -> None:  # fmt: skip
+    # digits trained extra trees (0.95, served) and an SVM that failed when it is restricted to
+    # LeNet (`submit --models`): both stay in the policy's view (a job still running does too,
+    # as the dispatcher's in-flight job), only LeNet is chosen next
+    allowed = ("lenet", "lenet+f1")
+    recs = [_record("img", "pixels-extra_trees", acc=0.95),
+            _record("img", "pixels-svm", status="FAILED")]  # fmt: skip
+    img = _restrict(_tenant("img", IMG), allowed, recs)
+    assert img.candidates == ("lenet", "pixels-extra_trees", "pixels-svm", "lenet+f1")
+    assert _restrict(_tenant("img", IMG), None, recs) == _tenant("img", IMG)
+    s = _state([img, _tenant("tab", TAB)], recs)
+    assert [o.quality for o in s.history().log] == [0.95, 0.0]  # the served model counts
     for policy in ("rate", "roundrobin"):
         specs = Planner(policy, slots=2).decide(s, in_flight=[], tick=1)
-        assert all(x.candidate in ("lenet", "lenet+f1") for x in specs if x.tenant == "img")
+        assert all(x.candidate in allowed for x in specs if x.tenant == "img")
     assert "img" in {x.tenant for x in specs}  # round robin's turn comes to it
+
+
+def test_the_planner_starts_a_new_loop_when_a_tenants_models_or_weight_change() -> None:
+    planner = Planner("rate", slots=1)
+    tenants = [_tenant("img", IMG), _tenant("tab", TAB)]
+    planner.decide(_state(tenants, []), in_flight=[], tick=1)
+    first = planner.loop
+    planner.decide(_state(tenants, []), in_flight=[], tick=2)
+    assert planner.loop is first
+    narrowed = [_restrict(tenants[0], ("lenet",), []), tenants[1]]
+    specs = planner.decide(_state(narrowed, []), in_flight=[], tick=3)
+    assert planner.loop is not first and all(x.candidate == "lenet" for x in specs
+                                             if x.tenant == "img")  # fmt: skip
+    second = planner.loop
+    heavier = [narrowed[0], dataclasses.replace(narrowed[1], weight=3.0)]
+    planner.decide(_state(heavier, []), in_flight=[], tick=4)
+    assert planner.loop is not second

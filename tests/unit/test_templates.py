@@ -63,8 +63,13 @@ def test_candidates_and_augmentation() -> None:
     # the tabular portfolio on the flattened pixels, without the arms whose cost grows with
     # many features and classes
     pixels = {c.model for c in plain if c.spec.family == "sklearn"}
-    assert pixels == set(PIXEL_MODELS) and {"extra_trees", "svm", "knn-k1-p1"} <= pixels
+    assert pixels == set(PIXEL_MODELS)
+    assert {"pixels-extra_trees", "pixels-svm", "pixels-knn-k1-p1"} <= pixels
     assert not any(ZOO[m].estimator == "gradient_boosting" for m in pixels)
+    # arms of their own (the learnt prior keeps them apart), each the tabular arm's estimator
+    # and settings
+    assert all((ZOO[m].estimator, ZOO[m].params) == (ZOO[m[7:]].estimator, ZOO[m[7:]].params)
+               for m in pixels)  # fmt: skip
     full = candidates(IMAGE)
     nets = len(plain) - len(pixels)  # the f_k variants are the CNNs'
     assert len(full) == len(plain) + nets * len(NORMALIZATION_KS)

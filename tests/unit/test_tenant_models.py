@@ -31,15 +31,18 @@ def _offered(home: Path) -> dict[str, tuple[str, ...]]:
 def test_models_restrict_what_the_scheduler_offers(tmp_path: Path, restore_env: None) -> None:
     home = tmp_path / "home"
     code, out = _cli(home, "submit", "digits", IMAGE, "--models", "lenet+f1, lenet")
-    assert code == 0 and "trains only: lenet+f1, lenet" in out, out
+    assert code == 0 and "2 candidate models" in out and "trains only: lenet+f1, lenet" in out
+    code, out = _cli(home, "status", "digits")
+    assert code == 0 and "0/2 candidates tried" in out, out
     assert _cli(home, "submit", "other", IMAGE)[0] == 0
     offered = _offered(home)
     assert offered["digits"] == ("lenet", "lenet+f1")  # in the catalogue's order
-    assert "extra_trees" in offered["other"] and len(offered["other"]) == 52
+    assert "pixels-extra_trees" in offered["other"] and len(offered["other"]) == 52
     # submitting again without --models keeps the restriction; 'all' lifts it
     assert _cli(home, "submit", "digits", IMAGE)[0] == 0
     assert _offered(home)["digits"] == ("lenet", "lenet+f1")
-    assert _cli(home, "submit", "digits", IMAGE, "--models", "all")[0] == 0
+    code, out = _cli(home, "submit", "digits", IMAGE, "--models", "all")
+    assert code == 0 and "52 candidate models" in out, out
     assert _offered(home)["digits"] == _offered(home)["other"]
 
 
