@@ -555,7 +555,6 @@ def publish_leaderboards(
     since this scheduler last did, and of the tenants in `moved` (their ``best`` may have moved),
     from the state just read: one registry request per tenant published, none otherwise."""
     from tasks import leaderboard
-    from trainers import candidates
 
     by_tenant: dict[str, list[JobRecord]] = {t.name: [] for t in state.tenants}
     for r in state.records:
@@ -563,7 +562,7 @@ def publish_leaderboards(
             by_tenant[r.tenant].append(r)
     for t in state.tenants:
         # a tenant restricted by `submit --models` has fewer candidates in play than its schema
-        n = len(t.candidates) if len(t.candidates) < len(candidates(t.schema)) else 0
+        n = len(t.candidates) if t.restricted else 0
         key = leaderboard.fingerprint(by_tenant[t.name], t.weight, n)
         if svc.published.get(t.name) == key and t.name not in moved:
             continue

@@ -83,6 +83,7 @@ class TenantInfo:
     snapshot: int
     experiment_id: str
     weight: float = 1.0  # w_i: how much the tenant's regret counts (`set_tenant_weight`)
+    restricted: bool = False  # `submit --models`: `candidates` is a subset of its schema's
 
 
 @dataclass(frozen=True)
@@ -314,7 +315,8 @@ def _restrict(
         return tenant
     ran = {r.candidate for r in records if r.tenant == tenant.name}
     keep = set(allowed) | ran
-    return replace(tenant, candidates=tuple(c for c in tenant.candidates if c in keep))
+    kept = tuple(c for c in tenant.candidates if c in keep)
+    return replace(tenant, candidates=kept, restricted=True)
 
 
 def state_of(

@@ -287,11 +287,11 @@ class Client:
         checked before anything runs (`policy.seer.PlanError` / ValueError name the problem)."""
         from flows.seer import seer
         from policy.seer import plan
-        from trainers import candidates
+        from trainers import torch_candidates
 
         self._operator_only("running SEER jobs")
         schema = self.store.schema(name)  # unknown tenant -> clear error
-        valid = [c.name for c in candidates(schema) if c.spec.family != "sklearn"]
+        valid = [c.name for c in torch_candidates(schema)]
         if model not in valid:
             raise ValueError(
                 f"model {model!r} is not a torch candidate of tenant {name!r}; valid: "

@@ -19,6 +19,7 @@ from trainers.templates import (
     NoCandidatesError,
     candidates,
     match,
+    torch_candidates,
 )
 from trainers.zoo import ZOO, ModelSpec
 
@@ -39,6 +40,7 @@ __all__ = [
     "candidates",
     "encode_batch",
     "match",
+    "torch_candidates",
     "train",
 ]
 

@@ -43,6 +43,7 @@ __all__ = [
     "Template",
     "candidates",
     "match",
+    "torch_candidates",
 ]
 
 NORMALIZATION_KS: tuple[float, ...] = (1.0, 0.25, 0.0625)
@@ -220,3 +221,9 @@ def candidates(schema: Schema, *, augment: bool = True) -> list[Candidate]:
         nets = [m for m in template.models if ZOO[m].family != "sklearn"]
         out += [Candidate(m, k) for k in NORMALIZATION_KS for m in nets]
     return out
+
+
+def torch_candidates(schema: Schema) -> list[Candidate]:
+    """`candidates` trained by the torch trainer (an image task's CNNs and their f_k variants,
+    not its pixel arms): those SEER tunes and whose jobs log epochs and checkpoints."""
+    return [c for c in candidates(schema) if c.spec.family != "sklearn"]

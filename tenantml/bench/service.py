@@ -50,14 +50,14 @@ def measure_tick_cpu(
         state_of,
         tick_metrics,
     )
-    from trainers import candidates
+    from trainers import torch_candidates
 
     rng = np.random.default_rng(seed)
     image = Schema(input=Tensor(32, 32, 3), output=Tensor(10))
     tenants = []
     # the CNNs and their f_k variants (its measured fits are of these 36; an image task's pixel
     # arms are the tabular ones)
-    pool = [c.name for c in candidates(image) if c.spec.family != "sklearn"]
+    pool = [c.name for c in torch_candidates(image)]
     if not 1 <= models <= len(pool):
         raise ValueError(f"models={models} is not valid: use 1..{len(pool)}")
     for i in range(n_tenants):

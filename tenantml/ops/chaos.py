@@ -536,9 +536,9 @@ def _check(svc: _Service, rep: ChaosReport) -> None:
 def _torch_models(schema: Schema) -> list[str] | None:
     """An image tenant's CNNs (`submit --models`: the kills need jobs with epochs); None (all
     candidates) for a tabular one."""
-    from trainers import candidates
+    from trainers import torch_candidates
 
-    nets = [c.name for c in candidates(schema) if c.spec.family != "sklearn"]
+    nets = [c.name for c in torch_candidates(schema)]
     return nets or None
 
 
