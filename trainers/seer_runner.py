@@ -23,6 +23,7 @@ EarlyCurve's fit. Progress is counted in optimizer steps (the global batch is fi
 is the same work on any ``p``); steps per minute on one GPU are measured from the stage just
 run. Survivors are the best trials of the whole stage (a filled plan's brackets do not feed
 each other one to one). Every decision is kept (`SeerResult.decisions`) for the job's record.
+It returns the best trial of the whole run (the paper's returns the best of its last stage).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from trainers.elastic import (
     sample_configs,
 )
 
-__all__ = ["EVALS_PER_STAGE", "TUNERS", "SeerJob", "StageEvent", "run_seer"]
+__all__ = ["EVALS_PER_STAGE", "TUNERS", "SeerJob", "StageEvent", "returned_trial", "run_seer"]
 
 Tuner = Literal["replan", "seer"]
 #: the elastic tuners a job can run: ours (the default) and the paper's Alg. 1
@@ -220,7 +221,7 @@ def run_seer(
         store.put_checkpoint(job.tenant, key, json.dumps(asdict(state)).encode())
         if on_stage is not None:
             on_stage(outcomes)
-    best = min(state.alive, key=lambda t: state.losses[t])
+    best = returned_trial(job.tuner, state.alive, state.losses)
     model = load_trial_model(job.tenant, job.candidate, job.snapshot, f"{job.job_id}-{best}", store)
     curve = [
         EpochReport(state.configs[e["trial"]]["lr"], e["stage"], -1.0, e["accuracy"], 0.0)
@@ -241,6 +242,15 @@ def run_seer(
         curve=curve,
         device=",".join(devices),
     )
+
+
+def returned_trial(tuner: Tuner, last_stage: Sequence[str], losses: dict[str, float]) -> str:
+    """The trial whose model a job returns: the paper's SEER returns the best of its last stage
+    (Alg. 1 line 11); ``replan`` the best trial of the whole run (``losses``: every trial's loss
+    at its last evaluation), since an eliminated trial's checkpoint is still in the store and a
+    finalist chosen early can diverge afterwards (`policy.seer.replan`)."""
+    among = list(last_stage) if tuner == "seer" else list(losses)
+    return min(among, key=lambda t: losses[t])
 
 
 def _outcome(e: StageEvent, going: dict[str, int], last: bool) -> str:

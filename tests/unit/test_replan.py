@@ -119,3 +119,20 @@ def test_fact_1_replanning_never_spends_past_b(
     out = run_method("replan", c, T, ratio * T, seed, TuningSettings(t_min=1))
     assert out.resource_time <= ratio * T * (1 + 1e-9)
     assert c.untrained <= out.value <= max(asymptotes)
+
+
+def test_it_returns_the_best_trial_of_the_run_not_a_finalist_that_diverged() -> None:
+    """Half the configurations lead for 8 epochs and then collapse (a learning rate too high),
+    half hold 0.3. SEER-fill's finalists are the leaders after stage 2, and it
+    returns one that collapsed in the last stage; `replan` the best trial of the whole run."""
+    length = 64
+    t = np.arange(1.0, length + 1)
+    collapse = np.where(t <= 8, 0.6, 0.05)
+    steady = np.full(length, 0.3)
+    levels = [collapse if i % 2 else steady for i in range(40)]
+    c = Curves("diverging", tuple(str(i) for i in range(40)), tuple(t for _ in levels),
+               tuple(levels))  # fmt: skip
+    s = TuningSettings(eta=2, t_min=1, p_max=4)
+    for seed in range(3):
+        assert run_method("seer-fill", c, 10, 80, seed, s).value == pytest.approx(0.05)
+        assert run_method("replan", c, 10, 80, seed, s).value >= 0.3

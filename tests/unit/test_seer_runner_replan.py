@@ -9,7 +9,14 @@ from dataclasses import asdict
 import pytest
 
 from trainers.elastic import StageResult
-from trainers.seer_runner import SeerJob, StageEvent, _replan, _stage_from, _State
+from trainers.seer_runner import (
+    SeerJob,
+    StageEvent,
+    _replan,
+    _stage_from,
+    _State,
+    returned_trial,
+)
 
 
 def _job(budget: float) -> SeerJob:
@@ -79,3 +86,12 @@ def test_an_exploit_choice_becomes_one_stage_to_the_deadline(
     assert seen["rate"] == pytest.approx(40 / (first.end - first.start))  # steps per GPU-min
     (d,) = st.decisions
     assert d["choice"] == "exploit-2" and d["trials"] == ["trial-003", "trial-001"]
+
+
+def test_replan_returns_the_best_trial_of_the_run_the_paper_its_last_stage() -> None:
+    """A finalist that diverged after its stage-1 lead: `replan` returns the eliminated trial
+    with the lower loss (its checkpoint is still stored), the paper's SEER its finalist."""
+    losses = {"trial-000": 0.9, "trial-001": 0.2, "trial-002": 0.4}
+    assert returned_trial("replan", ["trial-000"], losses) == "trial-001"
+    assert returned_trial("seer", ["trial-000"], losses) == "trial-000"
+    assert returned_trial("seer", ["trial-000", "trial-002"], losses) == "trial-002"
