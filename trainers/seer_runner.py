@@ -38,7 +38,7 @@ from typing import Any, Literal
 import numpy as np
 
 from policy.seer import Plan, Stage, StageBracket, assign_stage, eliminate, fill, plan
-from policy.seer.replan import CurvePredictor, ceiling_of, choose
+from policy.seer.replan import CurvePredictor, ceiling_of, choose, starting_plan
 from policy.seer.tuning import PowerScaling, TuningSettings
 from store import ExampleStore
 from trainers._job import EpochReport, TrainResult
@@ -88,10 +88,13 @@ class SeerJob:
     tuner: Tuner = "replan"
 
     def plan(self) -> Plan:
-        """The plan the job starts from: Alg. 1's for ``seer``, filled for ``replan``."""
+        """The plan the job starts from: Alg. 1's for ``seer``; for ``replan``
+        `policy.seer.replan.starting_plan` (SEER-fill's, or E-Grid's where SEER's bets on one
+        finalist early)."""
         if self.tuner not in TUNERS:
             raise ValueError(f"tuner {self.tuner!r} is not one of {list(TUNERS)}")
-        p = plan(
+        make = starting_plan if self.tuner == "replan" else plan
+        return make(
             self.deadline_min,
             self.budget_gpu_min,
             eta=self.eta,
@@ -100,7 +103,6 @@ class SeerJob:
             p_max=self.p_max,
             t_min=self.t_min,
         )
-        return fill(p) if self.tuner == "replan" else p
 
 
 @dataclass(frozen=True)

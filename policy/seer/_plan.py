@@ -107,6 +107,9 @@ class Plan:
     t_min: float
     params: BracketParameters
     stages: tuple[Stage, ...]
+    #: whose stages these are: ``seer`` (Alg. 1, maybe filled) or ``e-grid`` (the re-planning
+    #: tuner's start on plans that bet on one finalist early, `policy.seer.replan.starting_plan`)
+    origin: str = "seer"
 
     @property
     def K(self) -> int:
@@ -162,6 +165,7 @@ class Plan:
             "sampled_trials": self.sampled_trials,
             "resource_time": self.resource_time,
             "peak_gpus": self.peak_gpus,
+            "origin": self.origin,
             "stages": [
                 {
                     "start": s.start,

@@ -53,7 +53,7 @@ from policy.seer._sim import (
     power_scaling,
     train_stage,
 )
-from policy.seer.replan import replan
+from policy.seer.replan import e_grid_split, replan
 
 __all__ = [
     "METHODS",
@@ -339,10 +339,7 @@ def _e_grid(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSe
     """``T/2`` exploring with ``p_min`` per trial, then ``T/2`` for the best with ``p_max``
     (lowered until at least one exploring trial fits the budget)."""
     half = T / 2
-    p_top = int(min(s.p_max, max(s.p_min, B // half)))
-    while p_top > s.p_min and B - p_top * half < s.p_min * half:
-        p_top -= 1
-    n = max(1, int((B - p_top * half) // (s.p_min * half)))
+    p_top, n = e_grid_split(T, B, s.p_min, s.p_max)
     tr = Trials(c, s.scaling)
     sampler = UniformSampler(len(c), rng)
     explored = [tr.new(sampler.sample()) for _ in range(n)]

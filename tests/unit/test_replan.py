@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policy.seer import Stage, StageBracket, fill, plan
-from policy.seer.replan import MIN_POINTS, CurvePredictor, choose
+from policy.seer.replan import MIN_POINTS, CurvePredictor, choose, e_grid_split, starting_plan
 from policy.seer.tuning import Curves, TuningSettings, run_method
 
 
@@ -136,3 +136,37 @@ def test_it_returns_the_best_trial_of_the_run_not_a_finalist_that_diverged() -> 
     for seed in range(3):
         assert run_method("seer-fill", c, 10, 80, seed, s).value == pytest.approx(0.05)
         assert run_method("replan", c, 10, 80, seed, s).value >= 0.3
+
+
+def test_the_start_is_e_grids_plan_where_seers_bets_on_one_finalist_early() -> None:
+    """T/t_min = 12 at 4x (OPDA AlexNet at 0.25x): SEER-fill's plan runs 4x1 + 4x2 trials for
+    2.4 t_min, then one trial on 2 GPUs; the tuner starts from E-Grid's plan instead, 4 trials
+    on 1 GPU for T/2 then the best on 4. With a first stage of 3.2 t_min (T/t_min = 16, LCDB at
+    1x) or three stages (Sec. 3.4's example) it starts from SEER-fill's."""
+    seer12 = fill(plan(12, 48, eta=4, v=2, p_min=1, p_max=4, t_min=1))
+    assert [s.trials for s in seer12.stages] == [8, 1] and seer12.stages[0].end < MIN_POINTS
+    p = starting_plan(12, 48, eta=4, v=2, p_min=1, p_max=4, t_min=1)
+    assert p.origin == "e-grid" and p.to_dict()["origin"] == "e-grid"
+    shape = [(s.start, s.end, [(b.trials, b.gpus_per_trial) for b in s.brackets]) for s in p.stages]
+    assert shape == [(0.0, 6.0, [(4, 1)]), (6.0, 12.0, [(1, 4)])]
+    assert p.resource_time == pytest.approx(48.0)
+    assert e_grid_split(12, 48, 1, 4) == (4, 4)
+    for T, B, eta in ((16, 64, 4), (10, 80, 2)):
+        kept = starting_plan(T, B, eta=eta, v=2, p_min=1, p_max=4, t_min=1)
+        assert kept.origin == "seer"
+        assert kept == fill(plan(T, B, eta=eta, v=2, p_min=1, p_max=4, t_min=1))
+    # one stage (T/t_min = 4: LCDB at 0.25x) has no decision point: E-Grid's plan gives one
+    assert len(fill(plan(4, 16, eta=4, v=2, p_min=1, p_max=4, t_min=1)).stages) == 1
+    assert starting_plan(4, 16, eta=4, v=2, p_min=1, p_max=4, t_min=1).origin == "e-grid"
+    # halves shorter than t_min: SEER's plan stays
+    assert starting_plan(1.5, 6, eta=4, v=2, p_min=1, p_max=4, t_min=1).origin == "seer"
+
+
+@settings(max_examples=200, deadline=None)
+@given(T=st.floats(1, 1e4), ratio=st.floats(1, 64), t_min_share=st.floats(0.001, 1.0))
+def test_fact_1_for_the_starting_plan(T: float, ratio: float, t_min_share: float) -> None:
+    """Whichever plan it starts from: never past T, never over B, every stage >= t_min."""
+    t_min = T * t_min_share
+    p = starting_plan(T, ratio * T, eta=4, v=2, p_min=1, p_max=4, t_min=t_min)
+    assert p.end <= T * (1 + 1e-9) and p.resource_time <= ratio * T * (1 + 1e-9)
+    assert all(s.end - s.start >= t_min * (1 - 1e-9) for s in p.stages)
