@@ -455,6 +455,8 @@ def summarize(
             "first_model_t": {
                 t.name: (r.steps[t.name][0][0] if r.steps.get(t.name) else None) for t in tenants
             },
+            # what each tenant was served: (t, test accuracy) from t on, t in [0, 1]
+            "served": {t.name: [list(p) for p in r.steps.get(t.name, [])] for t in tenants},
         }
         if r.loss_estimates:
             pairs = [
@@ -509,6 +511,7 @@ def run_bench_live(
     budget_s: float,
     slots: int = 1,
     seed: int = 0,
+    repeats: int = 1,
     test_fraction: float = 0.25,
     label_column: str | None = None,
     extra_args: Sequence[str] = (),
@@ -518,16 +521,26 @@ def run_bench_live(
     """Every system in turn (one at a time: they share the machine's clock), then the summary:
     ``summary.json``, ``curves.csv`` and ``accuracy.png`` in `out`. `weights`: tenant -> w_i
     (others 1), set at submission in the service's homes and weighting the regret; FLAML gives
-    every tenant an equal share of the clock as before (a per-tenant tool has no weights)."""
+    every tenant an equal share of the clock as before (a per-tenant tool has no weights).
+
+    `repeats` > 1: the comparison on the splits of seeds ``seed .. seed + repeats - 1``, each in
+    ``out/seed-<k>`` with the systems' order rotated, and in `out` their combination
+    (:func:`tenantml.bench.live_repeats.combine_repeats`: mean and standard error per system,
+    AUC differences to the first system paired by split)."""
     from mlflow_plugin.tracking import valid_weight
     from policy import POLICY_NAMES
+    from tenantml.bench.live_repeats import combine_repeats, rotated
 
     valid = (LIVE, INDEPENDENT, UNCHAINED, FLAML, *POLICY_NAMES)
     for s in systems:
         if s not in valid:
             raise ValueError(f"--systems: {s!r} is not valid; valid: {', '.join(valid)}")
+    if not systems:
+        raise ValueError(f"--systems: give at least one of {', '.join(valid)}")
     if budget_s <= 0 or slots < 1:
         raise ValueError("--budget-s must be positive and --slots 1 or more")
+    if repeats < 1:
+        raise ValueError(f"--repeats must be 1 or more (one split per repeat), not {repeats}")
     if str(directory) in BUILT_IN_TENANTS:
         directory = BUILT_IN_TENANTS[str(directory)](out / "tenants")
     tenants = load_tenants(directory, seed=seed, test_fraction=test_fraction,
@@ -540,25 +553,52 @@ def run_bench_live(
             f"tenants: {', '.join(names)}"
         )
     weights = {name: valid_weight(w) for name, w in (weights or {}).items()}
+    homes = [out / "homes" if repeats == 1 else out / f"seed-{seed + k}" for k in range(repeats)]
+    taken = [h for h in homes if h.exists()]
+    if taken:
+        raise ValueError(f"{taken[0]} exists: give a new --out (a run starts from nothing)")
+
+    def one_split(k: int, where: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        split = tenants if k == 0 else load_tenants(
+            directory, seed=seed + k, test_fraction=test_fraction, label_column=label_column
+        )  # fmt: skip
+        runs = []
+        for s in rotated(systems, k):
+            say(f"{s}: {len(split)} tenants, {budget_s:g} s x {slots} slot(s), seed {seed + k}")
+            if s == FLAML:
+                runs.append(run_flaml(split, budget_s=budget_s, slots=slots, seed=seed + k))
+            else:
+                home = (where / "homes" if repeats > 1 else where) / s
+                home.mkdir(parents=True)
+                runs.append(run_service(s, split, home, budget_s=budget_s, slots=slots,
+                                        extra_args=extra_args, weights=weights))  # fmt: skip
+        runs.sort(key=lambda r: list(systems).index(r.system))
+        summary, rows = summarize(split, runs, weights)
+        summary.update(budget_s=budget_s, slots=slots, seed=seed + k,
+                       test_fraction=test_fraction)  # fmt: skip
+        return summary, rows
+
     out.mkdir(parents=True, exist_ok=True)
-    runs = []
-    for s in systems:
-        say(f"{s}: {len(tenants)} tenants, {budget_s:g} s x {slots} slot(s)")
-        if s == FLAML:
-            runs.append(run_flaml(tenants, budget_s=budget_s, slots=slots, seed=seed))
-        else:
-            home = out / "homes" / s
-            if home.exists():
-                raise ValueError(f"{home} exists: give a new --out (a run starts from nothing)")
-            home.mkdir(parents=True)
-            runs.append(run_service(s, tenants, home, budget_s=budget_s, slots=slots,
-                                    extra_args=extra_args, weights=weights))  # fmt: skip
-    summary, rows = summarize(tenants, runs, weights)
-    summary.update(budget_s=budget_s, slots=slots, seed=seed, test_fraction=test_fraction)
+    if repeats == 1:
+        summary, rows = one_split(0, homes[0])
+    else:
+        splits = []
+        for k, where in enumerate(homes):
+            say(f"split {k + 1} of {repeats} (seed {seed + k})")
+            where.mkdir(parents=True)
+            splits.append(one_split(k, where))
+            _write_outputs(where, *splits[-1], budget_s)
+        summary, rows = combine_repeats([s for s, _ in splits], [r for _, r in splits])
+    _write_outputs(out, summary, rows, budget_s)
+    return summary
+
+
+def _write_outputs(
+    out: Path, summary: dict[str, Any], rows: Sequence[dict[str, Any]], budget_s: float
+) -> None:
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     with open(out / "curves.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     (out / "accuracy.png").write_bytes(accuracy_picture(rows, budget_s))
-    return summary

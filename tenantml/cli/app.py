@@ -498,6 +498,13 @@ def bench_live(
         ),
     ] = "live,live-independent,hybrid,roundrobin,flaml",
     seed: Annotated[int, typer.Option(help="the train/test split's seed")] = 0,
+    repeats: Annotated[
+        int,
+        typer.Option(
+            help="splits to compare on (seeds seed, seed+1, ...): mean and standard error per "
+            "system, AUC differences to the first system paired by split"
+        ),
+    ] = 1,
     test_fraction: Annotated[float, typer.Option(help="held-out part of each tenant")] = 0.25,
     label_column: Annotated[
         str | None, typer.Option(help="the CSVs' label column (default: the last)")
@@ -529,6 +536,7 @@ def bench_live(
             budget_s=budget_s,
             slots=slots,
             seed=seed,
+            repeats=repeats,
             test_fraction=test_fraction,
             label_column=label_column,
             extra_args=("--max-epochs", str(max_epochs)),
@@ -536,6 +544,9 @@ def bench_live(
         )
     except ValueError as e:
         raise _fail(str(e)) from None
+    if repeats > 1:
+        _print_repeats(summary, out)
+        return
     table = Table("system", "q25", "q50", "q75", "end", "regret AUC", "first model", "jobs",
                   "|est - real|")  # fmt: skip
     for name, entry in summary["systems"].items():
@@ -552,6 +563,35 @@ def bench_live(
         )
     console.print(table)
     console.print(f"mean served test accuracy over {len(summary['tenants'])} tenants; in {out}")
+
+
+def _print_repeats(summary: dict[str, Any], out: Path) -> None:
+    """bench-live's table over splits: mean ± standard error per system."""
+
+    def cell(x: dict[str, float], digits: int = 3) -> str:
+        return f"{x['mean']:.{digits}f} ± {x['se']:.{digits}f}"
+
+    ref = summary["reference"]
+    table = Table("system", "q25", "q50", "q75", "end", "regret AUC", f"AUC - {ref}", "jobs",
+                  "|est - real|")  # fmt: skip
+    for name, entry in summary["systems"].items():
+        acc = entry["mean_test_accuracy"]
+        diff = entry.get(f"auc_minus_{ref}")
+        cal = entry.get("loss_estimate_mean_abs_error")
+        table.add_row(
+            name,
+            *(cell(acc[q]) for q in ("q25", "q50", "q75", "q100")),
+            cell(entry["test_regret_auc"], 4),
+            f"{cell(diff, 4)} ({ref} smaller on {diff[f'splits_{ref}_smaller']})" if diff
+            else "-",
+            f"{entry['jobs']['mean']:.0f}" if name != "flaml" else "-",
+            cell(cal) if cal else "-",
+        )  # fmt: skip
+    console.print(table)
+    console.print(
+        f"mean served test accuracy over {len(summary['tenants'])} tenants, mean ± s.e. over "
+        f"{len(summary['seeds'])} splits (seeds {', '.join(map(str, summary['seeds']))}); in {out}"
+    )
 
 
 @app.command("bench-dispatch")

@@ -46,3 +46,35 @@ def test_bench_live_serves_wine_within_its_budget(tmp_path: Path) -> None:
     assert curves[0] == "system,t,mean_test_accuracy,mean_test_regret" and len(curves) == 83
     assert (out / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
     assert "mean served test accuracy over 1 tenants" in done.stdout  # after the table
+
+
+def test_bench_live_repeats_on_two_splits(tmp_path: Path) -> None:
+    """`--repeats 2`: the comparison on the splits of seeds 0 and 1, each run whole in its own
+    directory (the second with the systems' order rotated), then combined with standard errors
+    and the AUC difference to the first system paired by split."""
+    demo = write_demo_tenants(tmp_path / "demo")
+    (tmp_path / "tenants").mkdir()
+    (demo / "wine.csv").rename(tmp_path / "tenants" / "wine.csv")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "tenantml.cli", "bench-live", str(tmp_path / "tenants"),
+           "--budget-s", "25", "--systems", "live,roundrobin", "--repeats", "2",
+           "--out", str(out)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+
+    for seed in (0, 1):
+        split = json.loads((out / f"seed-{seed}" / "summary.json").read_text())
+        assert split["seed"] == seed and list(split["systems"]) == ["live", "roundrobin"]
+        assert (out / f"seed-{seed}" / "homes" / "roundrobin" / "mlflow.db").exists()
+    # the second split ran round robin first
+    log = done.stdout
+    assert log.index("roundrobin: 1 tenants, 25 s x 1 slot(s), seed 1") < log.index(
+        "live: 1 tenants, 25 s x 1 slot(s), seed 1"
+    )
+    combined = json.loads((out / "summary.json").read_text())
+    assert combined["seeds"] == [0, 1] and combined["reference"] == "live"
+    rr = combined["systems"]["roundrobin"]
+    assert rr["auc_minus_live"]["splits_live_smaller"] in (0, 1, 2)
+    assert rr["test_regret_auc"]["se"] >= 0.0
+    assert len((out / "curves.csv").read_text().splitlines()) == 83
+    assert "over 2 splits (seeds 0, 1)" in " ".join(done.stdout.split())

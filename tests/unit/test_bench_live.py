@@ -18,6 +18,7 @@ from tenantml.bench.live import (
     load_tenants,
     summarize,
 )
+from tenantml.bench.live_repeats import combine_repeats, rotated
 from tenantml.cli.app import app
 
 
@@ -111,6 +112,7 @@ def test_summary_quarters_regret_auc_and_loss_calibration() -> None:
     )
     assert "loss_estimate" not in s  # a system that estimates nothing reports nothing
     assert f["first_model_t"] == {"a": 0.0, "b": 0.5} and s["first_model_t"]["b"] is None
+    assert f["served"] == {"a": [[0.0, 0.75]], "b": [[0.5, 1.0]]} and s["served"]["b"] == []
     assert {r["system"] for r in rows} == {"fast", "slow"} and len(rows) == 2 * CURVE_POINTS
 
 
@@ -176,3 +178,52 @@ def test_a_home_pointed_at_servers_is_refused(
     with pytest.raises(ValueError, match="unset TENANTML_TRACKING_URI"):
         run_service("live", [], tmp_path / "home", budget_s=1.0)
     assert not (tmp_path / "home").exists()
+
+
+def test_repeats_combine_per_split_summaries_paired_by_split() -> None:
+    """Two splits: on the first `fast` beats `slow`, on the second they serve the same; the
+    combination gives each system's mean and standard error over the splits and `slow`'s AUC
+    minus `fast`'s, paired by split."""
+    a = _tenant("a", ["p", "p", "x", "x"], ["p", "p", "x"])
+    b = _tenant("b", ["q", "x", "x", "x"], ["q", "q", "x"])
+    fast = SystemRun("fast", {"a": [(0.0, 0.75)], "b": [(0.5, 1.0)]}, {"a": 0.1, "b": 0.0}, 3, 9.0)
+    slow = SystemRun("slow", {"a": [(0.5, 1.0)], "b": []}, {}, 0, 9.0)
+    same = SystemRun("slow", fast.steps, {}, 3, 9.0)
+    splits = [summarize([a, b], [fast, slow]), summarize([a, b], [fast, same])]
+    for k, (summary, _) in enumerate(splits):
+        summary.update(seed=7 + k, budget_s=60.0, slots=1, test_fraction=0.25)
+    combined, rows = combine_repeats([s for s, _ in splits], [r for _, r in splits])
+
+    assert combined["seeds"] == [7, 8] and combined["reference"] == "fast"
+    auc = [s["systems"]["slow"]["test_regret_auc"] for s, _ in splits]
+    ref = [s["systems"]["fast"]["test_regret_auc"] for s, _ in splits]
+    assert auc[0] > ref[0] and auc[1] == pytest.approx(ref[1])
+    slow_entry = combined["systems"]["slow"]
+    assert slow_entry["test_regret_auc"]["mean"] == pytest.approx(np.mean(auc))
+    assert slow_entry["test_regret_auc"]["se"] == pytest.approx(np.std(auc, ddof=1) / np.sqrt(2))
+    diffs = np.subtract(auc, ref)
+    assert slow_entry["auc_minus_fast"] == pytest.approx(
+        {"mean": diffs.mean(), "se": np.std(diffs, ddof=1) / np.sqrt(2), "splits_fast_smaller": 1}
+    )
+    assert "auc_minus_fast" not in combined["systems"]["fast"]
+    # |est - real|: 0.075 on the first split; on the second a's best is fast's 0.75, so the
+    # realised losses are (0, 0) against the estimates (0.1, 0): 0.05
+    cal = combined["systems"]["fast"]["loss_estimate_mean_abs_error"]
+    assert cal["mean"] == pytest.approx((0.075 + 0.05) / 2)
+    assert "loss_estimate_mean_abs_error" not in slow_entry
+    end = [r for r in rows if r["system"] == "slow" and r["t"] == 1.0]
+    assert len(rows) == 2 * CURVE_POINTS and end[0]["mean_test_accuracy"] == pytest.approx(
+        np.mean([s["systems"]["slow"]["mean_test_accuracy"]["q100"] for s, _ in splits])
+    )
+    with pytest.raises(ValueError, match="splits ran different systems"):
+        combine_repeats([splits[0][0], {**splits[1][0], "systems": {"fast": {}}}], [])
+    assert rotated(["a", "b", "c"], 1) == ["b", "c", "a"] and rotated(["a"], 5) == ["a"]
+
+
+def test_cli_names_bad_repeats(tmp_path: Path) -> None:
+    _csv(tmp_path / "t.csv", [[i, "ab"[i % 2]] for i in range(8)], ["x", "label"])
+    out = CliRunner().invoke(
+        app, ["bench-live", str(tmp_path), "--repeats", "0", "--out", str(tmp_path / "o")]
+    )
+    assert out.exit_code == 2 and "--repeats must be 1 or more" in out.output, out.output
+    assert not (tmp_path / "o").exists()

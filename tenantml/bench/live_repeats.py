@@ -1,0 +1,104 @@
+"""bench-live over several train/test splits: the spread of one comparison (issue 16).
+
+One bench-live run compares systems on one seeded split of each tenant; with small test parts
+(50 rows for crabs) one tenant's served model can move a system's mean by half a point. A run
+with ``--repeats R`` runs the comparison on the splits of seeds ``seed .. seed + R - 1`` (each
+in its own directory ``seed-<k>``, with the order of the systems rotated so that none is
+always first on a fresh machine), then combines the per-split summaries here.
+
+Notation: for system s and split k, ``q_s^k`` its mean served test accuracy at a quarter,
+``a_s^k`` its test-regret AUC (regret against the best any system reached on that split). The
+combined summary gives their mean and standard error over k, and for each system its AUC
+difference to the reference system (the first one asked for, ``live`` by default), paired by
+split: ``d_s^k = a_s^k - a_ref^k``, mean, standard error, and on how many splits the reference
+had the smaller AUC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["combine_repeats", "mean_se", "rotated"]
+
+
+def mean_se(values: Sequence[float]) -> dict[str, float]:
+    """``{"mean", "se"}`` of ``values`` (se 0 for a single value)."""
+    a = np.asarray(values, dtype=float)
+    se = float(a.std(ddof=1) / np.sqrt(len(a))) if len(a) > 1 else 0.0
+    return {"mean": float(a.mean()), "se": se}
+
+
+def rotated(systems: Sequence[str], k: int) -> list[str]:
+    """``systems`` rotated left by ``k`` (the order of split ``k``)."""
+    if not systems:
+        return []
+    k %= len(systems)
+    return [*systems[k:], *systems[:k]]
+
+
+def combine_repeats(
+    summaries: Sequence[dict[str, Any]], curves: Sequence[Sequence[dict[str, Any]]]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(combined summary, mean curve rows) of per-split ``summaries`` (each bench-live's
+    ``summary.json``, same tenants and systems) and their ``curves`` rows (``system, t,
+    mean_test_accuracy, mean_test_regret``). The reference system is the first of the first
+    summary's systems."""
+    if not summaries:
+        raise ValueError("no bench-live runs to combine")
+    names = list(summaries[0]["systems"])
+    for s in summaries[1:]:
+        if sorted(s["systems"]) != sorted(names):
+            raise ValueError(f"splits ran different systems: {sorted(s['systems'])} vs {names}")
+    ref = names[0]
+    systems: dict[str, Any] = {}
+    for name in names:
+        runs = [s["systems"][name] for s in summaries]
+        quarters = list(runs[0]["mean_test_accuracy"])
+        entry: dict[str, Any] = {
+            "mean_test_accuracy": {
+                q: mean_se([r["mean_test_accuracy"][q] for r in runs]) for q in quarters
+            },
+            "test_regret_auc": mean_se([r["test_regret_auc"] for r in runs]),
+            "jobs": mean_se([r["jobs"] for r in runs]),
+        }
+        errors = [r["loss_estimate"]["mean_abs_error"] for r in runs if "loss_estimate" in r]
+        if errors:
+            entry["loss_estimate_mean_abs_error"] = mean_se(errors)
+        if name != ref:
+            diffs = [
+                s["systems"][name]["test_regret_auc"] - s["systems"][ref]["test_regret_auc"]
+                for s in summaries
+            ]
+            entry[f"auc_minus_{ref}"] = {
+                **mean_se(diffs),
+                f"splits_{ref}_smaller": int(sum(d > 0 for d in diffs)),
+            }
+        systems[name] = entry
+    first = summaries[0]
+    combined = {
+        "tenants": first["tenants"],
+        "weights": first.get("weights", {}),
+        "seeds": [s["seed"] for s in summaries],
+        "reference": ref,
+        "budget_s": first["budget_s"],
+        "slots": first["slots"],
+        "test_fraction": first["test_fraction"],
+        "systems": systems,
+    }
+    by_key: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for rows in curves:
+        for row in rows:
+            by_key.setdefault((row["system"], float(row["t"])), []).append(row)
+    mean_rows = [
+        {
+            "system": system,
+            "t": t,
+            "mean_test_accuracy": float(np.mean([r["mean_test_accuracy"] for r in rows])),
+            "mean_test_regret": float(np.mean([r["mean_test_regret"] for r in rows])),
+        }
+        for (system, t), rows in by_key.items()
+    ]
+    return combined, mean_rows
