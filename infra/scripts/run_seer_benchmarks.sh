@@ -15,16 +15,20 @@ $tenantml seer bench-plan --out "$out"
 peer=0
 $python -c "import syne_tune" 2>/dev/null && peer=1
 for deadline in ${DEADLINES:-0.25x 1x}; do
-  for curves in opda-alexnet opda-convnext opda-deberta lcdb; do
+  for curves in opda-alexnet opda-convnext opda-deberta lcdb steplr-digits; do
+    # steplr-digits records LeNet's validation loss: lower is better
+    minimize=()
+    [ "$curves" = steplr-digits ] && minimize=(--minimize)
     for budget in 4x 16x; do
       run="$curves-$budget-$deadline"
       $tenantml seer simulate --curves "$curves" --deadline "$deadline" --budget "$budget" \
-        --seeds 20 --jobs "$jobs" --out "$out/$run"
+        --seeds 20 --jobs "$jobs" "${minimize[@]}" --out "$out/$run"
       if [ "$peer" = 1 ]; then
         groups=()
         [ "$curves" = lcdb ] && groups=(--groups "${PEER_LCDB_GROUPS:-50}")
         $tenantml seer simulate --curves "$curves" --deadline "$deadline" --budget "$budget" \
           --seeds 20 --jobs "$jobs" --methods asha,bohb --peer synetune "${groups[@]}" \
+          "${minimize[@]}" \
           --out "$out/peer/$run"
       fi
     done

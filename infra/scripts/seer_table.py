@@ -38,11 +38,13 @@ def methods_table(root: Path) -> list[str]:
             if set(p["groups"]) == set(s["groups"]):
                 baselines |= {m: v for m, v in p["overall"].items() if m.startswith("synetune:")}
                 spent |= {m: v for m, v in p.get("spent", {}).items() if m.startswith("synetune:")}
-        best = max(baselines, key=lambda m: baselines[m]["mean"])
+        # a loss (steplr's validation loss): lower is better
+        sign = -1.0 if s.get("minimize") else 1.0
+        best = max(baselines, key=lambda m: sign * baselines[m]["mean"])
         verdicts = []
         for m in (m for m in OURS if m in overall):
-            reach = overall[m]["mean"] + overall[m]["se"] >= baselines[best]["mean"]
-            verdicts.append("yes" if reach else "no")
+            ours = sign * overall[m]["mean"] + overall[m]["se"]
+            verdicts.append("yes" if ours >= sign * baselines[best]["mean"] else "no")
         spend = " / ".join(f"{spent[m]:.0%}" for m in OURS if m in spent)
         rows.append(
             f"| {path.parent.name} | {len(s['groups'])} | "

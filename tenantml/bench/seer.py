@@ -74,6 +74,7 @@ class SimulationResult:
     seconds: float
     skipped: dict[str, str]
     spent: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    minimize: bool = False  # the metric is a loss: lower is better
 
     def summary(self) -> dict[str, object]:
         def stats(v: Sequence[float]) -> dict[str, float]:
@@ -90,6 +91,7 @@ class SimulationResult:
         }
         return {
             "curves": self.curves,
+            "minimize": self.minimize,
             "groups": {g: {m: stats(v) for m, v in ms.items()} for g, ms in self.values.items()},
             "overall": overall,
             "spent": spent,
@@ -196,7 +198,15 @@ def simulate(
             spent[group][m].append(v[1])
         step()
     return SimulationResult(
-        name, deadlines, budgets, t_mins, values, time.perf_counter() - started, skipped, spent
+        name,
+        deadlines,
+        budgets,
+        t_mins,
+        values,
+        time.perf_counter() - started,
+        skipped,
+        spent,
+        minimize,
     )
 
 
