@@ -16,12 +16,17 @@ from tenantml.bench.live import write_demo_tenants
 pytestmark = [pytest.mark.slow, pytest.mark.full, pytest.mark.timeout(600)]
 
 
-def test_bench_live_serves_wine_within_its_budget(tmp_path: Path) -> None:
+def _wine_only(tmp_path: Path) -> Path:
+    """A tenant directory with the demo's wine.csv alone."""
     demo = write_demo_tenants(tmp_path / "demo")  # wine.csv, breast-cancer.csv, digits/
     (tmp_path / "tenants").mkdir()
-    (demo / "wine.csv").rename(tmp_path / "tenants" / "wine.csv")
+    return (demo / "wine.csv").rename(tmp_path / "tenants" / "wine.csv").parent
+
+
+def test_bench_live_serves_wine_within_its_budget(tmp_path: Path) -> None:
+    tenants = _wine_only(tmp_path)
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "tenantml.cli", "bench-live", str(tmp_path / "tenants"),
+    cmd = [sys.executable, "-m", "tenantml.cli", "bench-live", str(tenants),
            "--budget-s", "75", "--systems", "live,live-independent", "--weights", "wine=2",
            "--out", str(out)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
@@ -52,11 +57,9 @@ def test_bench_live_repeats_on_two_splits(tmp_path: Path) -> None:
     """`--repeats 2`: the comparison on the splits of seeds 0 and 1, each run whole in its own
     directory (the second with the systems' order rotated), then combined with standard errors
     and the AUC difference to the first system paired by split."""
-    demo = write_demo_tenants(tmp_path / "demo")
-    (tmp_path / "tenants").mkdir()
-    (demo / "wine.csv").rename(tmp_path / "tenants" / "wine.csv")
+    tenants = _wine_only(tmp_path)
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "tenantml.cli", "bench-live", str(tmp_path / "tenants"),
+    cmd = [sys.executable, "-m", "tenantml.cli", "bench-live", str(tenants),
            "--budget-s", "25", "--systems", "live,roundrobin", "--repeats", "2",
            "--out", str(out)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=500)

@@ -6,9 +6,7 @@ downloaded sources are at $TENANTML_TENANT_SOURCES (see the script's docstring).
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
@@ -27,6 +25,7 @@ from tenantml.bench.live import (
     load_tenants,
     write_real_tenants,
 )
+from tests.scripts import load_script
 
 # name -> (rows, features, classes), as tenantml/data/README.md states them
 TABULAR = {
@@ -122,13 +121,7 @@ def test_the_real_directory_writes_12_tenants_that_bench_live_reads(tmp_path: Pa
 
 
 def _import_script() -> ModuleType:
-    path = REPO / "infra" / "scripts" / "import_tenants.py"
-    spec = importlib.util.spec_from_file_location("import_tenants", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script("import_tenants")
 
 
 def test_the_import_script_writes_the_same_bytes_twice(tmp_path: Path) -> None:

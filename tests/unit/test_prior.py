@@ -5,7 +5,6 @@ the shipped matrix over the live catalogue, and the live state using it."""
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from store.schema import Schema, Tensor
 from tasks._service import ServiceState, TenantInfo, build_problem
 from tenantml.bench.datasets import load_dataset
 from tenantml.bench.runner import LIVE, Protocol, all_policy_names, run_repeat, table_costs
+from tests.scripts import load_script
 from trainers import candidates
 from trainers.zoo import PORTFOLIO_FILE, PRIOR_FILE, prior_quality
 
@@ -136,12 +136,7 @@ def test_shipped_matrix_covers_the_live_catalogue() -> None:
 
 
 def test_shipped_matrix_is_what_the_script_builds() -> None:
-    spec = importlib.util.spec_from_file_location(
-        "build_live_prior", ROOT / "infra" / "scripts" / "build_live_prior.py"
-    )
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("build_live_prior")
     with gzip.open(ROOT / "trainers" / PRIOR_FILE, "rt") as f:
         lines = f.read().splitlines()
     assert lines[1:] == [",".join(r) for r in script.build()]

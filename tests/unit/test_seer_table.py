@@ -3,24 +3,12 @@ within one standard error, for a metric to maximise (accuracy) and one to minimi
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _table_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "seer_table", ROOT / "infra" / "scripts" / "seer_table.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.scripts import load_script
 
 
 @pytest.mark.parametrize(
@@ -38,6 +26,6 @@ def test_the_best_baseline_follows_the_metrics_direction(
     summary = {"overall": overall, "groups": {"g": {}}, "spent": {}, "minimize": minimize}
     (tmp_path / "row").mkdir()
     (tmp_path / "row" / "summary.json").write_text(json.dumps(summary))
-    _, _, row = _table_module().methods_table(tmp_path)
+    _, _, row = load_script("seer_table").methods_table(tmp_path)
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[5].startswith(best) and cells[6] == verdict
