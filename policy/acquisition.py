@@ -50,11 +50,21 @@ def ucb(mu: FloatArray, sigma: FloatArray, beta_t: float, cost: FloatArray | flo
     return mu + np.sqrt(beta_t / np.asarray(cost, dtype=float)) * sigma
 
 
-def expected_improvement(mu: FloatArray, sigma: FloatArray, best: float) -> FloatArray:
-    """``E[max(0, y - best)]`` for ``y ~ N(mu, sigma^2)`` (closed form, see module docstring)."""
+def expected_improvement(
+    mu: FloatArray, sigma: FloatArray, best: float, upper: float = math.inf
+) -> FloatArray:
+    """``E[max(0, min(y, upper) - best)]`` for ``y ~ N(mu, sigma^2)`` (closed form, see module
+    docstring). ``upper``: a bound the quality cannot pass (accuracy: 1); for ``best <= upper``
+    ``max(0, min(y, U) - b) = max(0, y - b) - max(0, y - U)``, so the bounded EI is
+    ``EI(b) - EI(U)``: a tenant at 0.985 can gain at most 0.015, however wide its posterior."""
     s = np.maximum(sigma, 1e-12)
     u = (mu - best) / s
     ei = (mu - best) * ndtr(u) + s * _INV_SQRT_2PI * np.exp(-0.5 * u * u)
+    if math.isfinite(upper) and best < upper:
+        v = (mu - upper) / s
+        ei = ei - ((mu - upper) * ndtr(v) + s * _INV_SQRT_2PI * np.exp(-0.5 * v * v))
+    elif best >= upper:
+        ei = np.zeros_like(ei)
     out: FloatArray = np.maximum(ei, 0.0)
     return out
 

@@ -49,7 +49,7 @@ def _brute_force_rates(problem, history, calibration=0.0):
         sd = np.sqrt(post.var)
         if calibration:
             sd = sd * np.sqrt((calibration + z2) / (calibration + t))
-        ei = expected_improvement(post.mu, sd, best)
+        ei = expected_improvement(post.mu, sd, best, upper=1.0)
         for k in range(m):
             if k not in tried:
                 out[i, k] = problem.weights[i] * ei[k] / (problem.cost[i, k] / ref)
@@ -260,3 +260,33 @@ def test_a_job_far_dearer_than_predicted_is_stopped_at_its_time_limit():
         problem.tenants, problem.models, problem.available, c, prior=problem.prior
     )
     assert all(o.completed for o in replay(given, q, c, make_policy("rate"), horizon=60.0).trace)
+
+
+def test_expected_improvement_of_a_bounded_quality_matches_monte_carlo():
+    """EI of ``min(y, 1)``: ``EI(best) - EI(1)`` against a Monte Carlo mean; unbounded as
+    before; zero at the bound."""
+    rng = np.random.default_rng(0)
+    mu, sd = np.array([0.97, 0.9, 0.5, 1.2]), np.array([0.1, 0.05, 0.3, 0.2])
+    for best in (0.0, 0.88, 0.985):
+        y = rng.normal(mu, sd, size=(400_000, 4))
+        mc = np.maximum(0.0, np.minimum(y, 1.0) - best).mean(axis=0)
+        got = expected_improvement(mu, sd, best, upper=1.0)
+        assert got == pytest.approx(mc, abs=2e-3)
+        unbounded = np.maximum(0.0, y - best).mean(axis=0)
+        assert expected_improvement(mu, sd, best) == pytest.approx(unbounded, abs=2e-3)
+    assert np.all(expected_improvement(mu, sd, 1.0, upper=1.0) == 0.0)
+
+
+def test_a_tenant_near_perfect_gains_at_most_its_headroom():
+    """A tenant at 0.985 with a wide posterior (mean 0.97, sd 0.1) against one at 0.88 (0.9,
+    0.05): unbounded, the first looks the more promising; bounded at 1 it can gain at most
+    0.015 and the second is (the bench-live case of digits' LeNet variants against MNIST)."""
+    mu, sd = np.array([0.97, 0.9]), np.array([0.1, 0.05])
+    near, far = (
+        expected_improvement(mu[:1], sd[:1], 0.985),
+        expected_improvement(mu[1:], sd[1:], 0.88),
+    )
+    assert near[0] > far[0]
+    near_b = expected_improvement(mu[:1], sd[:1], 0.985, upper=1.0)
+    far_b = expected_improvement(mu[1:], sd[1:], 0.88, upper=1.0)
+    assert near_b[0] <= 0.015 < far_b[0]
