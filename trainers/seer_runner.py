@@ -14,7 +14,8 @@ every rank is a CPU process. After each stage the job's state (who is alive, the
 GPU-seconds spent, the stages still to run) goes to the store, so a restarted job continues at
 the next stage.
 
-``replan`` (`policy.seer.replan`, issue 19) starts from the filled plan (`policy.seer.fill`),
+``replan`` (`policy.seer.replan`, issue 19) starts from `policy.seer.replan.starting_plan`
+(the filled plan, `policy.seer.fill`, or E-Grid's where that one bets on one finalist early),
 scores every trial ``EVALS_PER_STAGE`` times a stage, and after every stage but the last
 re-plans the rest: the unspent budget goes to the remaining stages (``fill`` capped at the
 trials alive), then `policy.seer.replan.choose` compares continuing that plan with training the

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
 __all__ = [
     "BracketParameters",
@@ -108,8 +109,9 @@ class Plan:
     params: BracketParameters
     stages: tuple[Stage, ...]
     #: whose stages these are: ``seer`` (Alg. 1, maybe filled) or ``e-grid`` (the re-planning
-    #: tuner's start on plans that bet on one finalist early, `policy.seer.replan.starting_plan`)
-    origin: str = "seer"
+    #: tuner's start on plans that bet on one finalist early, `policy.seer.replan.starting_plan`;
+    #: ``params`` (K, t1, N, P) stay Alg. 2's, what SEER would have run)
+    origin: Literal["seer", "e-grid"] = "seer"
 
     @property
     def K(self) -> int:

@@ -1,14 +1,12 @@
 """``replan``: an elastic tuner that re-plans the rest of its deadline and budget after every
 stage from the partial learning curves it has observed (issue 19, item 3). ``seer`` stays the
-paper's Alg. 1; this method starts from the same plan and may leave it.
+paper's Alg. 1; this method starts from :func:`starting_plan`: SEER-fill's plan, or E-Grid's
+(Sec. 6.3: ``T/2`` exploring on ``p_min``, then the best on up to ``p_max``) when SEER's plan
+bets on a single finalist chosen after one short stage (see there).
 
 Notation as in :mod:`policy.seer._plan`: deadline ``T``, budget ``B`` (resource-time), ``p_min``/
 ``p_max`` resources per trial, ``lambda(p)`` the speed-up on ``p`` resources. At the end of stage
 ``k`` (time ``t_k``) the tuner has ``T_r = T - t_k`` and ``B_r = B - paid`` left, and compares:
-
-It starts from :func:`starting_plan`: SEER-fill's plan, or E-Grid's (Sec. 6.3: ``T/2``
-exploring on ``p_min``, then the best on up to ``p_max``) when SEER's plan bets on a single
-finalist chosen after one short stage (see there).
 
 - ``continue``: the rest of the filled SEER plan (:func:`policy.seer.fill`; Alg. 1 lines 6-11,
   survivors the best over all brackets);
@@ -223,9 +221,13 @@ def starting_plan(
     :func:`policy.seer.fill`), unless that plan makes a single bet on the least information:
     one stage (no decision point at all: a random search of its stage-1 trials), or two whose
     last trains one trial chosen after a first stage shorter than ``MIN_POINTS * t_min`` (fewer
-    minimum stage lengths than the curve predictor needs to extrapolate). Then it is E-Grid's
-    plan (:func:`e_grid_split`) as two stages, whose decision point at ``T/2`` the tuner
-    re-plans like any other (``origin`` ``e-grid``), if its halves are at least ``t_min``.
+    minimum stage lengths than the curve predictor needs to extrapolate: in the simulator one
+    evaluation per epoch; the live runner scores 4 times a stage, but such a stage is still a
+    few epochs of training). Then it is E-Grid's plan (:func:`e_grid_split`) as two stages,
+    whose decision point at ``T/2`` the tuner re-plans like any other (``origin`` ``e-grid``),
+    if that plan is one: its halves at least ``t_min``, at least two configurations explored
+    (with ``p_max = inf`` E-Grid explores one and exploits it: no choice), and its cost within
+    ``B`` (Fact 1; E-Grid always explores one trial, even when ``B < p_min T``).
 
     Measured on the simulator (20 seeds, docs/seer.md): at the 0.25x deadline with a 4x budget
     SEER's finalist is chosen after 1.3-2.4 epochs, where the learning-rate-decay curves rank
@@ -236,12 +238,13 @@ def starting_plan(
     p = plan(T, B, eta=eta, v=v, p_min=p_min, p_max=p_max, t_min=t_min)
     filled = fill(p)
     stages = filled.stages
-    early_single_bet = (
-        len(stages) == 2 and stages[-1].trials == 1 and stages[0].end < MIN_POINTS * t_min
-    )
+    short = stages[0].end < MIN_POINTS * t_min * (1 - 1e-9) if stages else False
+    early_single_bet = len(stages) == 2 and stages[-1].trials == 1 and short
     if len(stages) > 2 or (len(stages) == 2 and not early_single_bet) or T / 2 < t_min:
         return filled
     p_top, n = e_grid_split(T, B, p_min, p_max)
+    if n < 2 or (n * p_min + p_top) * T / 2 > B * (1 + 1e-12):
+        return filled
     explore = Stage(1, 0.0, T / 2, (StageBracket(p_min, n, 0),))
     exploit = Stage(2, T / 2, T, (StageBracket(p_top, 1, 1),))
     return replace(p, stages=(explore, exploit), origin="e-grid")

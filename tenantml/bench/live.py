@@ -537,6 +537,9 @@ def run_bench_live(
             raise ValueError(f"--systems: {s!r} is not valid; valid: {', '.join(valid)}")
     if not systems:
         raise ValueError(f"--systems: give at least one of {', '.join(valid)}")
+    twice = sorted({s for s in systems if list(systems).count(s) > 1})
+    if twice:
+        raise ValueError(f"--systems names {', '.join(twice)} more than once; give each once")
     if budget_s <= 0 or slots < 1:
         raise ValueError("--budget-s must be positive and --slots 1 or more")
     if repeats < 1:

@@ -76,8 +76,16 @@ def test_bench_live_repeats_on_two_splits(tmp_path: Path) -> None:
     )
     combined = json.loads((out / "summary.json").read_text())
     assert combined["seeds"] == [0, 1] and combined["reference"] == "live"
+    # the combination is of the two splits' own numbers, paired by split
+    splits = [json.loads((out / f"seed-{k}" / "summary.json").read_text()) for k in (0, 1)]
+    auc = {
+        name: [s["systems"][name]["test_regret_auc"] for s in splits]
+        for name in ("live", "roundrobin")
+    }
     rr = combined["systems"]["roundrobin"]
-    assert rr["auc_minus_live"]["splits_live_smaller"] in (0, 1, 2)
-    assert rr["test_regret_auc"]["se"] >= 0.0
+    assert rr["test_regret_auc"]["mean"] == pytest.approx(sum(auc["roundrobin"]) / 2)
+    diffs = [r - q for r, q in zip(auc["roundrobin"], auc["live"], strict=True)]
+    assert rr["auc_minus_live"]["mean"] == pytest.approx(sum(diffs) / 2)
+    assert rr["auc_minus_live"]["splits_live_smaller"] == sum(d > 0 for d in diffs)
     assert len((out / "curves.csv").read_text().splitlines()) == 83
     assert "over 2 splits (seeds 0, 1)" in " ".join(done.stdout.split())

@@ -165,6 +165,12 @@ def test_cli_names_a_bad_system_and_what_is_valid(tmp_path: Path) -> None:
     assert out.exit_code == 2, out.output
     assert "'autogluon' is not valid" in out.output and "flaml" in out.output
     assert not (tmp_path / "out" / "summary.json").exists()
+    twice = CliRunner().invoke(
+        app, ["bench-live", str(tmp_path), "--systems", "live,flaml,live", "--out",
+              str(tmp_path / "out")],
+    )  # fmt: skip
+    assert twice.exit_code == 2 and "--systems names live more than once" in twice.output
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_home_pointed_at_servers_is_refused(

@@ -3,6 +3,7 @@ the plan and exploiting the leaders, and Fact 1 (never past T or B) on random pr
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policy.seer import Stage, StageBracket, fill, plan
+from policy.seer import PlanError, Stage, StageBracket, fill, plan
 from policy.seer.replan import MIN_POINTS, CurvePredictor, choose, e_grid_split, starting_plan
 from policy.seer.tuning import Curves, TuningSettings, run_method
 
@@ -160,13 +161,33 @@ def test_the_start_is_e_grids_plan_where_seers_bets_on_one_finalist_early() -> N
     assert starting_plan(4, 16, eta=4, v=2, p_min=1, p_max=4, t_min=1).origin == "e-grid"
     # halves shorter than t_min: SEER's plan stays
     assert starting_plan(1.5, 6, eta=4, v=2, p_min=1, p_max=4, t_min=1).origin == "seer"
+    # p_max = inf (the live default): E-Grid would explore one configuration and exploit it
+    assert e_grid_split(12, 48, 1, math.inf)[1] == 1
+    assert starting_plan(12, 48, eta=4, v=2, p_min=1, p_max=math.inf, t_min=1).origin == "seer"
+    # B < p_min T: E-Grid's one explorer and its finalist would cost 4 > 3 = B
+    kept = starting_plan(4, 3, eta=4, v=2, p_min=1, p_max=4, t_min=1)
+    assert kept.origin == "seer" and kept.resource_time <= 3
 
 
-@settings(max_examples=200, deadline=None)
-@given(T=st.floats(1, 1e4), ratio=st.floats(1, 64), t_min_share=st.floats(0.001, 1.0))
-def test_fact_1_for_the_starting_plan(T: float, ratio: float, t_min_share: float) -> None:
-    """Whichever plan it starts from: never past T, never over B, every stage >= t_min."""
+@settings(max_examples=300, deadline=None)
+@given(
+    T=st.floats(1, 1e4),
+    ratio=st.floats(0.3, 64),
+    t_min_share=st.floats(0.001, 1.0),
+    p_min=st.sampled_from([1, 2]),
+    p_max=st.sampled_from([2.0, 4.0, math.inf]),
+)
+def test_fact_1_for_the_starting_plan(
+    T: float, ratio: float, t_min_share: float, p_min: int, p_max: float
+) -> None:
+    """Whichever plan it starts from: never past T, never over B, every stage >= t_min, and
+    an E-Grid start explores at least two configurations."""
     t_min = T * t_min_share
-    p = starting_plan(T, ratio * T, eta=4, v=2, p_min=1, p_max=4, t_min=t_min)
+    try:
+        p = starting_plan(T, ratio * T, eta=4, v=2, p_min=p_min, p_max=p_max, t_min=t_min)
+    except PlanError:
+        return  # no SEER plan for these inputs (the planner's tests cover the message)
     assert p.end <= T * (1 + 1e-9) and p.resource_time <= ratio * T * (1 + 1e-9)
     assert all(s.end - s.start >= t_min * (1 - 1e-9) for s in p.stages)
+    if p.origin == "e-grid":
+        assert p.stages[0].trials >= 2
