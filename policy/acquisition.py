@@ -50,6 +50,13 @@ def ucb(mu: FloatArray, sigma: FloatArray, beta_t: float, cost: FloatArray | flo
     return mu + np.sqrt(beta_t / np.asarray(cost, dtype=float)) * sigma
 
 
+def _gaussian_ei(mu: FloatArray, s: FloatArray, x: float) -> FloatArray:
+    """``E[max(0, y - x)]`` for ``y ~ N(mu, s^2)``, ``s > 0`` (module docstring)."""
+    u = (mu - x) / s
+    out: FloatArray = (mu - x) * ndtr(u) + s * _INV_SQRT_2PI * np.exp(-0.5 * u * u)
+    return out
+
+
 def expected_improvement(
     mu: FloatArray, sigma: FloatArray, best: float, upper: float = math.inf
 ) -> FloatArray:
@@ -58,13 +65,11 @@ def expected_improvement(
     ``max(0, min(y, U) - b) = max(0, y - b) - max(0, y - U)``, so the bounded EI is
     ``EI(b) - EI(U)``: a tenant at 0.985 can gain at most 0.015, however wide its posterior."""
     s = np.maximum(sigma, 1e-12)
-    u = (mu - best) / s
-    ei = (mu - best) * ndtr(u) + s * _INV_SQRT_2PI * np.exp(-0.5 * u * u)
-    if math.isfinite(upper) and best < upper:
-        v = (mu - upper) / s
-        ei = ei - ((mu - upper) * ndtr(v) + s * _INV_SQRT_2PI * np.exp(-0.5 * v * v))
-    elif best >= upper:
-        ei = np.zeros_like(ei)
+    if best >= upper:
+        return np.zeros(np.shape(mu))
+    ei = _gaussian_ei(mu, s, best)
+    if math.isfinite(upper):
+        ei = ei - _gaussian_ei(mu, s, upper)
     out: FloatArray = np.maximum(ei, 0.0)
     return out
 

@@ -239,8 +239,8 @@ def starting_plan(
     filled = fill(p)
     stages = filled.stages
     short = stages[0].end < MIN_POINTS * t_min * (1 - 1e-9) if stages else False
-    early_single_bet = len(stages) == 2 and stages[-1].trials == 1 and short
-    if len(stages) > 2 or (len(stages) == 2 and not early_single_bet) or T / 2 < t_min:
+    bets_early = len(stages) == 1 or (len(stages) == 2 and stages[-1].trials == 1 and short)
+    if not bets_early or T / 2 < t_min:
         return filled
     p_top, n = e_grid_split(T, B, p_min, p_max)
     if n < 2 or (n * p_min + p_top) * T / 2 > B * (1 + 1e-12):
