@@ -54,7 +54,8 @@ class Curves:
     """One tuning problem: ``len(ids)`` configurations.
 
     ``times[c]``: (L_c,) increasing single-resource training time of each evaluation;
-    ``values[c]``: (L_c,) metric, higher is better; ``hps``: (n, d) hyperparameters or None.
+    ``values[c]``: (L_c,) metric, higher is better; ``hps``: (n, d) hyperparameters or None;
+    ``upper``: a bound the metric cannot pass, where one is known (a negated loss: 0).
     """
 
     name: str
@@ -63,6 +64,7 @@ class Curves:
     values: tuple[FloatArray, ...]
     hps: FloatArray | None = None
     hp_names: tuple[str, ...] = ()
+    upper: float = np.inf
 
     def __post_init__(self) -> None:
         if not self.ids:
@@ -157,6 +159,11 @@ class UniformSampler:
     @property
     def exhausted(self) -> bool:
         return self._drawn >= self._n
+
+    @property
+    def untried(self) -> int:
+        """Configurations not proposed yet (0 once exhausted)."""
+        return max(0, self._n - self._drawn)
 
     def sample(self) -> int:
         if not self._queue:

@@ -26,6 +26,15 @@ is SEER-fill. An ``exploit-k`` choice is final: it trains its trials to the dead
 simulated curves left unpaid of ``B`` goes to the rest of the plan at each re-plan
 (:func:`policy.seer.fill` with stage 1 capped at the trials alive).
 
+Where trials' recipes end before their stage does (a simulated curve ends; its GPUs are free
+from then on), a new plan (:func:`starting_plan` on what is left of ``T`` and ``B``) starts on
+new configurations as soon as the first of the last stage's trials has ended, while the others
+finish; again until the deadline, the budget or the configurations run out. This is how it
+spends what it is given (issue 19, item 2) where the plan's own trials cannot use it. In a
+finite space (a recorded curve set) no configuration is trained twice: a plan that samples
+more trials than are untried is cut to them (:func:`at_most`, the excess dropped from the
+fewest resources per trial) and filled again.
+
 It returns the best trial of the whole run, each at its last evaluation, where Alg. 1 returns
 the best of its last stage: an eliminated trial's checkpoint is still there, and a finalist
 chosen on a short first stage can diverge afterwards (on ``steplr-digits`` at 4x and 0.25x a
@@ -33,7 +42,9 @@ high-learning-rate finalist ended at chance, loss 2.3, in 3 of 6 seeds).
 
 Neither choice passes ``T`` or ``B`` (Fact 1): ``g_k k T_r <= B_r`` and the plan's own stages
 fit what is left (the simulated trial pays only while its curve lasts, so ``paid`` is at most
-the plan's cost).
+the plan's cost); a new plan is made for ``T - now`` and ``B - paid``, Fact 1 of
+:func:`starting_plan`. A metric with a known bound (``Curves.upper``: 0 for a negated loss)
+caps the predictor's ceiling, so a trial that diverges cannot stretch it.
 """
 
 from __future__ import annotations
@@ -45,7 +56,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from policy.seer._plan import Plan, Stage, StageBracket, fill, plan
+from policy.seer._plan import Plan, PlanError, Stage, StageBracket, fill, plan
 from policy.seer._sim import (
     Curves,
     Outcome,
@@ -60,6 +71,7 @@ __all__ = [
     "MIN_POINTS",
     "Choice",
     "CurvePredictor",
+    "at_most",
     "ceiling_of",
     "choose",
     "e_grid_split",
@@ -128,7 +140,7 @@ def ceiling_of(observed: Sequence[np.ndarray], upper: float = np.inf) -> float:
 
 def _predictors(c: Curves, tr: Trials, ids: Sequence[int]) -> dict[int, CurvePredictor]:
     seen = {t: c.evals(tr.config[t], tr.progress[t]) for t in ids}
-    ceiling = ceiling_of([c.values[tr.config[t]][: seen[t]] for t in ids if seen[t]])
+    ceiling = ceiling_of([c.values[tr.config[t]][: seen[t]] for t in ids if seen[t]], c.upper)
     return {
         t: CurvePredictor(
             c.times[tr.config[t]][: seen[t]],
@@ -250,19 +262,47 @@ def starting_plan(
     return replace(p, stages=(explore, exploit), origin="e-grid")
 
 
-def replan(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSettings) -> Outcome:
-    """One run of the re-planning tuner on the simulator (see the module docstring)."""
-    t_min = s.t_min or c.epoch_time
-    p = starting_plan(T, B, eta=s.eta, v=s.v, p_min=s.p_min, p_max=s.p_max, t_min=t_min)
-    tr = Trials(c, s.scaling)
-    sampler = UniformSampler(len(c), rng)
-    alive = [tr.new(sampler.sample()) for _ in range(p.sampled_trials)]
-    sampled = len(alive)
-    decisions: list[str] = [] if p.origin == "seer" else [f"t=0: {p.origin}'s plan"]
+def at_most(p: Plan, n: int) -> Plan:
+    """``p`` with at most ``n`` trials in its first stage: the excess is dropped from the
+    brackets with the fewest resources per trial first (the best trials are placed in the
+    others, Alg. 1 line 11); a later stage keeps no more trials than the one before it."""
+    stages: list[Stage] = []
+    cap = n
+    for st in p.stages:
+        kept: list[StageBracket] = []
+        left = cap
+        for b in sorted(st.brackets, key=lambda b: -b.gpus_per_trial):
+            if left > 0:
+                kept.append(replace(b, trials=min(b.trials, left)))
+                left -= kept[-1].trials
+        kept.sort(key=lambda b: b.bracket)
+        if kept:
+            stages.append(replace(st, brackets=tuple(kept)))
+        cap = sum(b.trials for b in kept)
+    return replace(p, stages=tuple(stages))
+
+
+def _run_plan(
+    c: Curves,
+    tr: Trials,
+    alive: list[int],
+    p: Plan,
+    s: TuningSettings,
+    offset: float,
+    decisions: list[str],
+) -> tuple[float, list[int]]:
+    """Run plan ``p`` (its times relative to ``offset``, the run's time when it starts) on the
+    trials ``alive`` (``p``'s stage-1 trials, new or resumed), re-planning after every stage;
+    appends each decision to ``decisions``. Returns when (relative) the first of its last
+    trials was done, the end of the plan where none ended before it, and the trials still
+    training until then (busy to the plan's end)."""
+    T, B0 = p.T, tr.paid
+    if p.origin != "seer":
+        decisions.append(f"t={offset:.4g}: {p.origin}'s plan")
     stages = list(p.stages)
     for k in range(len(stages)):
         if k > 0:
-            left_t, left_b = T - stages[k].start, B - tr.paid
+            left_t, left_b = T - stages[k].start, p.B - (tr.paid - B0)
             # what the curves left unpaid goes to the rest of the plan (fill, capped at the
             # trials still alive: no new configuration joins after stage 1)
             rest = replace(p, B=left_b, stages=tuple(stages[k:]))
@@ -270,15 +310,68 @@ def replan(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSet
             progress = {t: tr.progress[t] for t in alive}
             choice = choose(stages[k:], progress, _predictors(c, tr, alive), left_t, left_b, s)
             decisions.append(
-                f"t={stages[k].start:.4g} left T={left_t:.4g} B={left_b:.4g}: {choice.name} "
-                f"(predicted {choice.predicted:.4g}; plan {choice.plan:.4g})"
+                f"t={offset + stages[k].start:.4g} left T={left_t:.4g} B={left_b:.4g}: "
+                f"{choice.name} (predicted {choice.predicted:.4g}; plan {choice.plan:.4g})"
             )
             if choice.trials:
-                for t in choice.trials:
-                    tr.train(t, left_t, choice.gpus)
-                break
+                used = [tr.train(t, left_t, choice.gpus) for t in choice.trials]
+                return stages[k].start + min(used), [t for t in choice.trials if not tr.done(t)]
+        before = {t: tr.progress[t] for t in alive}
         groups = train_stage(tr, stages[k], [str(t) for t in alive])
         # filled plan: the next stage keeps the best over all brackets
         alive = [int(tid) for g in groups for tid in g]
+    last = stages[-1]
+    ran = zip(last.brackets, groups, strict=True)
+    used = [
+        (tr.progress[int(t)] - before[int(t)]) / s.scaling(b.gpus_per_trial)
+        for b, g in ran
+        for t in g
+    ]
+    busy = [t for t in alive if not tr.done(t)]
+    return last.start + min(used, default=last.end - last.start), busy
+
+
+def replan(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSettings) -> Outcome:
+    """One run of the re-planning tuner on the simulator (see the module docstring)."""
+    t_min = s.t_min or c.epoch_time
+    tr = Trials(c, s.scaling)
+    sampler = UniformSampler(len(c), rng)
+    decisions: list[str] = []
+    busy: set[int] = set()  # trials that train until the end of the run
+    now = 0.0
+    while now < T * (1 - 1e-9):
+        left_t, left_b = T - now, B - tr.paid
+        try:
+            p = starting_plan(
+                left_t, left_b, eta=s.eta, v=s.v, p_min=s.p_min, p_max=s.p_max, t_min=t_min
+            )
+        except PlanError:  # too little left for another plan
+            break
+        # new configurations while there are any; then eliminated trials that have not
+        # finished their recipe, resumed from their checkpoints (the best first)
+        resumable = sorted(
+            (t for t in range(len(tr.config)) if t not in busy and not tr.done(t)),
+            key=tr.value,
+            reverse=True,
+        )
+        n = min(p.sampled_trials, sampler.untried or len(resumable))
+        if n == 0:
+            break
+        if n < p.sampled_trials:  # a finite space: never train a configuration twice
+            p = fill(at_most(p, n), first_cap=n)
+        if sampler.untried:
+            alive, what = [tr.new(sampler.sample()) for _ in range(n)], "new configurations"
+        else:
+            alive, what = resumable[:n], "eliminated trials, resumed"
+        if now > 0:
+            decisions.append(
+                f"t={now:.4g} left T={left_t:.4g} B={left_b:.4g}: GPUs free (a recipe ended), "
+                f"a new plan on {n} {what}"
+            )
+        free_at, still = _run_plan(c, tr, alive, p, s, now, decisions)
+        busy.update(still)
+        if free_at <= 0:
+            break
+        now += free_at
     best = tr.best()  # of the whole run, not only of the last stage (module docstring)
-    return Outcome("replan", tr.value(best), sampled, tr.paid, decisions=tuple(decisions))
+    return Outcome("replan", tr.value(best), len(tr.config), tr.paid, decisions=tuple(decisions))

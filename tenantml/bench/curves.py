@@ -56,7 +56,8 @@ def load_curves(name_or_path: str, minimize: bool = False) -> dict[str, Curves]:
     """Curve sets by group. Times are minutes when ``seconds`` is given, else steps.
 
     ``minimize``: the metric is a loss; it is negated so that every simulator maximises (callers
-    negate results back for display).
+    negate results back for display); when no recorded value is negative, ``Curves.upper`` is 0
+    (a loss cannot fall below 0, a bound the re-planning tuner's curve predictor respects).
 
     Raises:
         CurveFormatError: missing columns, non-numeric or non-finite values, repeated steps,
@@ -91,6 +92,8 @@ def load_curves(name_or_path: str, minimize: bool = False) -> dict[str, Curves]:
         )
     hp_cols = [c for c in df.columns if c.startswith("hp_")]
     sign = -1.0 if minimize else 1.0
+    # a loss recorded >= 0 everywhere (cross-entropy, error) is bounded: its negation by 0
+    upper = 0.0 if minimize and bool((df["metric"] >= 0).all()) else np.inf
     out: dict[str, Curves] = {}
     for group, g in df.sort_values(["group", "curve_id", "step"]).groupby("group", sort=True):
         ids: list[str] = []
@@ -117,5 +120,6 @@ def load_curves(name_or_path: str, minimize: bool = False) -> dict[str, Curves]:
             tuple(values),
             hp,
             tuple(c.removeprefix("hp_") for c in hp_cols),
+            upper=upper,
         )
     return out

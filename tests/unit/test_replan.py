@@ -4,6 +4,7 @@ the plan and exploiting the leaders, and Fact 1 (never past T or B) on random pr
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -12,8 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policy.seer import PlanError, Stage, StageBracket, fill, plan
-from policy.seer.replan import MIN_POINTS, CurvePredictor, choose, e_grid_split, starting_plan
+from policy.seer.replan import (
+    MIN_POINTS,
+    CurvePredictor,
+    at_most,
+    choose,
+    e_grid_split,
+    starting_plan,
+)
 from policy.seer.tuning import Curves, TuningSettings, run_method
+from tenantml.bench.curves import load_curves
 
 
 def _predictor(values: list[float], length: int = 100, ceiling: float = 1.0) -> CurvePredictor:
@@ -191,3 +200,85 @@ def test_fact_1_for_the_starting_plan(
     assert all(s.end - s.start >= t_min * (1 - 1e-9) for s in p.stages)
     if p.origin == "e-grid":
         assert p.stages[0].trials >= 2
+
+
+def test_at_most_trims_the_first_stage_from_its_fewest_resources_per_trial() -> None:
+    """SEER's plan at T = 30 t_min, B = 4 T samples 16 + 6 trials; a space of 10
+    configurations keeps the 6 on two resources and 4 on one, and no later stage grows."""
+    p = plan(30, 120, eta=4, p_max=4, t_min=1)
+    assert [(b.gpus_per_trial, b.trials) for b in p.stages[0].brackets] == [(1, 16), (2, 6)]
+    q = at_most(p, 10)
+    assert [(b.gpus_per_trial, b.trials) for b in q.stages[0].brackets] == [(1, 4), (2, 6)]
+    trials = [st.trials for st in q.stages]
+    assert trials == sorted(trials, reverse=True) and trials[1:] == [
+        st.trials for st in p.stages[1:]
+    ]
+    assert [(st.start, st.end) for st in q.stages] == [(st.start, st.end) for st in p.stages]
+    tiny = at_most(p, 1)
+    assert [st.trials for st in tiny.stages] == [1] * len(tiny.stages)
+    assert fill(at_most(p, 10), first_cap=10).resource_time <= 120 * (1 + 1e-9)
+
+
+def test_a_finite_space_is_never_trained_twice() -> None:
+    """Ten recorded configurations and a plan that samples 22: SEER-fill trains some twice (the
+    same curve again), `replan` each once, and its result is no worse."""
+    c = _flat(list(np.linspace(0.1, 0.9, 10)), length=64)
+    s = TuningSettings(eta=4, t_min=1, p_max=4)
+    for seed in range(3):
+        ours, theirs = (
+            run_method("replan", c, 30, 120, seed, s),
+            run_method("seer-fill", c, 30, 120, seed, s),
+        )
+        assert theirs.trials > len(c) >= ours.trials
+        assert ours.value >= theirs.value
+
+
+def test_gpus_freed_by_curves_that_end_go_to_new_configurations() -> None:
+    """Recipes of 4 evaluations and a deadline of 24: every trial has ended long before T.
+    SEER-fill leaves most of B unpaid; `replan` starts new plans on new configurations in what
+    is left, until T, B or the space runs out, and never pays more than B (Fact 1)."""
+    c = _flat(list(np.linspace(0.1, 0.9, 200)), length=4)
+    s = TuningSettings(eta=4, t_min=1, p_max=4)
+    for seed in range(3):
+        ours = run_method("replan", c, 24, 96, seed, s)
+        theirs = run_method("seer-fill", c, 24, 96, seed, s)
+        assert theirs.resource_time < 0.5 * 96
+        assert 0.95 * 96 <= ours.resource_time <= 96 * (1 + 1e-9)
+        assert ours.trials > theirs.trials and ours.value >= theirs.value
+        assert any(d.endswith("new configurations") for d in ours.decisions)
+
+
+def test_a_loss_bounded_by_zero_keeps_predictions_below_it() -> None:
+    """The step-LR curves (validation loss, negated; upper 0): on group seed1 one trial reaches
+    a loss of 2602 after leading. Without the bound the ceiling was the best value plus a tenth
+    of the range it blew up (260), and predictions were of negative losses (7.9, 16.7 in seeds
+    2 and 3); with it no prediction passes 0."""
+    c = load_curves("steplr-digits", minimize=True)["lenet-digits-seed1"]
+    assert c.upper == 0.0
+    T = 0.25 * c.full_time
+    for seed in range(4):
+        out = run_method("replan", c, T, 16 * T, seed, TuningSettings())
+        predicted = [
+            float(x) for d in out.decisions for x in re.findall(r"predicted (\S+?)[;)]", d)
+        ]
+        assert predicted and max(predicted) <= 0.0
+
+
+def test_once_the_space_is_tried_freed_gpus_resume_eliminated_trials() -> None:
+    """Ten configurations: five lead for 3 evaluations and then collapse (a learning rate too
+    high), five start at 0 and rise to 0.9 by the end of their 16. Stage 1 (1.4 evaluations)
+    keeps leaders, so SEER-fill returns a collapsed one; `replan` has tried every configuration
+    when the finalists' recipes end, and resumes the eliminated trials from their checkpoints."""
+    length = 16
+    t = np.arange(1.0, length + 1)
+    trap, slow = np.where(t <= 3, 0.6, 0.05), np.where(t <= 3, 0.0, 0.9 * t / length)
+    levels = [trap if i % 2 else slow for i in range(10)]
+    c = Curves("traps", tuple(str(i) for i in range(10)), tuple(t for _ in levels),
+               tuple(levels))  # fmt: skip
+    s = TuningSettings(eta=4, t_min=1, p_max=4)
+    for seed in range(3):
+        assert run_method("seer-fill", c, 30, 120, seed, s).value == pytest.approx(0.05)
+        ours = run_method("replan", c, 30, 120, seed, s)
+        assert ours.value == pytest.approx(0.9) and ours.trials == len(c)
+        assert ours.resource_time <= 120 * (1 + 1e-9)
+        assert any(d.endswith("eliminated trials, resumed") for d in ours.decisions)

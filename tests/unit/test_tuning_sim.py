@@ -191,6 +191,10 @@ def test_minimize_negates_and_steps_are_time_units(tmp_path: Path) -> None:
     c = load_curves(path, minimize=True)["g"]
     assert list(c.values[0]) == [-0.9, -0.5]
     assert list(c.times[0]) == [1.0, 2.0]
+    assert c.upper == 0.0  # a loss recorded >= 0 cannot fall below 0
+    signed = _csv(tmp_path, "group,curve_id,step,metric\ng,a,1,0.9\ng,a,2,-0.5\n")
+    assert load_curves(signed, minimize=True)["g"].upper == np.inf
+    assert load_curves(path)["g"].upper == np.inf  # a metric to maximise: no bound assumed
 
 
 runner = CliRunner()
