@@ -5,7 +5,7 @@
 # of and one median full run. With syne-tune installed (pip install 'tenantml[peers]'), Syne
 # Tune's ASHA and BOHB run beside ours on the same problems (LCDB: its first PEER_LCDB_GROUPS
 # groups, default 50: the peer costs about 0.1-1 s a run, so all 248 would take hours).
-# Usage: infra/scripts/run_seer_benchmarks.sh [OUT_DIR]   (our methods: about 15 min on 2 cores;
+# Usage: infra/scripts/run_seer_benchmarks.sh [OUT_DIR]   (our methods: about 22 min on 2 cores;
 # the peer: about 1 h more; DEADLINES="0.25x" for the quarter only, JOBS=N processes)
 set -euo pipefail
 out=${1:-results/seer}
