@@ -348,10 +348,17 @@ def build_problem(
     for i, t in enumerate(tenants):
         available[i, [catalogue.index(c) for c in t.candidates]] = True
     models = [Candidate.parse(c).model for c in catalogue]
-    # log c_ik = a_i + b_k: b_k = log(seconds per 1,000 examples per epoch), a_i = log(n_i / 1000
-    # * epochs * |lr grid|) a priori, learnt per tenant from its jobs (tau^2 = 1: a factor e).
+    # log c_ik = a_i + b_k: a_i = log(n_i / 1000 * epochs * |lr grid|) a priori, learnt per
+    # tenant from its jobs (tau^2 = 1: a factor e); b_k = log(seconds per 1,000 examples per
+    # epoch) for a torch model, which trains every learning rate of the grid for the epochs; a
+    # scikit-learn model is one fit, so its b_k is log(seconds per fit of 1,000 examples) less
+    # log(epochs * |lr grid|). Without that the tenant scale learnt from its (mostly
+    # scikit-learn) jobs predicted its first CNN 30x too cheap: on digits LeNet as costly as an
+    # MLP (0.6 s), where it took 23 s.
     epochs_grid = 10 * len(LR_GRID)
+    one_fit = np.array([Candidate.parse(c).spec.family == "sklearn" for c in catalogue], bool)
     log_base = np.log([RELATIVE_COST[k] for k in models]) if m else np.zeros(0)
+    log_base = log_base - np.where(one_fit, math.log(epochs_grid), 0.0) if m else log_base
     if usd_per_s is not None and m:  # costs in expected dollars: seconds x USD per second
         log_base = log_base + np.log(np.asarray(usd_per_s, float))
     cost_prior = CostPrior(

@@ -135,10 +135,12 @@ ZOO.update(
 )
 
 
-#: Rough training cost of one epoch over 1,000 examples on one device, in seconds, relative
-#: between models (orders of magnitude, for small inputs on a CPU core). Only the *prior* of the
-#: live service's cost model (`policy.costs.CostPrior`): each tenant's scale is learnt from its
-#: finished jobs, so only the ratios between models matter, and only until jobs report.
+#: Rough training cost in seconds on one device for 1,000 examples: of one epoch for a torch
+#: model, of one fit for a scikit-learn model (`tasks._service.build_problem` scales them
+#: apart), relative between models (orders of magnitude, for small inputs on a CPU core). Only
+#: the *prior* of the live service's cost model (`policy.costs.CostPrior`): each tenant's scale
+#: is learnt from its finished jobs, so only the ratios between models matter, and only until
+#: jobs report.
 RELATIVE_COST: dict[str, float] = {
     "lenet": 0.5,
     "nin": 8.0,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import threading
 import time
 from pathlib import Path
@@ -303,7 +304,6 @@ def test_gpu_count_without_a_driver_needs_no_torch(
 def test_a_jobs_cost_is_the_time_it_held_its_slot() -> None:
     """The policy's cost of a finished job is what its slot paid: the MLflow run's span (the
     run, the model's logging, the registry) when it exceeds the training time it reports."""
-    import dataclasses
 
     quick = dataclasses.replace(_record("a", "knn"), cost_s=0.01, start_time=100.0, end_time=102.5)
     slow = dataclasses.replace(_record("a", "svm"), cost_s=7.0, start_time=100.0, end_time=103.0)
@@ -392,3 +392,32 @@ def test_the_planner_starts_a_new_loop_when_a_tenants_models_or_weight_change() 
     heavier = [narrowed[0], dataclasses.replace(narrowed[1], weight=3.0)]
     planner.decide(_state(heavier, []), in_flight=[], tick=4)
     assert planner.loop is not second
+
+
+def test_a_cnns_predicted_cost_is_its_epochs_and_grid_where_a_scikit_learn_model_fits_once() -> (
+    None
+):
+    """Before any job: an MLP (one fit) on 1,200 examples is predicted RELATIVE_COST x 1.2
+    seconds times the prior's log-normal factor, LeNet (10 epochs x the learning-rate grid) that
+    x 10 |LR_GRID|. After the tenant's scikit-learn jobs report their measured seconds, the
+    ratio stays: on digits LeNet took 23 s and the MLP 0.6 s (bench-live), where a tenant scale
+    learnt from one-fit jobs once predicted LeNet as cheap as the MLP."""
+    from policy import Assignment, SchedulerLoop
+    from trainers import LR_GRID
+    from trainers.zoo import RELATIVE_COST
+
+    s = _state([_tenant("digits", IMG, n=1200)], [])
+    k_mlp, k_lenet = s.catalogue.index("pixels-mlp"), s.catalogue.index("lenet")
+    ratio = 10 * len(LR_GRID) * RELATIVE_COST["lenet"] / RELATIVE_COST["mlp"]
+    assert s.problem.cost[0, k_lenet] / s.problem.cost[0, k_mlp] == pytest.approx(ratio)
+    assert s.problem.cost[0, k_mlp] == pytest.approx(
+        RELATIVE_COST["mlp"] * 1.2 * math.exp(0.5 * (1.0 + 0.5)), rel=1e-6
+    )
+    records = [
+        dataclasses.replace(_record("digits", c), cost_s=0.6)
+        for c in ("pixels-mlp", "pixels-svm", "pixels-knn")
+    ]
+    state = _state([_tenant("digits", IMG, n=1200)], records)
+    loop = SchedulerLoop(state.problem, state.history(), slots=1)
+    lenet = loop.expected_cost(Assignment(0, k_lenet))
+    assert lenet >= 10 * loop.expected_cost(Assignment(0, k_mlp)) and lenet > 5.0
