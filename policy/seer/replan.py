@@ -29,11 +29,12 @@ simulated curves left unpaid of ``B`` goes to the rest of the plan at each re-pl
 Where trials' recipes end before their stage does (a simulated curve ends; its GPUs are free
 from then on), a new plan (:func:`starting_plan` on what is left of ``T`` and ``B``) starts on
 new configurations as soon as the first of the last stage's trials has ended, while the others
-finish; again until the deadline, the budget or the configurations run out. This is how it
-spends what it is given (issue 19, item 2) where the plan's own trials cannot use it. In a
-finite space (a recorded curve set) no configuration is trained twice: a plan that samples
-more trials than are untried is cut to them (:func:`at_most`, the excess dropped from the
-fewest resources per trial) and filled again.
+finish; once a finite space (a recorded curve set) has been tried, on the eliminated trials
+that have not finished their recipe, resumed from their checkpoints, the best first; again
+until the deadline, the budget or the trials run out. This is how it spends what it is given
+(issue 19, item 2) where the plan's own trials cannot use it. No configuration is trained
+twice: a plan that samples more trials than are untried is cut to them (:func:`at_most`, the
+excess dropped from the fewest resources per trial) and filled again.
 
 It returns the best trial of the whole run, each at its last evaluation, where Alg. 1 returns
 the best of its last stage: an eliminated trial's checkpoint is still there, and a finalist

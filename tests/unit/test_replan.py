@@ -81,6 +81,14 @@ def _flat(levels: list[float], length: int = 64) -> Curves:
     return Curves("flat", ids, tuple(t for _ in levels), tuple(np.full(length, v) for v in levels))
 
 
+def _alternating(name: str, odd: np.ndarray, even: np.ndarray, n: int) -> Curves:
+    """``n`` configurations, one evaluation per time unit: odd ones follow ``odd``, even ones
+    ``even``."""
+    t = np.arange(1.0, len(odd) + 1)
+    levels = tuple(odd if i % 2 else even for i in range(n))
+    return Curves(name, tuple(str(i) for i in range(n)), tuple(t for _ in levels), levels)
+
+
 def test_with_nothing_to_extrapolate_it_is_seer_fill() -> None:
     c = _flat(list(np.linspace(0.1, 0.9, 40)))
     s = TuningSettings(eta=2, t_min=1, p_max=4)
@@ -139,9 +147,7 @@ def test_it_returns_the_best_trial_of_the_run_not_a_finalist_that_diverged() -> 
     t = np.arange(1.0, length + 1)
     collapse = np.where(t <= 8, 0.6, 0.05)
     steady = np.full(length, 0.3)
-    levels = [collapse if i % 2 else steady for i in range(40)]
-    c = Curves("diverging", tuple(str(i) for i in range(40)), tuple(t for _ in levels),
-               tuple(levels))  # fmt: skip
+    c = _alternating("diverging", collapse, steady, 40)
     s = TuningSettings(eta=2, t_min=1, p_max=4)
     for seed in range(3):
         assert run_method("seer-fill", c, 10, 80, seed, s).value == pytest.approx(0.05)
@@ -272,9 +278,7 @@ def test_once_the_space_is_tried_freed_gpus_resume_eliminated_trials() -> None:
     length = 16
     t = np.arange(1.0, length + 1)
     trap, slow = np.where(t <= 3, 0.6, 0.05), np.where(t <= 3, 0.0, 0.9 * t / length)
-    levels = [trap if i % 2 else slow for i in range(10)]
-    c = Curves("traps", tuple(str(i) for i in range(10)), tuple(t for _ in levels),
-               tuple(levels))  # fmt: skip
+    c = _alternating("traps", trap, slow, 10)
     s = TuningSettings(eta=4, t_min=1, p_max=4)
     for seed in range(3):
         assert run_method("seer-fill", c, 30, 120, seed, s).value == pytest.approx(0.05)
