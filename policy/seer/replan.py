@@ -27,14 +27,16 @@ simulated curves left unpaid of ``B`` goes to the rest of the plan at each re-pl
 (:func:`policy.seer.fill` with stage 1 capped at the trials alive).
 
 Where trials' recipes end before their stage does (a simulated curve ends; its GPUs are free
-from then on), a new plan (:func:`starting_plan` on what is left of ``T`` and ``B``) starts on
-new configurations as soon as the first of the last stage's trials has ended, while the others
-finish; once a finite space (a recorded curve set) has been tried, on the eliminated trials
-that have not finished their recipe, resumed from their checkpoints, the best first; again
-until the deadline, the budget or the trials run out. This is how it spends what it is given
-(issue 19, item 2) where the plan's own trials cannot use it. No configuration is trained
-twice: a plan that samples more trials than are untried is cut to them (:func:`at_most`, the
-excess dropped from the fewest resources per trial) and filled again.
+from then on), a new plan (:func:`starting_plan` on what is left of ``T`` and ``B``) starts as
+soon as the first of the last stage's trials has ended, while the others finish; so it does
+with the budget an ``exploit-k`` cannot use (``p_max`` caps its trials' resources), from the
+decision on. The new plan is on new configurations; once a finite space (a recorded curve set)
+has been tried, on the eliminated trials that have not finished their recipe, resumed from
+their checkpoints, the best first; again until the deadline, the budget or the trials run out.
+This is how it spends what it is given (issue 19, item 2) where the plan's own trials cannot
+use it. No configuration is trained twice: a plan that samples more trials than are untried
+is cut to them (:func:`at_most`, the excess dropped from the fewest resources per trial) and
+filled again.
 
 It returns the best trial of the whole run, each at its last evaluation, where Alg. 1 returns
 the best of its last stage: an eliminated trial's checkpoint is still there, and a finalist
@@ -315,8 +317,13 @@ def _run_plan(
                 f"{choice.name} (predicted {choice.predicted:.4g}; plan {choice.plan:.4g})"
             )
             if choice.trials:
+                paid = tr.paid
                 used = [tr.train(t, left_t, choice.gpus) for t in choice.trials]
-                return stages[k].start + min(used), [t for t in choice.trials if not tr.done(t)]
+                busy = [t for t in choice.trials if not tr.done(t)]
+                if left_b - (tr.paid - paid) >= s.p_min * left_t:
+                    # p_max caps the exploited trials' GPUs: the rest of B is free from now
+                    return stages[k].start, busy
+                return stages[k].start + min(used), busy
         before = {t: tr.progress[t] for t in alive}
         groups = train_stage(tr, stages[k], [str(t) for t in alive])
         # filled plan: the next stage keeps the best over all brackets
@@ -366,7 +373,7 @@ def replan(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSet
             alive, what = resumable[:n], "eliminated trials, resumed"
         if now > 0:
             decisions.append(
-                f"t={now:.4g} left T={left_t:.4g} B={left_b:.4g}: GPUs free (a recipe ended), "
+                f"t={now:.4g} left T={left_t:.4g} B={left_b:.4g}: unused budget, "
                 f"a new plan on {n} {what}"
             )
         free_at, still = _run_plan(c, tr, alive, p, s, now, decisions)

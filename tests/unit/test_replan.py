@@ -286,3 +286,16 @@ def test_once_the_space_is_tried_freed_gpus_resume_eliminated_trials() -> None:
         assert ours.value == pytest.approx(0.9) and ours.trials == len(c)
         assert ours.resource_time <= 120 * (1 + 1e-9)
         assert any(d.endswith("eliminated trials, resumed") for d in ours.decisions)
+
+
+def test_the_budget_an_exploit_cannot_use_goes_to_a_new_plan() -> None:
+    """Step-LR group seed0, 16x budget, 0.25x deadline, seed 1: `replan` exploits one trial on
+    p_max = 4 GPUs with 10x that left in B. Before, the run ended there at 68% of B (loss
+    0.288); the rest now resumes eliminated trials beside it, within B."""
+    c = load_curves("steplr-digits", minimize=True)["lenet-digits-seed0"]
+    T = 0.25 * c.full_time
+    out = run_method("replan", c, T, 16 * T, 1, TuningSettings())
+    assert out.decisions[0].split(": ")[1].startswith("exploit-1")
+    assert "unused budget" in out.decisions[1] and out.decisions[1].endswith("resumed")
+    assert 0.95 * 16 * T <= out.resource_time <= 16 * T * (1 + 1e-9)
+    assert -out.value < 0.288
