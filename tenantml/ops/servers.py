@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -405,13 +406,40 @@ def _start_warm(run: _Launcher, env: dict[str, str], timeout: float) -> str:
     return str(path)
 
 
+#: answers that say "try again shortly": a server busy (Prefect's SQLite database locked under
+#: load answers 503) or a proxy in front of one restarting
+RETRY_STATUS = (502, 503, 504)
+
+
+def open_api(request: urllib.request.Request, timeout: float = 60.0) -> bytes:
+    """The body of `request`'s answer; an answer in `RETRY_STATUS` is asked again (after its
+    ``Retry-After`` or a growing pause, 0.2 s doubling up to 5 s) until `timeout` seconds have
+    passed, then raised. (`make test-full` saw `up`'s call to the Prefect API answered 503 once,
+    on a machine busy with other work.)"""
+    deadline = time.monotonic() + timeout
+    pause = 0.2
+    while True:
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as resp:
+                body: bytes = resp.read()
+                return body
+        except urllib.error.HTTPError as e:
+            left = deadline - time.monotonic()
+            if e.code not in RETRY_STATUS or left <= 0:
+                raise
+            after = e.headers.get("Retry-After", "") if e.headers else ""
+            wait = float(after) if after.replace(".", "", 1).isdigit() else pause
+            time.sleep(min(wait, max(left, 0.0)))
+            pause = min(pause * 2, 5.0)
+
+
 def post_json(url: str, body: Any, timeout: float = 60.0) -> Any:
-    """POST `body` as JSON to `url` (e.g. the Prefect API's ``/flow_runs/filter``); the answer."""
+    """POST `body` as JSON to `url` (e.g. the Prefect API's ``/flow_runs/filter``); the answer
+    (a busy server's 502/503/504 asked again for up to `timeout` seconds, `open_api`)."""
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
-    with urllib.request.urlopen(request, timeout=timeout) as resp:
-        return json.loads(resp.read())
+    return json.loads(open_api(request, timeout))
 
 
 # On `up`'s process pools a run is Pending (the worker's "Submitting") only while its worker
@@ -451,7 +479,7 @@ def _ensure_automations(api: str, env: dict[str, str], timeout: float) -> None:
             current = True
             continue
         request = urllib.request.Request(f"{api}/automations/{existing['id']}", method="DELETE")
-        urllib.request.urlopen(request, timeout=timeout).close()
+        open_api(request, timeout)
     if current:
         return
     with tempfile.TemporaryDirectory(prefix="tenantml-automation-") as tmp:
