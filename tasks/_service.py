@@ -347,7 +347,8 @@ def build_problem(
     available = np.zeros((n, m), dtype=bool)
     for i, t in enumerate(tenants):
         available[i, [catalogue.index(c) for c in t.candidates]] = True
-    models = [Candidate.parse(c).model for c in catalogue]
+    parsed = [Candidate.parse(c) for c in catalogue]
+    models = [c.model for c in parsed]
     # log c_ik = a_i + b_k: a_i = log(n_i / 1000 * epochs * |lr grid|) a priori, learnt per
     # tenant from its jobs (tau^2 = 1: a factor e); b_k = log(seconds per 1,000 examples per
     # epoch) for a torch model, which trains every learning rate of the grid for the epochs; a
@@ -356,9 +357,9 @@ def build_problem(
     # scikit-learn) jobs predicted its first CNN 30x too cheap: on digits LeNet as costly as an
     # MLP (0.6 s), where it took 23 s.
     epochs_grid = 10 * len(LR_GRID)
-    one_fit = np.array([Candidate.parse(c).spec.family == "sklearn" for c in catalogue], bool)
+    one_fit = np.array([c.spec.family == "sklearn" for c in parsed], dtype=bool)
     log_base = np.log([RELATIVE_COST[k] for k in models]) if m else np.zeros(0)
-    log_base = log_base - np.where(one_fit, math.log(epochs_grid), 0.0) if m else log_base
+    log_base = log_base - np.where(one_fit, math.log(epochs_grid), 0.0)
     if usd_per_s is not None and m:  # costs in expected dollars: seconds x USD per second
         log_base = log_base + np.log(np.asarray(usd_per_s, float))
     cost_prior = CostPrior(

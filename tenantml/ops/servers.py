@@ -412,25 +412,23 @@ RETRY_STATUS = (502, 503, 504)
 
 
 def open_api(request: urllib.request.Request, timeout: float = 60.0) -> bytes:
-    """The body of `request`'s answer; an answer in `RETRY_STATUS` is asked again (after its
-    ``Retry-After`` or a growing pause, 0.2 s doubling up to 5 s) until `timeout` seconds have
-    passed, then raised. (`make test-full` saw `up`'s call to the Prefect API answered 503 once,
-    on a machine busy with other work.)"""
-    deadline = time.monotonic() + timeout
-    pause = 0.2
+    """The body of `request`'s answer; an answer in `RETRY_STATUS` is asked again on the
+    service's outage backoff (`tasks.outage.Backoff`: 1, 2, 4 s, at most 5) until `timeout`
+    seconds have passed, then raised. (`make test-full` saw `up`'s call to the Prefect API
+    answered 503 once, on a machine busy with other work.)"""
+    from tasks.outage import Backoff
+
+    backoff = Backoff(timeout, cap_s=5.0)
     while True:
         try:
             with urllib.request.urlopen(request, timeout=timeout) as resp:
                 body: bytes = resp.read()
                 return body
         except urllib.error.HTTPError as e:
-            left = deadline - time.monotonic()
-            if e.code not in RETRY_STATUS or left <= 0:
+            delay = backoff.next_delay() if e.code in RETRY_STATUS else None
+            if delay is None:
                 raise
-            after = e.headers.get("Retry-After", "") if e.headers else ""
-            wait = float(after) if after.replace(".", "", 1).isdigit() else pause
-            time.sleep(min(wait, max(left, 0.0)))
-            pause = min(pause * 2, 5.0)
+            time.sleep(delay)
 
 
 def post_json(url: str, body: Any, timeout: float = 60.0) -> Any:
