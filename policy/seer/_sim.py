@@ -241,13 +241,19 @@ class Trials:
         return max(ids, key=self.value)
 
 
-def train_stage(tr: Trials, stage: Stage, alive: Sequence[str]) -> list[list[str]]:
+def train_stage(
+    tr: Trials,
+    stage: Stage,
+    alive: Sequence[str],
+    train: Callable[[int, float, int], object] | None = None,
+) -> list[list[str]]:
     """Run one SEER stage on the simulator: :func:`policy.seer.assign_stage` places the trials
     alive (ids as strings) by their metric so far (Alg. 1 lines 6 and 11), and each trains on its
-    bracket's resources for the stage's length. Returns the trials of each bracket."""
+    bracket's resources for the stage's length (``train(trial, wall, p)``, default
+    :meth:`Trials.train`). Returns the trials of each bracket."""
     losses = {t: -tr.value(int(t)) for t in alive}
     groups = assign_stage(stage, alive, losses)
     for b, group in zip(stage.brackets, groups, strict=True):
         for t in group:
-            tr.train(int(t), stage.end - stage.start, b.gpus_per_trial)
+            (train or tr.train)(int(t), stage.end - stage.start, b.gpus_per_trial)
     return groups

@@ -30,9 +30,20 @@ Where trials' recipes end before their stage does (a simulated curve ends; its G
 from then on), a new plan (:func:`starting_plan` on what is left of ``T`` and ``B``) starts as
 soon as the first of the last stage's trials has ended, while the others finish; so it does
 with the budget an ``exploit-k`` cannot use (``p_max`` caps its trials' resources), from the
-decision on. The new plan is on new configurations; once a finite space (a recorded curve set)
-has been tried, on the eliminated trials that have not finished their recipe, resumed from
-their checkpoints, the best first; again until the deadline, the budget or the trials run out.
+decision on. The new plan is on new configurations; on the eliminated trials that have not
+finished their recipe, resumed from their checkpoints, the best first, once a finite space (a
+recorded curve set) has been tried, or when a new configuration would get less than
+``RESUME_FACTOR`` times the training the best of them already has (the new plan's finalist,
+on its largest brackets: near the deadline a new configuration cannot catch up); again until
+the deadline, the budget or the trials run out. With too little left for any plan, the best
+of them trains on what is left (``min(p_max, B_r / T_r)`` resources) to the deadline.
+
+A trial that trains to the end of a plan (its last stage, or an exploit) is stopped at the
+evaluation where it *diverges* (:func:`diverged_at`: back at or below its first evaluation
+after having risen ``DIVERGED_GAIN`` of the way to the ceiling; a learning rate that blew up),
+its GPUs going to a new plan as above, and it is never resumed. On the step-LR curves at 4x and
+0.25x, E-Grid's finalist, a high learning rate that leads after 3.75 epochs, ends at chance in
+8 of 20 runs on one group; stopped, the eliminated trials resume in its place.
 This is how it spends what it is given (issue 19, item 2) where the plan's own trials cannot
 use it. No configuration is trained twice: a plan that samples more trials than are untried
 is cut to them (:func:`at_most`, the excess dropped from the fewest resources per trial) and
@@ -77,6 +88,7 @@ __all__ = [
     "at_most",
     "ceiling_of",
     "choose",
+    "diverged_at",
     "e_grid_split",
     "replan",
     "starting_plan",
@@ -89,7 +101,9 @@ MIN_POINTS = 3  # evaluations a trial needs before its curve is extrapolated
 HORIZON = 4  # extrapolate to at most this many times the evaluations seen (then hold)
 MARGIN = 0.05  # exploiting must be predicted this share better than the plan (its bet is final)
 HEADROOM = 0.1  # the metric's ceiling: the best seen + this share of the range seen
+DIVERGED_GAIN = 0.1  # a trial that rose this share of the way to the ceiling and lost it all
 EXPLOIT_WIDTHS = (1, 2, 4)
+RESUME_FACTOR = 2.0  # a new configuration must get this times the best resumable's training
 
 
 @dataclass(frozen=True)
@@ -141,9 +155,61 @@ def ceiling_of(observed: Sequence[np.ndarray], upper: float = np.inf) -> float:
     return float(min(upper, pooled.max() + HEADROOM * max(float(np.ptp(pooled)), 1e-3)))
 
 
+def diverged_at(values: np.ndarray, ceiling: float, since: int = 1) -> int | None:
+    """The first evaluation ``j >= since`` (0-based) at which a trial has *diverged*: its value
+    is back at or below its first evaluation's, after it had risen ``DIVERGED_GAIN`` or more of
+    the way from there to ``ceiling``; None if it never does. ``values``: (m,) its metric
+    (higher is better). A trial still flat at its start (a warm-up) has not diverged; one whose
+    learning rate blew up (a loss back at chance, or NaN read as -inf) has, and more training
+    on the same recipe does not bring it back in the recorded curves (step-LR LeNet: 5 of 48)."""
+    v = np.nan_to_num(np.asarray(values, dtype=float), nan=-np.inf)
+    if len(v) < 3:
+        return None
+    risen = np.maximum.accumulate(v)[:-1] >= v[0] + DIVERGED_GAIN * (ceiling - v[0])
+    hits = np.flatnonzero(risen & (v[1:] <= v[0])) + 1
+    hits = hits[hits >= since]
+    return int(hits[0]) if len(hits) else None
+
+
+@dataclass
+class _Watcher:
+    """``Trials.train`` for trials that train to the end of a plan (its last stage, or an
+    exploit): a trial is stopped at the evaluation where it diverges (:func:`diverged_at` with
+    ``ceiling``, checked at every evaluation as it arrives), and its GPUs are free from then on
+    (the run's new plan takes them). Stopped trials join ``stopped`` (never resumed), with a
+    line in ``decisions`` (times from ``start``)."""
+
+    tr: Trials
+    ceiling: float
+    start: float
+    stopped: set[int]
+    decisions: list[str]
+
+    def __call__(self, t: int, wall: float, p: int) -> float:
+        """Train ``t`` on ``p`` resources for at most ``wall``; returns the wall time used."""
+        tr, c = self.tr, self.tr.curves
+        times, values = c.times[tr.config[t]], c.values[tr.config[t]]
+        j = diverged_at(values, self.ceiling, since=c.evals(tr.config[t], tr.progress[t]))
+        reach = tr.progress[t] + tr.scaling(p) * wall
+        if j is None or times[j] > reach * (1 + 1e-12):
+            return tr.train(t, wall, p)
+        used = tr.train(t, (times[j] - tr.progress[t]) / tr.scaling(p), p)
+        self.stopped.add(t)
+        self.decisions.append(
+            f"t={self.start + used:.4g}: trial {t} diverged ({tr.value(t):.4g}), stopped"
+        )
+        return used
+
+
+def _ceiling(c: Curves, tr: Trials, ids: Sequence[int]) -> float:
+    """:func:`ceiling_of` the evaluations trials ``ids`` have made so far."""
+    seen = [c.values[tr.config[t]][: c.evals(tr.config[t], tr.progress[t])] for t in ids]
+    return ceiling_of(seen, c.upper)
+
+
 def _predictors(c: Curves, tr: Trials, ids: Sequence[int]) -> dict[int, CurvePredictor]:
     seen = {t: c.evals(tr.config[t], tr.progress[t]) for t in ids}
-    ceiling = ceiling_of([c.values[tr.config[t]][: seen[t]] for t in ids if seen[t]], c.upper)
+    ceiling = _ceiling(c, tr, ids)
     return {
         t: CurvePredictor(
             c.times[tr.config[t]][: seen[t]],
@@ -293,10 +359,12 @@ def _run_plan(
     s: TuningSettings,
     offset: float,
     decisions: list[str],
+    stopped: set[int],
 ) -> tuple[float, list[int]]:
     """Run plan ``p`` (its times relative to ``offset``, the run's time when it starts) on the
     trials ``alive`` (``p``'s stage-1 trials, new or resumed), re-planning after every stage;
-    appends each decision to ``decisions``. Returns when (relative) the first of its last
+    appends each decision to ``decisions`` and each exploited trial stopped because it
+    diverged to ``stopped``. Returns when (relative) the first of its last
     trials was done, the end of the plan where none ended before it, and the trials still
     training until then (busy to the plan's end)."""
     T, B0 = p.T, tr.paid
@@ -311,21 +379,28 @@ def _run_plan(
             rest = replace(p, B=left_b, stages=tuple(stages[k:]))
             stages[k:] = fill(rest, first_cap=len(alive)).stages
             progress = {t: tr.progress[t] for t in alive}
-            choice = choose(stages[k:], progress, _predictors(c, tr, alive), left_t, left_b, s)
+            predict = _predictors(c, tr, alive)
+            choice = choose(stages[k:], progress, predict, left_t, left_b, s)
+            now = offset + stages[k].start
             decisions.append(
-                f"t={offset + stages[k].start:.4g} left T={left_t:.4g} B={left_b:.4g}: "
+                f"t={now:.4g} left T={left_t:.4g} B={left_b:.4g}: "
                 f"{choice.name} (predicted {choice.predicted:.4g}; plan {choice.plan:.4g})"
             )
             if choice.trials:
                 paid = tr.paid
-                used = [tr.train(t, left_t, choice.gpus) for t in choice.trials]
-                busy = [t for t in choice.trials if not tr.done(t)]
+                watch = _Watcher(tr, predict[choice.trials[0]].ceiling, now, stopped, decisions)
+                used = [watch(t, left_t, choice.gpus) for t in choice.trials]
+                busy = [t for t in choice.trials if not tr.done(t) and t not in stopped]
                 if left_b - (tr.paid - paid) >= s.p_min * left_t:
                     # p_max caps the exploited trials' GPUs: the rest of B is free from now
                     return stages[k].start, busy
                 return stages[k].start + min(used), busy
         before = {t: tr.progress[t] for t in alive}
-        groups = train_stage(tr, stages[k], [str(t) for t in alive])
+        to_end: _Watcher | None = None
+        if k == len(stages) - 1:  # its trials train to the plan's end: stop one that diverges
+            start = offset + stages[k].start
+            to_end = _Watcher(tr, _ceiling(c, tr, alive), start, stopped, decisions)
+        groups = train_stage(tr, stages[k], [str(t) for t in alive], to_end)
         # filled plan: the next stage keeps the best over all brackets
         alive = [int(tid) for g in groups for tid in g]
     last = stages[-1]
@@ -335,8 +410,16 @@ def _run_plan(
         for b, g in ran
         for t in g
     ]
-    busy = [t for t in alive if not tr.done(t)]
+    busy = [t for t in alive if not tr.done(t) and t not in stopped]
     return last.start + min(used, default=last.end - last.start), busy
+
+
+def _finalist_progress(p: Plan, s: TuningSettings) -> float:
+    """Single-resource training a trial that survives every stage of ``p`` gets."""
+    return sum(
+        s.scaling(max(b.gpus_per_trial for b in st.brackets)) * (st.end - st.start)
+        for st in p.stages
+    )
 
 
 def replan(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSettings) -> Outcome:
@@ -346,28 +429,45 @@ def replan(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSet
     sampler = UniformSampler(len(c), rng)
     decisions: list[str] = []
     busy: set[int] = set()  # trials that train until the end of the run
+    stopped: set[int] = set()  # exploited trials that diverged: never resumed
     now = 0.0
     while now < T * (1 - 1e-9):
         left_t, left_b = T - now, B - tr.paid
+        # new configurations while there are any; then eliminated trials that have not
+        # finished their recipe, resumed from their checkpoints (the best first)
+        resumable = sorted(
+            (t for t in range(len(tr.config)) if t not in busy | stopped and not tr.done(t)),
+            key=tr.value,
+            reverse=True,
+        )
         try:
             p = starting_plan(
                 left_t, left_b, eta=s.eta, v=s.v, p_min=s.p_min, p_max=s.p_max, t_min=t_min
             )
-        except PlanError:  # too little left for another plan
-            break
-        # new configurations while there are any; then eliminated trials that have not
-        # finished their recipe, resumed from their checkpoints (the best first)
-        resumable = sorted(
-            (t for t in range(len(tr.config)) if t not in busy and not tr.done(t)),
-            key=tr.value,
-            reverse=True,
+        except PlanError:  # too little left for another plan: the best trial to the end
+            g = int(min(s.p_max, left_b // left_t))
+            if not resumable or g < s.p_min:
+                break
+            t = resumable[0]
+            decisions.append(
+                f"t={now:.4g} left T={left_t:.4g} B={left_b:.4g}: too little for a plan, "
+                f"trial {t} resumed on {g}"
+            )
+            watch = _Watcher(tr, _ceiling(c, tr, range(len(tr.config))), now, stopped, decisions)
+            used = watch(t, left_t, g)
+            if t not in stopped:
+                break
+            now += used
+            continue
+        fresh = sampler.untried > 0 and (
+            not resumable or _finalist_progress(p, s) >= RESUME_FACTOR * tr.progress[resumable[0]]
         )
-        n = min(p.sampled_trials, sampler.untried or len(resumable))
+        n = min(p.sampled_trials, sampler.untried if fresh else len(resumable))
         if n == 0:
             break
         if n < p.sampled_trials:  # a finite space: never train a configuration twice
             p = fill(at_most(p, n), first_cap=n)
-        if sampler.untried:
+        if fresh:
             alive, what = [tr.new(sampler.sample()) for _ in range(n)], "new configurations"
         else:
             alive, what = resumable[:n], "eliminated trials, resumed"
@@ -376,7 +476,7 @@ def replan(c: Curves, T: float, B: float, rng: np.random.Generator, s: TuningSet
                 f"t={now:.4g} left T={left_t:.4g} B={left_b:.4g}: unused budget, "
                 f"a new plan on {n} {what}"
             )
-        free_at, still = _run_plan(c, tr, alive, p, s, now, decisions)
+        free_at, still = _run_plan(c, tr, alive, p, s, now, decisions, stopped)
         busy.update(still)
         if free_at <= 0:
             break

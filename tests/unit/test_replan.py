@@ -18,10 +18,11 @@ from policy.seer.replan import (
     CurvePredictor,
     at_most,
     choose,
+    diverged_at,
     e_grid_split,
     starting_plan,
 )
-from policy.seer.tuning import Curves, TuningSettings, run_method
+from policy.seer.tuning import Curves, Outcome, TuningSettings, run_method
 from tenantml.bench.curves import load_curves
 
 
@@ -299,3 +300,50 @@ def test_the_budget_an_exploit_cannot_use_goes_to_a_new_plan() -> None:
     assert "unused budget" in out.decisions[1] and out.decisions[1].endswith("resumed")
     assert 0.95 * 16 * T <= out.resource_time <= 16 * T * (1 + 1e-9)
     assert -out.value < 0.288
+
+
+@pytest.mark.parametrize(
+    ("values", "since", "expected"),
+    [
+        ([0.1, 0.5, 0.7, 0.1], 1, 3),  # rose most of the way, back to where it started
+        ([0.1, 0.5, 0.7, 0.05, 0.8], 1, 3),  # below its start: diverged, whatever comes next
+        ([0.1, 0.1, 0.1, 0.1, 0.6], 1, None),  # a warm-up: flat, then learning
+        ([0.1, 0.15, 0.1, 0.12], 1, None),  # noise: it never rose a tenth of the way
+        ([0.1, 0.5, 0.3, 0.2], 1, None),  # lost some of its gain, not all
+        ([0.1, 0.5, float("nan")], 1, 2),  # NaN is the worst value
+        ([0.1, 0.5, 0.1, 0.6, 0.1], 3, 4),  # only evaluations from `since` on
+        ([0.1, 0.5], 1, None),  # too short to tell
+    ],
+)
+def test_diverged_at(values: list[float], since: int, expected: int | None) -> None:
+    assert diverged_at(np.asarray(values), 1.0, since) == expected
+
+
+def _steplr(group: str, budget: float, seed: int) -> tuple[Curves, float, Outcome]:
+    c = load_curves("steplr-digits", minimize=True)[group]
+    T = 0.25 * c.full_time
+    return c, T, run_method("replan", c, T, budget * T, seed, TuningSettings())
+
+
+def test_a_finalist_that_diverges_is_stopped_and_eliminated_trials_resume() -> None:
+    """Step-LR group seed1, 4x budget, 0.25x deadline, seed 1: E-Grid's finalist (a high
+    learning rate, the leader after 3.75 epochs) diverges to chance (loss 2.3), where E-Grid
+    ends. `replan` stops it there and resumes the eliminated trials on its GPUs: they have had
+    more training than a new configuration could get before the deadline."""
+    c, T, out = _steplr("lenet-digits-seed1", 4, 1)
+    assert run_method("e-grid", c, T, 4 * T, 1, TuningSettings()).value < -2.2
+    assert any(d.endswith("diverged (-2.31), stopped") for d in out.decisions)
+    assert any(d.endswith("eliminated trials, resumed") for d in out.decisions)
+    assert out.trials == 4  # no new configuration
+    assert -out.value < 0.3
+    assert out.resource_time <= 4 * T * (1 + 1e-9)
+
+
+def test_too_little_left_for_a_plan_resumes_the_best_trial_to_the_deadline() -> None:
+    """Step-LR group seed0, 4x budget, 0.25x deadline, seed 4: the finalist diverges with less
+    than one epoch left, too little for any plan; the best eliminated trial trains on the
+    freed GPUs to the deadline (before: loss 1.27 and 89% of B)."""
+    _, T, out = _steplr("lenet-digits-seed0", 4, 4)
+    assert "too little for a plan" in out.decisions[-1]
+    assert -out.value < 0.35
+    assert 0.99 * 4 * T <= out.resource_time <= 4 * T * (1 + 1e-9)
