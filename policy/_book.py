@@ -47,7 +47,7 @@ def _cost_refs(problem: Problem, arms: list[IntArray], scale: CostScale) -> Floa
     """
     if scale not in ("mean", "tenant-mean", "max"):
         raise ValueError(f"unknown cost scale {scale!r}; valid: mean, tenant-mean, max")
-    costs = [problem.cost[i, a] for i, a in enumerate(arms)]
+    costs = [problem.cost[i, a] + problem.job_overhead for i, a in enumerate(arms)]
     if scale == "tenant-mean":
         return np.array([float(np.mean(c)) for c in costs])
     flat = np.concatenate(costs) if costs else np.ones(1)
@@ -119,8 +119,10 @@ class TenantBook:
         if self.estimator is not None:
             self.estimator.reset()
         if self.cost_aware:
+            o = self.problem.job_overhead
             self.costs = [
-                self.problem.cost[i, a] / self._cost_ref[i] for i, a in enumerate(self.local_arms)
+                (self.problem.cost[i, a] + o) / self._cost_ref[i]
+                for i, a in enumerate(self.local_arms)
             ]
         else:
             self.costs = [np.ones(len(a)) for a in self.local_arms]
@@ -179,7 +181,8 @@ class TenantBook:
         if self.estimator is not None and np.isfinite(obs.cost) and obs.cost > 0:
             self.estimator.observe(i, obs.arm, obs.cost)
             if self.cost_aware:  # predicted costs: refine this tenant's (Problem docstring)
-                self.costs[i] = self.estimator.expected(i) / self._cost_ref[i]
+                o = self.problem.job_overhead
+                self.costs[i] = (self.estimator.expected(i) + o) / self._cost_ref[i]
         if not self.tried[i][la]:
             self.tried[i][la] = True
             self.remaining[i] -= 1

@@ -76,7 +76,11 @@ class Problem:
     ``cost_prior``: when set, costs are *predicted*: ``cost`` holds the predictions before any
     job ran and policies refine each tenant's costs from its observed ones
     (:class:`policy.costs.CostEstimator`); ``sizes`` (n,): optional tenant data sizes for it.
-    Build with :meth:`create`, which copies and freezes the arrays; check with
+    ``job_overhead``: what every job costs beyond its own training (a live service's dispatch,
+    process and logging, in the cost unit; 0 in a replay), so a policy weighs a job's cost as
+    ``job_overhead + c_ik``: a cost model ``exp(a_i + b_k)`` alone cannot hold a fixed part,
+    and learnt from spans that include it, it predicts every heavier model dearer by the same
+    factor. Build with :meth:`create`, which copies and freezes the arrays; check with
     :func:`policy.validate_problem`.
     """
 
@@ -89,6 +93,7 @@ class Problem:
     meta: ModelMeta | None = None
     cost_prior: CostPrior | None = None
     sizes: FloatArray | None = None
+    job_overhead: float = 0.0
 
     @staticmethod
     def create(
@@ -101,6 +106,7 @@ class Problem:
         meta: ModelMeta | None = None,
         cost_prior: CostPrior | None = None,
         sizes: FloatArray | None = None,
+        job_overhead: float = 0.0,
     ) -> Problem:
         n = len(tenants)
         w = np.ones(n) if weights is None else np.asarray(weights, float)
@@ -115,6 +121,7 @@ class Problem:
             meta,
             cost_prior,
             None if sizes is None else _frozen(np.asarray(sizes, float)),
+            float(job_overhead),
         )
 
     @property

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from policy._types import Problem
@@ -30,6 +32,11 @@ def validate_problem(problem: Problem) -> Problem:
         raise ValueError(
             f"cost of model {problem.models[k]!r} for tenant {problem.tenants[i]!r} is "
             f"{problem.cost[i, k]!r}; costs must be finite and > 0"
+        )
+    if not (math.isfinite(problem.job_overhead) and problem.job_overhead >= 0):
+        raise ValueError(
+            f"job overhead {problem.job_overhead!r} is invalid; it must be finite and >= 0 "
+            "(the cost every job pays beyond its training)"
         )
     if not np.all(np.isfinite(problem.weights) & (problem.weights >= 0)):
         bad = problem.weights[~(np.isfinite(problem.weights) & (problem.weights >= 0))][0]

@@ -163,14 +163,13 @@ class ServiceState:
                 continue
             ok = r.status == "FINISHED" and r.accuracy is not None
             quality = float(r.accuracy or 0.0) if ok else 0.0
+            # the training seconds: what the rest of a job's span costs (MLflow's run, the
+            # model's logging, the registry) is about the same for every job, and the policy
+            # adds it as `Problem.job_overhead` (`job_overhead`), which a cost model
+            # exp(a_i + b_k) fitted on spans cannot hold (see `state_of`)
             cost = float(r.cost_s or 1e-3)
-            if r.end_time is not None:
-                # What the slot paid: the run's span (MLflow's run, the model's logging, the
-                # registry: 0.2-5 s) when it exceeds the training time reported. Counting only
-                # training made 0.01-s tabular jobs look 1000x cheaper than a LeNet, so `rate`
-                # served tenants that had a model before one that had none (bench-live, 240 s:
-                # digits' first model at 72 s; 49 s with this; docs/live.md).
-                cost = max(cost, r.end_time - r.start_time)
+            if r.cost_s is None and r.end_time is not None:
+                cost = max(cost, r.end_time - r.start_time)  # an older record: its span
             if self.usd_per_s is not None:
                 cost *= self.usd_per_s[mi[r.candidate]]
             log.append(
@@ -272,6 +271,9 @@ def capacity_prices(spec: str | None, catalogue: Sequence[str]) -> tuple[float, 
 #: (ease.ml App. A, `policy.prior`; the default) or ``independent`` arms (mean 0.5, variance
 #: 0.05: what the service ran before it learnt across tenants; the ablation `bench-live` measures)
 PRIORS = ("learnt", "independent")
+#: the planner hands the policy a new ``job_overhead`` when it moved by this share (a new
+#: problem rebuilds the policy's per-tenant book from the history)
+OVERHEAD_CHANGE = 0.25
 
 
 def load_state(
@@ -319,6 +321,21 @@ def _restrict(
     return replace(tenant, candidates=kept, restricted=True)
 
 
+def job_overhead(records: Sequence[JobRecord]) -> float:
+    """Seconds a job costs beyond its training (``Problem.job_overhead``): the median over
+    finished jobs of their MLflow run's span less their training seconds (``cost_s``); 0 with
+    none. Measured on bench-live (120 s, 12 tenants): 0.1-0.3 s, where a tabular job trains
+    0.003-0.05 s. Before, spans were the costs, so the tenant scale of
+    ``log c = a_i + b_k`` absorbed the overhead and predicted every heavier model dearer by the
+    same factor (a 0.005-s k-NN fit seen at 0.25 s made a 1-s forest look like 50 s)."""
+    spans = [
+        r.end_time - r.start_time - r.cost_s
+        for r in records
+        if r.status == "FINISHED" and r.end_time is not None and r.cost_s is not None
+    ]
+    return max(0.0, float(np.median(spans))) if spans else 0.0
+
+
 def state_of(
     tenants: list[TenantInfo],
     records: list[JobRecord],
@@ -331,6 +348,8 @@ def state_of(
     if prior not in PRIORS:
         raise ValueError(f"prior {prior!r} is not valid; valid: {', '.join(PRIORS)}")
     problem, catalogue = build_problem(tenants, usd_per_s)
+    if usd_per_s is None:  # costs in seconds (in dollars the overhead's price is unknown)
+        problem = replace(problem, job_overhead=job_overhead(records))
     usd = None if usd_per_s is None else tuple(usd_per_s)
     state = ServiceState(tenants, records, problem, catalogue, usd)
     return state.with_learnt_prior() if prior == "learnt" else state
@@ -454,6 +473,9 @@ class Planner:
             )
             self.loop.finished(fresh.history().log)
             self._seen |= {r.run_id for r in done}
+            o, was = state.problem.job_overhead, self.loop.problem.job_overhead
+            if abs(o - was) > OVERHEAD_CHANGE * max(was, 1e-3):  # the policy rebuilds its book
+                self.loop.problem = replace(self.loop.problem, job_overhead=o)
         self.loop.pending = pending  # what is really in flight (resumed jobs included)
         return self.loop
 

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from mlflow_plugin.tracking import JobRecord
-from policy import History, Observation, loss_estimates
+from policy import History, Observation, loss_estimates, validate_problem
+from policy._book import TenantBook
 from store.schema import Schema, Tensor
 from tasks._service import (
     JobSpec,
@@ -24,6 +25,8 @@ from tasks._service import (
     _restrict,
     _slot,
     build_problem,
+    job_overhead,
+    state_of,
 )
 from tasks.settings import Settings
 from trainers import PIXEL_MODELS, Candidate, candidates
@@ -301,16 +304,53 @@ def test_gpu_count_without_a_driver_needs_no_torch(
     assert out.stdout.split() == ["1", "False"]
 
 
-def test_a_jobs_cost_is_the_time_it_held_its_slot() -> None:
-    """The policy's cost of a finished job is what its slot paid: the MLflow run's span (the
-    run, the model's logging, the registry) when it exceeds the training time it reports."""
-
-    quick = dataclasses.replace(_record("a", "knn"), cost_s=0.01, start_time=100.0, end_time=102.5)
-    slow = dataclasses.replace(_record("a", "svm"), cost_s=7.0, start_time=100.0, end_time=103.0)
-    open_ = dataclasses.replace(_record("a", "mlp"), cost_s=0.5, end_time=None)
-    s = _state([_tenant("a", TAB)], [quick, slow, open_])
+def test_a_jobs_cost_is_its_training_and_the_overhead_is_measured_apart() -> None:
+    """The cost model learns from training seconds; what every run's span adds beyond them
+    (the MLflow run, the model's logging, the registry) is measured as the median excess and
+    reaches the policy as `Problem.job_overhead`, which it adds to every job's cost."""
+    quick = dataclasses.replace(_record("a", "knn"), cost_s=0.01, start_time=100.0, end_time=100.31)
+    slow = dataclasses.replace(_record("a", "svm"), cost_s=7.0, start_time=100.0, end_time=107.2)
+    mid = dataclasses.replace(_record("a", "mlp"), cost_s=0.5, start_time=100.0, end_time=100.75)
+    open_ = dataclasses.replace(_record("a", "rf"), cost_s=None, end_time=None, status="RUNNING")
+    records = [quick, slow, mid, open_]
+    s = _state([_tenant("a", TAB)], records)
     costs = {s.catalogue[o.arm]: o.cost for o in s.history().log}
-    assert costs == {"knn": 2.5, "svm": 7.0, "mlp": 0.5}
+    assert costs == {"knn": 0.01, "svm": 7.0, "mlp": 0.5}
+    assert job_overhead(records) == pytest.approx(0.25)  # median of 0.30, 0.20, 0.25
+    assert job_overhead([open_]) == 0.0
+    state = state_of([_tenant("a", TAB)], records, prior="independent")
+    assert state.problem.job_overhead == pytest.approx(0.25)
+    # the policy weighs knn at 0.01 + 0.25 against svm's 7 + 0.25: a 28x ratio, not 700x
+    book = TenantBook(state.problem)
+    book.sync(state.history())
+    c = book.costs[0]
+    k, v = (
+        int(np.flatnonzero(book.local_arms[0] == state.catalogue.index(m))[0])
+        for m in ("knn", "svm")
+    )
+    assert c[v] / c[k] == pytest.approx(
+        (book.estimator.expected(0)[v] + 0.25) / (book.estimator.expected(0)[k] + 0.25)
+    )
+    with pytest.raises(ValueError, match="job overhead -1.0 is invalid"):
+        validate_problem(dataclasses.replace(state.problem, job_overhead=-1.0))
+
+
+def test_the_planner_hands_the_policy_the_overhead_measured_since_it_started() -> None:
+    """At start no job has run (overhead 0); once finished jobs show 0.25 s beyond their
+    training, the planner's policy sees it."""
+    tenants = [_tenant("a", TAB), _tenant("b", TAB)]
+    planner = Planner("rate", slots=1)
+    records: list[JobRecord] = []
+    planner.decide(state_of(tenants, records), in_flight=[], tick=0)
+    assert planner.loop is not None and planner.loop.problem.job_overhead == 0.0
+    for tick, excess in enumerate((0.25, 0.25, 0.26), start=1):
+        [job] = planner.decide(state_of(tenants, records), in_flight=[], tick=tick)
+        done = dataclasses.replace(
+            _record(job.tenant, job.candidate), cost_s=0.01, start_time=0.0, end_time=0.01 + excess
+        )
+        records.append(done)
+        planner.decide(state_of(tenants, records), in_flight=[], tick=tick)
+        assert planner.loop.problem.job_overhead == pytest.approx(0.25)
 
 
 def test_a_tenants_weight_is_its_w_i_and_rate_serves_the_heavier_first() -> None:
