@@ -320,16 +320,14 @@ def test_a_jobs_cost_is_its_training_and_the_overhead_is_measured_apart() -> Non
     assert job_overhead([open_]) == 0.0
     state = state_of([_tenant("a", TAB)], records, prior="independent")
     assert state.problem.job_overhead == pytest.approx(0.25)
-    # the policy weighs knn at 0.01 + 0.25 against svm's 7 + 0.25: a 28x ratio, not 700x
+    # the policy weighs each job at the overhead plus its predicted training seconds
     book = TenantBook(state.problem)
     book.sync(state.history())
-    c = book.costs[0]
-    k, v = (
-        int(np.flatnonzero(book.local_arms[0] == state.catalogue.index(m))[0])
-        for m in ("knn", "svm")
-    )
-    assert c[v] / c[k] == pytest.approx(
-        (book.estimator.expected(0)[v] + 0.25) / (book.estimator.expected(0)[k] + 0.25)
+    assert book.estimator is not None
+    trained = book.estimator.expected(0)
+    k, v = (book.local_index[0, state.catalogue.index(m)] for m in ("knn", "svm"))
+    assert book.costs[0][v] / book.costs[0][k] == pytest.approx(
+        (trained[v] + 0.25) / (trained[k] + 0.25)
     )
     with pytest.raises(ValueError, match="job overhead -1.0 is invalid"):
         validate_problem(dataclasses.replace(state.problem, job_overhead=-1.0))
