@@ -31,38 +31,45 @@ def train(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
     from mlflow_plugin.tracking import ensure_tenant_experiment, job_record
     from store import ExampleStore
-    from tasks import JobSpec, record, train_task
+    from tasks import JobSpec, SlotHold, record, train_task
     from tasks.outage import patient, serve_patiently
 
     settings = Settings.load().apply()
     serve_patiently()  # a slow answer (a big upload) is waited for, not failed
-    jobs = JobSpec(**spec).chain()
+    head = JobSpec(**spec)
+    jobs = head.chain()
     # The job waits out a server outage (bounded backoff, a log line per attempt).
     client = patient(MlflowClient(settings.tracking_uri), settings)
     store = ExampleStore(patient(settings.store().blobs, settings))
-    experiments: dict[str, str] = {}
-    out: list[dict[str, Any]] = []
-    error: BaseException | None = None
-    for job in jobs:
-        if job.tenant not in experiments:
-            schema = store.schema(job.tenant)
-            experiments[job.tenant] = ensure_tenant_experiment(
-                client, job.tenant, str(schema), [], settings.artifact_location
-            )
-        exp_id = experiments[job.tenant]
-        if len(jobs) > 1 and (rec := job_record(client, exp_id, job.job_id)) is not None:
-            if rec.status == "FINISHED":  # trained by an earlier attempt of this chain
-                out.append(_summary(rec))
+    # The run's jobs train in turn with the slot held between them (`tasks.SlotHold`).
+    slot = SlotHold.of(head)
+    try:
+        experiments: dict[str, str] = {}
+        out: list[dict[str, Any]] = []
+        error: BaseException | None = None
+        for job in jobs:
+            if job.tenant not in experiments:
+                schema = store.schema(job.tenant)
+                experiments[job.tenant] = ensure_tenant_experiment(
+                    client, job.tenant, str(schema), [], settings.artifact_location
+                )
+            exp_id = experiments[job.tenant]
+            if len(jobs) > 1 and (rec := job_record(client, exp_id, job.job_id)) is not None:
+                if rec.status == "FINISHED":  # trained by an earlier attempt of this chain
+                    out.append(_summary(rec))
+                    slot.job_done()
+                    continue
+            try:
+                done = train_task(job, client, store, exp_id, str(runtime.flow_run.id or ""), slot)
+            except Exception as e:  # the chain goes on; the run fails at the end
+                if len(jobs) == 1:
+                    raise
+                error = error or e
                 continue
-        try:
-            done = train_task(job, client, store, exp_id, str(runtime.flow_run.id or ""))
-        except Exception as e:  # the chain goes on; the run fails at the end
-            if len(jobs) == 1:
-                raise
-            error = error or e
-            continue
-        record(client, done)
-        out.append(_summary(done))
+            record(client, done)
+            out.append(_summary(done))
+    finally:
+        slot.release()
     if error is not None:
         raise error
     return out

@@ -14,6 +14,7 @@ from tasks._service import (
     JobSpec,
     Planner,
     ServiceState,
+    SlotHold,
     load_state,
     record_finished,
     run_job,
@@ -70,8 +71,9 @@ def train_task(
     store: ExampleStore,
     experiment_id: str,
     flow_run_id: str | None,
+    slot: SlotHold | None = None,
 ) -> JobRecord:
-    return run_job(spec, client, store, experiment_id, flow_run_id=flow_run_id)
+    return run_job(spec, client, store, experiment_id, flow_run_id=flow_run_id, slot=slot)
 
 
 @task(name="record", retries=2, retry_delay_seconds=1, cache_policy=NO_CACHE)

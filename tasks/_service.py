@@ -61,6 +61,7 @@ T = TypeVar("T")
 __all__ = [
     "JobSpec",
     "ServiceState",
+    "SlotHold",
     "TenantInfo",
     "build_problem",
     "capacity_prices",
@@ -414,7 +415,7 @@ class Planner:
     tenants or the catalogue change (a picker's turn, e.g. RoundRobin's, survives the passes).
 
     `prefetch`: jobs decided and sent beyond the `slots` running ones; each waits, started and
-    warm, on its slot's lock in `lock_dir` (see `_slot`) and trains as soon as the slot frees.
+    warm, on its slot's lock in `lock_dir` (see `SlotHold`) and trains as soon as the slot frees.
     `worker_locks`: on several nodes the lock is instead the GPU's of the worker that takes the
     run (`GPU_LOCK_ENV`, on its node), so no lock goes with a job and `lock_dir` is None.
     """
@@ -559,40 +560,44 @@ class Planner:
         def seconds(a: Assignment) -> float:
             return sleep_s if sleep_s is not None else loop.expected_cost(a)
 
-        # One pick per free run: the loop's slots count jobs, and chained runs hold several.
-        slots, loop.slots = loop.slots, len(loop.pending) + self.capacity - len(in_flight)
-        try:
-            heads = loop.fill()
-        finally:
-            loop.slots = slots
-        out = []
-        for a in heads:
-            if a.tenant not in ready:
-                continue
+        # The free runs, each on the least loaded slot; a slot's runs train in turn.
+        run_slots = []
+        for _ in range(self.capacity - len(in_flight)):
             slot = min(range(self.slots), key=lambda s: (load[s], s))
             load[slot] += 1
-            head = spec(a, slot)
-            if chaining and chain_s is not None:
-                head = self._chain(loop, head, seconds(a), chain_s, ready, spec, seconds)
-            out.append(head)
-        return out
+            run_slots.append(slot)
+        runs = self._fill(loop, run_slots, chaining, chain_s or 0.0, ready, spec, seconds)
+        return [
+            replace(spec(run[0], slot), then=tuple(spec(a, slot) for a in run[1:]))
+            for run, slot in zip(runs, run_slots, strict=True)
+            if run
+        ]
 
-    def _chain(
+    def _fill(
         self,
         loop: SchedulerLoop,
-        head: JobSpec,
-        head_s: float,
+        run_slots: list[int],
+        chaining: bool,
         chain_s: float,
         ready: set[int],
         spec: Callable[[Assignment, int], JobSpec],
         seconds: Callable[[Assignment], float],
-    ) -> JobSpec:
-        """`head` with the policy's next picks chained after it while their expected seconds
-        fit in ``chain_s`` (see `decide`); each chained pick is pending for the policy."""
-        then: list[JobSpec] = []
-        used = {(head.tenant, head.job_id)}
-        total = head_s
-        while total < chain_s and len(then) + 1 < MAX_CHAIN:
+    ) -> list[list[Assignment]]:
+        """The policy's picks, one at a time and in its order, put into the free runs (one per
+        entry of ``run_slots``, the run's slot) so that the slots train them in that order: each
+        pick goes to the run that its slot reaches first (the slot with the fewest expected
+        seconds sent so far; on a slot, its first run not yet full). A run is full when the pick
+        is not chained onto it (``chaining`` off, or it would pass ``chain_s`` seconds or
+        `MAX_CHAIN` jobs); that pick goes to the next run. A pick no run takes goes back to the
+        policy, as if never picked. Picks of tenants not ``ready`` are not sent."""
+        runs: list[list[Assignment]] = [[] for _ in run_slots]
+        full = [False] * len(run_slots)
+        sent = [0.0] * len(run_slots)  # expected seconds per run
+        queued = dict.fromkeys(run_slots, 0.0)  # expected seconds per slot
+        used: set[tuple[str, str]] = set()
+        for _ in range(len(run_slots) * MAX_CHAIN + len(ready) + 1):  # bounded: see `ready`
+            if all(full):
+                break
             turn = loop.state  # the picker's state (a round robin's turn) before this pick
             slots, loop.slots = loop.slots, len(loop.pending) + 1  # room for one more pick
             try:
@@ -602,16 +607,39 @@ class Planner:
             if not picked:
                 break
             (a,) = picked
-            job = spec(a, head.slot)
-            cost = seconds(a)
-            if a.tenant not in ready or total + cost > chain_s or (job.tenant, job.job_id) in used:
-                # Not sent: back to the policy, as if never picked (it heads the next run).
-                loop.pending, loop.state = loop.pending[:-1], turn
+            if a.tenant not in ready:
+                continue  # stays pending this pass, so the policy moves on
+            job = spec(a, 0)
+            key, cost = (job.tenant, job.job_id), seconds(a)
+            target = None
+            if key not in used:
+                while target is None:
+                    # on each slot its first run not full; of those, the slot reached first
+                    heads = {}
+                    for i, slot in enumerate(run_slots):
+                        if not full[i] and slot not in heads:
+                            heads[slot] = i
+                    if not heads:
+                        break
+                    i = min(heads.values(), key=lambda i: (queued[run_slots[i]], i))
+                    run = runs[i]
+                    fits = not run or (
+                        chaining and sent[i] + cost <= chain_s and len(run) < MAX_CHAIN
+                    )
+                    if fits:
+                        target = i
+                    else:
+                        full[i] = True
+            if target is None:
+                loop.pending, loop.state = loop.pending[:-1], turn  # back to the policy
                 break
-            then.append(job)
-            used.add((job.tenant, job.job_id))
-            total += cost
-        return replace(head, then=tuple(then))
+            runs[target].append(a)
+            used.add(key)
+            sent[target] += cost
+            queued[run_slots[target]] += cost
+            if not chaining or sent[target] >= chain_s or len(runs[target]) >= MAX_CHAIN:
+                full[target] = True
+        return runs
 
 
 MAX_CHAIN = 16  # jobs in one run at most (`Planner.decide`'s ``chain_s``)
@@ -624,10 +652,12 @@ def run_job(
     experiment_id: str,
     *,
     flow_run_id: str | None = None,
+    slot: SlotHold | None = None,
 ) -> JobRecord:
     """Train one job and record it as an MLflow run (`mlflow_plugin.jobrun.JobRun`; the run of an
     earlier attempt is reused, and the trainer resumes from its checkpoint). Ends the run
-    FINISHED, or FAILED and re-raises."""
+    FINISHED, or FAILED and re-raises. ``slot``: the hold of the run this job is part of
+    (default: the job's own, let go after its training)."""
     params: dict[str, Any] = {"max_epochs": spec.max_epochs, "time_budget_s": spec.time_budget_s}
     if spec.seer is not None:
         params.update(SeerOptions.from_dict(spec.seer).to_params())
@@ -647,7 +677,8 @@ def run_job(
         retry=_patiently,
     ) as run:
         result: TrainResult | None = None
-        with _slot(spec):  # the slot is held while training, and only then
+        hold = slot or SlotHold.of(replace(spec, then=()))
+        with hold.training():  # the slot is held while training (and between a chain's jobs)
             started = time.time()  # the trainer's first step follows at once
             timing = {"started_at": started}
             if spec.dispatched_at is not None:
@@ -683,30 +714,66 @@ def _patiently(fn: Callable[[], T]) -> T:
     return ride_out(fn, what="train job")
 
 
-@contextmanager
-def _slot(spec: JobSpec) -> Iterator[None]:
-    """Hold the job's GPU slot (an exclusive lock on a file) while it trains.
+class SlotHold:
+    """A run's hold on its GPU slot (an exclusive lock on a file) across the jobs it trains.
 
-    This is what makes prefetching pay: the scheduler sends the next job for a slot while the
+    This is what makes prefetching pay: the scheduler sends the next run for a slot while the
     current one runs, its process starts and imports everything, then waits here, warm, and
     starts training the moment the slot is free (shared/ARCHITECTURE: ticks never block).
-    """
-    # One machine: the slot's lock, sent by the scheduler. Other nodes: the lock of the GPU whose
-    # worker started this run, on that node (`GPU_LOCK_ENV`; set by `tenantml worker`, never in
-    # the embedded mode's threads). Neither: nothing waits here.
-    lock = spec.slot_lock or os.environ.get(GPU_LOCK_ENV)
-    if not lock:
-        yield
-        return
-    import fcntl
 
-    Path(lock).parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    The hold is taken when the run's first job starts training and kept between its jobs: a
+    chain (`JobSpec.then`) trains its jobs without another run on the slot (the prefetched one)
+    training in between, so the slot trains the policy's picks in the order they were made
+    (`Planner.decide` fills a slot's runs in that order). It is let go once the last job has
+    trained, so the next run trains while that job logs its model, or at `release`, which the
+    run calls at its end whatever happened (a job skipped or failed before training).
+
+    ``lock``: the file; one machine: the slot's, sent by the scheduler (`JobSpec.slot_lock`);
+    other nodes: the lock of the GPU whose worker started this run, on that node
+    (`GPU_LOCK_ENV`; set by `tenantml worker`, never in the embedded mode's threads); None:
+    nothing waits. ``jobs``: how many jobs the run trains.
+    """
+
+    def __init__(self, lock: str | None, jobs: int = 1) -> None:
+        self.lock = lock
+        self.left = jobs
+        self._file: Any = None
+
+    @classmethod
+    def of(cls, spec: JobSpec) -> SlotHold:
+        """The hold for the run `spec` heads (all its chained jobs)."""
+        return cls(spec.slot_lock or os.environ.get(GPU_LOCK_ENV), len(spec.chain()))
+
+    @contextmanager
+    def training(self) -> Iterator[None]:
+        """Hold the slot while one job trains (taking it if not held yet)."""
+        if self.lock and self._file is None:
+            import fcntl
+
+            Path(self.lock).parent.mkdir(parents=True, exist_ok=True)
+            f = open(self.lock, "a")  # noqa: SIM115 (held across jobs, closed by `release`)
+            fcntl.flock(f, fcntl.LOCK_EX)
+            self._file = f
         try:
             yield
         finally:
+            self.job_done()
+
+    def job_done(self) -> None:
+        """One of the run's jobs needs the slot no more (it trained, or it will not: an earlier
+        attempt of the run finished it); after the last, the slot is let go."""
+        self.left -= 1
+        if self.left <= 0:
+            self.release()
+
+    def release(self) -> None:
+        """Let the slot go (idempotent)."""
+        f, self._file = self._file, None
+        if f is not None:
+            import fcntl
+
             fcntl.flock(f, fcntl.LOCK_UN)
+            f.close()
 
 
 def _sleep_job(seconds: float) -> tuple[float, float, int]:

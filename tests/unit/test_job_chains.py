@@ -57,6 +57,39 @@ def test_a_pick_longer_than_what_is_left_is_not_chained() -> None:
     assert long.then == ()  # one job already longer than chain_s
 
 
+def _order(slots: int, prefetch: int, chain_s: float) -> tuple[list[JobSpec], list[Any]]:
+    """The runs of a first decision, and the policy's picks in its order (the same planner
+    state deciding once more, with nothing sent, one job per run and one slot per run)."""
+    state = _state(_tenants(8), [])
+    kw: dict[str, Any] = {"prefetch": prefetch, "lock_dir": "/locks"} if prefetch else {}
+    runs = Planner("roundrobin", slots=slots, **kw).decide(
+        state, in_flight=[], tick=1, chain_s=chain_s, sleep_s=1.0
+    )
+    n = sum(len(r.chain()) for r in runs)
+    picks = Planner("roundrobin", slots=n).decide(state, in_flight=[], tick=1, sleep_s=1.0)
+    return runs, [(j.tenant, j.job_id) for j in picks]
+
+
+def test_a_slots_runs_take_the_policys_picks_in_its_order() -> None:
+    """One slot with a prefetched run: the first run takes the policy's first picks, the
+    prefetched one the next, so the slot (which trains its runs in turn, `SlotHold`) trains
+    them in the policy's order. Before, both runs' heads were the first two picks, and the
+    prefetched run's jobs could train between the first run's."""
+    runs, picks = _order(slots=1, prefetch=1, chain_s=3.0)
+    assert [len(r.chain()) for r in runs] == [3, 3]
+    assert [(j.tenant, j.job_id) for r in runs for j in r.chain()] == picks
+
+
+def test_two_slots_take_the_policys_picks_in_turn() -> None:
+    """Two slots train at once: the picks alternate between them, so the policy's first picks
+    (each tenant's first model) train first on both rather than all on one slot."""
+    runs, picks = _order(slots=2, prefetch=0, chain_s=3.0)
+    first, second = (r.chain() for r in runs)
+    assert [(j.tenant, j.job_id) for j in first] == picks[0::2]
+    assert [(j.tenant, j.job_id) for j in second] == picks[1::2]
+    assert {j.slot for j in first} == {0} and {j.slot for j in second} == {1}
+
+
 def test_a_chain_is_at_most_max_chain_jobs() -> None:
     state = _state(_tenants(8), [])
     [run] = Planner("roundrobin", slots=1).decide(

@@ -21,9 +21,9 @@ from tasks._service import (
     JobSpec,
     Planner,
     ServiceState,
+    SlotHold,
     TenantInfo,
     _restrict,
-    _slot,
     build_problem,
     job_overhead,
     state_of,
@@ -102,7 +102,7 @@ def test_prefetch_fills_each_slot_with_one_waiting_job() -> None:
 
 def test_on_several_nodes_prefetched_jobs_carry_no_lock_the_worker_holds_its_gpus() -> None:
     """Worker locks (`up --listen`, a cluster): the same jobs, none naming a lock file of the
-    scheduler's machine; each waits on its worker's GPU lock, on its node (`_slot`)."""
+    scheduler's machine; each waits on its worker's GPU lock, on its node (`SlotHold`)."""
     tenants = [_tenant("a", TAB), _tenant("b", TAB)]
     planner = Planner("roundrobin", slots=2, prefetch=2, worker_locks=True)
     jobs = planner.decide(_state(tenants, []), in_flight=[], tick=1)
@@ -169,7 +169,7 @@ def test_slot_lock_serializes_jobs_on_one_slot(
     events: list[str] = []
 
     def job(name: str, hold: float) -> None:
-        with _slot(spec):
+        with SlotHold.of(spec).training():
             events.append(f"{name} start")
             time.sleep(hold)
             events.append(f"{name} end")
@@ -182,6 +182,50 @@ def test_slot_lock_serializes_jobs_on_one_slot(
     first.join()
     second.join()
     assert events == ["first start", "first end", "second start", "second end"]
+
+
+def test_a_chain_holds_its_slot_between_its_jobs(tmp_path: Path) -> None:
+    """A run of three chained jobs keeps the slot from its first job's training to its last's:
+    the prefetched run waiting on the slot trains after all three, not between them, and as
+    soon as the last has trained (while that job would log its model)."""
+    lock = str(tmp_path / "slot-0.lock")
+    events: list[str] = []
+    chain = SlotHold(lock, jobs=3)
+    waiting = threading.Event()
+
+    def prefetched() -> None:
+        waiting.set()
+        with SlotHold(lock).training():
+            events.append("next run")
+
+    other = threading.Thread(target=prefetched)
+    for k in range(3):
+        with chain.training():
+            if k == 0:
+                other.start()
+                waiting.wait()
+            time.sleep(0.1)  # the other run waits on the lock meanwhile
+            events.append(f"job {k}")
+        if k < 2:
+            time.sleep(0.1)  # between two jobs (logging a model): the slot stays held
+    other.join(timeout=5)
+    events.append("job 2 logged")
+    assert events == ["job 0", "job 1", "job 2", "next run", "job 2 logged"]
+    chain.release()  # idempotent: already let go after the last job
+
+
+def test_a_run_lets_its_slot_go_when_a_job_never_trains(tmp_path: Path) -> None:
+    """A chain whose later job fails before training (or was done by an earlier attempt) does
+    not keep the slot: `release` at the run's end, or `job_done` for a skipped job."""
+    lock = str(tmp_path / "slot-0.lock")
+    chain = SlotHold(lock, jobs=3)
+    with chain.training():
+        pass
+    chain.job_done()  # the second was finished by an earlier attempt
+    assert chain._file is not None  # the third may still train
+    chain.release()  # it failed before training: the run ends
+    with SlotHold(lock).training():  # the slot is free again (this would wait forever)
+        pass
 
 
 def test_unreachable_server_is_named_and_the_cli_exits_1(
