@@ -103,6 +103,10 @@ class JobSpec:
     sleep_s: float | None = None  # a sleep-based stand-in trainer (dispatch benchmarks)
     dispatched_at: float | None = None  # wall clock (time.time) when the scheduler sent it
     slot_lock: str | None = None  # a lock file per slot: a prefetched job waits on it, warm
+    # The run's turn on its slot, and the turn of the run sent before it there (`SlotHold`):
+    # it takes the slot after that one, so a slot trains its runs in the order they were sent.
+    turn: int | None = None
+    after: int | None = None
     # A SEER job (`tasks._seer.SeerOptions.as_dict`): tune the model's hyperparameters under a
     # deadline and a GPU budget instead of the fixed learning-rate grid.
     seer: dict[str, Any] | None = None
@@ -438,6 +442,10 @@ class Planner:
         self.slots = slots
         self.capacity = slots + prefetch
         self.lock_dir = lock_dir
+        # Turns on the slots (`JobSpec.turn`): microseconds at the start, so that a later
+        # scheduler's are larger; each slot's last turn sent.
+        self._next_turn = time.time_ns() // 1000
+        self._last_turn: dict[int, int] = {}
         self.rng = np.random.default_rng(seed)
         self.loop: SchedulerLoop | None = None
         self._key: tuple[object, ...] = ()
@@ -567,11 +575,16 @@ class Planner:
             load[slot] += 1
             run_slots.append(slot)
         runs = self._fill(loop, run_slots, chaining, chain_s or 0.0, ready, spec, seconds)
-        return [
-            replace(spec(run[0], slot), then=tuple(spec(a, slot) for a in run[1:]))
-            for run, slot in zip(runs, run_slots, strict=True)
-            if run
-        ]
+        out = []
+        for run, slot in zip(runs, run_slots, strict=True):
+            if not run:
+                continue
+            head = replace(spec(run[0], slot), then=tuple(spec(a, slot) for a in run[1:]))
+            if self.lock_dir is not None:  # one machine: the slot's runs take it in turn
+                head = replace(head, turn=self._next_turn, after=self._last_turn.get(slot))
+                self._last_turn[slot], self._next_turn = self._next_turn, self._next_turn + 1
+            out.append(head)
+        return out
 
     def _fill(
         self,
@@ -714,6 +727,11 @@ def _patiently(fn: Callable[[], T]) -> T:
     return ride_out(fn, what="train job")
 
 
+#: how long a run waits for the run sent before it on its slot to take the slot first
+#: (`SlotHold`); past it, that run is taken for dead (killed before it trained) and skipped.
+TURN_PATIENCE_S = 30.0
+
+
 class SlotHold:
     """A run's hold on its GPU slot (an exclusive lock on a file) across the jobs it trains.
 
@@ -721,39 +739,44 @@ class SlotHold:
     current one runs, its process starts and imports everything, then waits here, warm, and
     starts training the moment the slot is free (shared/ARCHITECTURE: ticks never block).
 
-    The hold is taken when the run's first job starts training and kept between its jobs: a
-    chain (`JobSpec.then`) trains its jobs without another run on the slot (the prefetched one)
-    training in between, so the slot trains the policy's picks in the order they were made
-    (`Planner.decide` fills a slot's runs in that order). It is let go once the last job has
-    trained, so the next run trains while that job logs its model, or at `release`, which the
-    run calls at its end whatever happened (a job skipped or failed before training).
+    A slot trains the policy's picks in the order they were made (`Planner.decide` fills a
+    slot's runs in that order):
+    - the hold is taken when the run's first job starts training and kept between its jobs, so
+      no other run (the prefetched one) trains between the jobs of a chain (`JobSpec.then`). It
+      is let go once the last job has trained, so the next run trains while that job logs its
+      model, or at `release`, which the run calls at its end whatever happened.
+    - runs take the slot in the order they were sent: a run with ``after`` (the turn of the run
+      sent before it on the slot) waits until a run of that turn or later has taken the slot
+      (the lock file holds the latest turn that took it), for at most `TURN_PATIENCE_S`. Two
+      runs sent at once (the scheduler's first tick) would otherwise race for the lock.
 
     ``lock``: the file; one machine: the slot's, sent by the scheduler (`JobSpec.slot_lock`);
     other nodes: the lock of the GPU whose worker started this run, on that node
-    (`GPU_LOCK_ENV`; set by `tenantml worker`, never in the embedded mode's threads); None:
-    nothing waits. ``jobs``: how many jobs the run trains.
+    (`GPU_LOCK_ENV`; set by `tenantml worker`, never in the embedded mode's threads; no turns
+    there: any run of the pool may reach a worker); None: nothing waits. ``jobs``: how many
+    jobs the run trains.
     """
 
-    def __init__(self, lock: str | None, jobs: int = 1) -> None:
+    def __init__(
+        self, lock: str | None, jobs: int = 1, turn: int | None = None, after: int | None = None
+    ) -> None:
         self.lock = lock
         self.left = jobs
+        self.turn, self.after = turn, after
         self._file: Any = None
 
     @classmethod
     def of(cls, spec: JobSpec) -> SlotHold:
         """The hold for the run `spec` heads (all its chained jobs)."""
-        return cls(spec.slot_lock or os.environ.get(GPU_LOCK_ENV), len(spec.chain()))
+        if spec.slot_lock:
+            return cls(spec.slot_lock, len(spec.chain()), spec.turn, spec.after)
+        return cls(os.environ.get(GPU_LOCK_ENV), len(spec.chain()))
 
     @contextmanager
     def training(self) -> Iterator[None]:
         """Hold the slot while one job trains (taking it if not held yet)."""
         if self.lock and self._file is None:
-            import fcntl
-
-            Path(self.lock).parent.mkdir(parents=True, exist_ok=True)
-            f = open(self.lock, "a")  # noqa: SIM115 (held across jobs, closed by `release`)
-            fcntl.flock(f, fcntl.LOCK_EX)
-            self._file = f
+            self._take(self.lock)
         try:
             yield
         finally:
@@ -767,13 +790,49 @@ class SlotHold:
             self.release()
 
     def release(self) -> None:
-        """Let the slot go (idempotent)."""
-        f, self._file = self._file, None
-        if f is not None:
-            import fcntl
+        """Let the slot go (idempotent). A run that never took it still passes its turn, so the
+        run sent after it does not wait for it."""
+        import fcntl
 
+        f, self._file = self._file, None
+        if f is None and self.lock and self.turn is not None:
+            with open(self.lock, "a+") as g:
+                fcntl.flock(g, fcntl.LOCK_EX)
+                self._pass_turn(g)
+                self.turn = None
+        elif f is not None:
             fcntl.flock(f, fcntl.LOCK_UN)
             f.close()
+
+    def _take(self, lock: str) -> None:
+        import fcntl
+
+        Path(lock).parent.mkdir(parents=True, exist_ok=True)
+        f = open(lock, "a+")  # noqa: SIM115 (held across jobs, closed by `release`)
+        give_up = time.monotonic() + TURN_PATIENCE_S
+        while True:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            if self.after is None or _turn_taken(f) >= self.after or time.monotonic() > give_up:
+                break
+            fcntl.flock(f, fcntl.LOCK_UN)  # the run before this one has not trained yet
+            time.sleep(0.02)
+        self._pass_turn(f)
+        self.turn = None
+        self._file = f
+
+    def _pass_turn(self, f: Any) -> None:
+        if self.turn is not None and self.turn > _turn_taken(f):
+            f.seek(0)
+            f.truncate()
+            f.write(str(self.turn))
+            f.flush()
+
+
+def _turn_taken(f: Any) -> int:
+    """The latest turn that took the slot, from its (locked) lock file; -1 if none."""
+    f.seek(0)
+    text = f.read().strip()
+    return int(text) if text.isdigit() else -1
 
 
 def _sleep_job(seconds: float) -> tuple[float, float, int]:

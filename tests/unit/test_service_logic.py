@@ -228,6 +228,81 @@ def test_a_run_lets_its_slot_go_when_a_job_never_trains(tmp_path: Path) -> None:
         pass
 
 
+def test_runs_take_their_slot_in_the_order_they_were_sent(tmp_path: Path) -> None:
+    """Two runs sent at once on one slot (the first tick: a run and the prefetched one): the
+    second reaches the lock first, yet the first trains first. Without turns it was a race."""
+    lock = str(tmp_path / "slot-0.lock")
+    events: list[str] = []
+    second_waits = threading.Event()
+
+    def second() -> None:
+        second_waits.set()
+        with SlotHold(lock, turn=11, after=10).training():
+            events.append("second")
+
+    other = threading.Thread(target=second)
+    other.start()
+    second_waits.wait()
+    time.sleep(0.1)  # the second run is at the lock first
+    with SlotHold(lock, turn=10).training():
+        events.append("first")
+    other.join(timeout=5)
+    assert events == ["first", "second"]
+
+
+def test_a_run_that_never_trains_passes_its_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run before this one ended without training (its jobs failed early or were done):
+    `release` passes its turn, and the next run takes the slot at once, not after the
+    patience for a dead run."""
+    import tasks._service as service
+
+    monkeypatch.setattr(service, "TURN_PATIENCE_S", 3600.0)  # would hang the test
+    lock = str(tmp_path / "slot-0.lock")
+    SlotHold(lock, turn=10).release()
+    took: list[bool] = []
+
+    def take() -> None:
+        with SlotHold(lock, turn=11, after=10).training():
+            took.append(True)
+
+    t = threading.Thread(target=take, daemon=True)
+    t.start()
+    t.join(timeout=30)
+    assert took == [True]
+
+
+def test_a_run_sent_after_a_dead_one_waits_at_most_the_patience(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run before it was killed before it took the slot: the next one takes it after
+    `TURN_PATIENCE_S`, and the turn recorded is its own."""
+    import tasks._service as service
+
+    monkeypatch.setattr(service, "TURN_PATIENCE_S", 0.2)
+    lock = str(tmp_path / "slot-0.lock")
+    with SlotHold(lock, turn=12, after=11).training():
+        pass
+    assert Path(lock).read_text() == "12"
+
+
+def test_the_planner_gives_a_slots_runs_their_turns() -> None:
+    """One slot and a prefetched run: the second run is sent after the first; a later run on
+    the slot comes after the last sent. Several nodes (worker locks): no turns."""
+    tenants = [_tenant(n, TAB) for n in "abc"]
+    planner = Planner("roundrobin", slots=1, prefetch=1, lock_dir="/locks")
+    first, second = planner.decide(_state(tenants, []), in_flight=[], tick=1)
+    assert first.turn is not None and first.after is None
+    assert (second.turn, second.after) == (first.turn + 1, first.turn)
+    [third] = planner.decide(_state(tenants, []), in_flight=[second], tick=2)
+    assert (third.turn, third.after) == (second.turn + 1, second.turn)
+    workers = Planner("roundrobin", slots=1, prefetch=1, worker_locks=True)
+    assert {
+        (j.turn, j.after) for j in workers.decide(_state(tenants, []), in_flight=[], tick=1)
+    } == {(None, None)}
+
+
 def test_unreachable_server_is_named_and_the_cli_exits_1(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_env: None
 ) -> None:
