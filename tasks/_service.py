@@ -796,6 +796,7 @@ class SlotHold:
 
         f, self._file = self._file, None
         if f is None and self.lock and self.turn is not None:
+            Path(self.lock).parent.mkdir(parents=True, exist_ok=True)
             with open(self.lock, "a+") as g:
                 fcntl.flock(g, fcntl.LOCK_EX)
                 self._pass_turn(g)
