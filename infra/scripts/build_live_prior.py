@@ -25,6 +25,12 @@ catalogue's candidates and keeps the cells that map:
 * images (``easeml-dl.csv.gz``, the ease.ml authors' CNN matrix, 18 data sets): m1..m9 as in
   ``easeml-dl.models.csv`` (identities inferred there); m8 (unknown) is dropped and LeNet and
   the ``+fk`` input-normalisation variants have no cells (the prior leaves them wide).
+* pixel arms (``pixels-<arm>``: a tabular arm on an image task's flattened pixels): the
+  tabular cells above on the OpenML data sets whose features are an image's pixels
+  (`PIXEL_SETS`: MNIST, Fashion-MNIST, optdigits, semeion, mfeat-pixel), copied to the pixel
+  arm of the same name, in a column of their own (``openml-554:pixels``). Those measurements are exactly a pixel arm's job; without them the
+  pixel arms had no cells and the prior's N(0.5, 0.05), so an image tenant whose k-NN was
+  already at 0.88 saw almost nothing to gain from its forests (0.92; docs/live.md).
 
 Run from the repository root: ``python infra/scripts/build_live_prior.py``. The outputs are
 byte-for-byte reproducible (sorted rows, gzip without a timestamp, sorted JSON keys).
@@ -195,6 +201,16 @@ def _rows(name: str) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+#: OpenML data sets whose features are an image's pixels (id: name, image size)
+PIXEL_SETS = {
+    "openml-554": "mnist_784, 28x28",
+    "openml-40996": "Fashion-MNIST, 28x28",
+    "openml-28": "optdigits, 8x8 counts",
+    "openml-1501": "semeion, 16x16 binary",
+    "openml-20": "mfeat-pixel, 15x16",
+}
+
+
 def build() -> list[tuple[str, str, str, str]]:
     """(source, data set, candidate, quality) for every mapped cell."""
     out = []
@@ -208,6 +224,11 @@ def build() -> list[tuple[str, str, str, str]]:
         if cand and r["quality"]:
             out.append(("easeml-dl", r["tenant"], cand, r["quality"]))
     out += portfolio()[1]
+    # The pixel arms: tabular arms measured on pixels, in columns of their own (`d:pixels`): a
+    # live tenant measures either tabular arms or pixel arms, never both, so the prior keeps
+    # them apart (`policy.prior`'s blocks). Arms the catalogue has no pixel variant of
+    # (boosting, saga's L1) get cells no candidate reads (`trainers.zoo.prior_quality`).
+    out += [(src, f"{d}:pixels", f"pixels-{c}", q) for src, d, c, q in out if d in PIXEL_SETS]
     return sorted(out)
 
 
