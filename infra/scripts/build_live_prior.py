@@ -28,9 +28,10 @@ catalogue's candidates and keeps the cells that map:
 * pixel arms (``pixels-<arm>``: a tabular arm on an image task's flattened pixels): the
   tabular cells above on the OpenML data sets whose features are an image's pixels
   (`PIXEL_SETS`: MNIST, Fashion-MNIST, optdigits, semeion, mfeat-pixel), copied to the pixel
-  arm of the same name, in a column of their own (``openml-554:pixels``). Those measurements are exactly a pixel arm's job; without them the
-  pixel arms had no cells and the prior's N(0.5, 0.05), so an image tenant whose k-NN was
-  already at 0.88 saw almost nothing to gain from its forests (0.92; docs/live.md).
+  arm of the same name, in a column of their own (``openml-554:pixels``). Those measurements
+  are exactly a pixel arm's job; without them the pixel arms had no cells and the prior's
+  N(0.5, 0.05), so an image tenant whose k-NN was already at 0.88 saw almost nothing to gain
+  from its forests (0.92; docs/live.md).
 
 Run from the repository root: ``python infra/scripts/build_live_prior.py``. The outputs are
 byte-for-byte reproducible (sorted rows, gzip without a timestamp, sorted JSON keys).
