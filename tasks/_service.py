@@ -326,19 +326,27 @@ def _restrict(
     return replace(tenant, candidates=kept, restricted=True)
 
 
+#: seconds a job is believed to cost beyond its training before any has finished (the
+#: median over `bench-live real`'s first 154 jobs embedded, seed 0: 0.16 s; quartiles 0.13 and
+#: 0.29). With 0 there, the first tick priced a 0.005-s k-NN fit at 1/40 of a 0.2-s boosting
+#: fit, where both cost about 0.16 s more, and `rate` sent every tenant's three k-NN variants
+#: first (the first 32 jobs of `bench-live real`, seed 0, before any job had reported).
+JOB_OVERHEAD_PRIOR_S = 0.15
+
+
 def job_overhead(records: Sequence[JobRecord]) -> float:
     """Seconds a job costs beyond its training (``Problem.job_overhead``): the median over
-    finished jobs of their MLflow run's span less their training seconds (``cost_s``); 0 with
-    none. Measured on bench-live (120 s, 12 tenants): 0.1-0.3 s, where a tabular job trains
-    0.003-0.05 s. Before, spans were the costs, so the tenant scale of
-    ``log c = a_i + b_k`` absorbed the overhead and predicted every heavier model dearer by the
-    same factor (a 0.005-s k-NN fit seen at 0.25 s made a 1-s forest look like 50 s)."""
+    finished jobs of their MLflow run's span less their training seconds (``cost_s``);
+    `JOB_OVERHEAD_PRIOR_S` with none. Measured on bench-live (120 s, 12 tenants): 0.1-0.3 s,
+    where a tabular job trains 0.003-0.05 s. Before, spans were the costs, so the tenant scale
+    of ``log c = a_i + b_k`` absorbed the overhead and predicted every heavier model dearer by
+    the same factor (a 0.005-s k-NN fit seen at 0.25 s made a 1-s forest look like 50 s)."""
     spans = [
         r.end_time - r.start_time - r.cost_s
         for r in records
         if r.status == "FINISHED" and r.end_time is not None and r.cost_s is not None
     ]
-    return max(0.0, float(np.median(spans))) if spans else 0.0
+    return max(0.0, float(np.median(spans))) if spans else JOB_OVERHEAD_PRIOR_S
 
 
 def state_of(

@@ -18,6 +18,7 @@ from policy import History, Observation, loss_estimates, validate_problem
 from policy._book import TenantBook
 from store.schema import Schema, Tensor
 from tasks._service import (
+    JOB_OVERHEAD_PRIOR_S,
     JobSpec,
     Planner,
     ServiceState,
@@ -436,7 +437,7 @@ def test_a_jobs_cost_is_its_training_and_the_overhead_is_measured_apart() -> Non
     costs = {s.catalogue[o.arm]: o.cost for o in s.history().log}
     assert costs == {"knn": 0.01, "svm": 7.0, "mlp": 0.5}
     assert job_overhead(records) == pytest.approx(0.25)  # median of 0.30, 0.20, 0.25
-    assert job_overhead([open_]) == 0.0
+    assert job_overhead([open_]) == JOB_OVERHEAD_PRIOR_S  # none finished: the prior
     state = state_of([_tenant("a", TAB)], records, prior="independent")
     assert state.problem.job_overhead == pytest.approx(0.25)
     # the policy weighs each job at the overhead plus its predicted training seconds
@@ -453,13 +454,14 @@ def test_a_jobs_cost_is_its_training_and_the_overhead_is_measured_apart() -> Non
 
 
 def test_the_planner_hands_the_policy_the_overhead_measured_since_it_started() -> None:
-    """At start no job has run (overhead 0); once finished jobs show 0.25 s beyond their
-    training, the planner's policy sees it."""
+    """At start no job has run (the prior overhead); once finished jobs show 0.25 s beyond
+    their training, the planner's policy sees it."""
     tenants = [_tenant("a", TAB), _tenant("b", TAB)]
     planner = Planner("rate", slots=1)
     records: list[JobRecord] = []
     planner.decide(state_of(tenants, records), in_flight=[], tick=0)
-    assert planner.loop is not None and planner.loop.problem.job_overhead == 0.0
+    assert planner.loop is not None
+    assert planner.loop.problem.job_overhead == JOB_OVERHEAD_PRIOR_S
     for tick, excess in enumerate((0.25, 0.25, 0.26), start=1):
         [job] = planner.decide(state_of(tenants, records), in_flight=[], tick=tick)
         done = dataclasses.replace(
@@ -578,3 +580,4 @@ def test_a_cnns_predicted_cost_is_its_epochs_and_grid_where_a_scikit_learn_model
     loop = SchedulerLoop(state.problem, state.history(), slots=1)
     lenet = loop.expected_cost(Assignment(0, k_lenet))
     assert lenet >= 10 * loop.expected_cost(Assignment(0, k_mlp)) and lenet > 5.0
+
