@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from policy._types import Assignment, Decision, History, Observation, Problem, Snapshot
-from policy.costs import CostEstimator
+from policy.costs import CostEstimator, CostPrior, OnlineCostPrior, prior_costs
 from policy.policies import Policy
 from policy.prior import OnlinePrior
 
@@ -59,6 +59,9 @@ class SchedulerLoop:
     it says a refit is due, :meth:`fill` swaps ``problem.prior`` for the refitted one before
     deciding (the policies rebuild their per-tenant posteriors from the history on a new
     problem). The live service and the replay's ``--prior online`` both run this.
+    ``online_costs``: the same for the cost model (:class:`policy.costs.OnlineCostPrior`): every
+    finished job's cost refines ``problem.cost_prior`` (and the predictions ``problem.cost``
+    of tenants that have not reported yet), from the start when the history has jobs.
     """
 
     problem: Problem
@@ -72,16 +75,29 @@ class SchedulerLoop:
     limit_factor: float = DEFAULT_LIMIT_FACTOR
     online_prior: OnlinePrior | None = None
     refits: int = 0
+    online_costs: OnlineCostPrior | None = None
     _costs: CostEstimator | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.online_costs is not None:
+            self.online_costs.observe(self.history.log, count=False)
+            if self.online_costs.seen:
+                self.problem = self._with_cost_prior(self.online_costs.fit())
+        self._cost_estimator()
+        if self.online_prior is not None:  # ``problem.prior`` already stands for the history
+            self.online_prior.observe(self.history.log, count=False)
+
+    def _with_cost_prior(self, prior: CostPrior) -> Problem:
+        p = self.problem
+        return replace(p, cost_prior=prior, cost=prior_costs(prior, p.available, p.sizes))
+
+    def _cost_estimator(self) -> None:
+        """The loop's own cost estimate (expected costs, time limits) from the history."""
         if self.problem.cost_prior is not None:
             arms = [np.arange(self.problem.n_models)] * self.problem.n_tenants
             self._costs = CostEstimator(self.problem.cost_prior, arms, self.problem.sizes)
             for obs in self.history.log:
                 self._observe_cost(obs)
-        if self.online_prior is not None:  # ``problem.prior`` already stands for the history
-            self.online_prior.observe(self.history.log, count=False)
 
     def _observe_cost(self, obs: Observation) -> None:
         if self._costs is not None and np.isfinite(obs.cost) and obs.cost > 0:
@@ -105,6 +121,8 @@ class SchedulerLoop:
         observations = list(observations)
         if self.online_prior is not None:
             self.online_prior.observe(observations)
+        if self.online_costs is not None:
+            self.online_costs.observe(observations)
         for obs in observations:
             self._observe_cost(obs)
             key = Assignment(obs.tenant, obs.arm)
@@ -121,6 +139,9 @@ class SchedulerLoop:
         if self.online_prior is not None and self.online_prior.due():
             self.problem = replace(self.problem, prior=self.online_prior.fit())
             self.refits += 1
+        if self.online_costs is not None and self.online_costs.due():
+            self.problem = self._with_cost_prior(self.online_costs.fit())
+            self._cost_estimator()
         snap = Snapshot(self.problem, self.history, self.pending, free)
         decision = self.policy.decide(snap, self.state, self.rng)
         self.state = decision.state

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from policy._types import FloatArray, Observation, Problem
+from policy.costs import OnlineCostPrior
 from policy.loop import SchedulerLoop, SimClock
 from policy.policies import Policy
 from policy.prior import OnlinePrior
@@ -53,17 +54,23 @@ def replay(
     time_limits: bool = True,
     limit_factor: float = 16.0,
     online_prior: OnlinePrior | None = None,
+    online_costs: OnlineCostPrior | None = None,
 ) -> ReplayResult:
     """Run ``policy`` on ``problem`` until ``horizon`` (simulated wall clock).
 
     ``quality``/``cost`` (n, M): the truth the simulated trainer reports (``cost`` in device-time
     at speed 1). The policy sees only ``problem`` (its expected costs) and the observations.
-    ``online_prior``: refit the GP prior from the results as they come (the live service's way,
-    :class:`~policy.loop.SchedulerLoop`).
+    ``online_prior``, ``online_costs``: refit the GP prior and the cost model from the results
+    as they come (the live service's way, :class:`~policy.loop.SchedulerLoop`).
     """
     clock = SimClock()
     loop = SchedulerLoop(
-        problem, policy, slots, rng or np.random.default_rng(0), online_prior=online_prior
+        problem,
+        policy,
+        slots,
+        rng or np.random.default_rng(0),
+        online_prior=online_prior,
+        online_costs=online_costs,
     )
     loop.limit_factor = limit_factor if time_limits else float("inf")
     # (finish, seq, tenant, arm, device-time charged, completed)

@@ -52,7 +52,14 @@ from policy import (
     validate_problem,
 )
 from policy.acquisition import BetaRule
-from policy.costs import fit_cost_prior, prior_costs
+from policy.costs import (
+    LIVE_COST_KERNEL,
+    CostKernel,
+    CostPrior,
+    OnlineCostPrior,
+    fit_cost_prior,
+    prior_costs,
+)
 from policy.gp import KernelMethod
 from policy.loop import DEFAULT_LIMIT_FACTOR
 from policy.policies import ABLATION_NAMES
@@ -89,6 +96,7 @@ RULES: dict[str, tuple[str, Callable[[Any], bool], str]] = {
     "beta_rule": ("--beta", *_one_of(*get_args(BetaRule))),
     "kernel": ("--kernel", *_one_of(*get_args(KernelMethod))),
     "costs": ("--costs", *_one_of(*get_args(CostSource))),
+    "cost_kernel": ("--cost-kernel", *_one_of(*get_args(CostKernel))),
     "cost_scale": ("--cost-scale", *_one_of(*get_args(CostScale))),
     "repeats": ("--repeats", lambda v: v >= 1, ">= 1"),
     "gpus": ("--gpus", lambda v: v >= 1, ">= 1"),
@@ -117,6 +125,7 @@ class Protocol:
     cost_scale: str = "mean"  # CostScale
     kernel: str = "app-a"  # KernelMethod
     costs: str = "given"  # CostSource
+    cost_kernel: str = "additive"  # CostKernel: the predicted costs' covariance
     limit_factor: float = 16.0
 
     def validate(self, table: QualityTable) -> Protocol:
@@ -254,16 +263,18 @@ def run_repeat(table: QualityTable, cost: FloatArray, proto: Protocol, r: int) -
         method=proto.kernel,  # type: ignore[arg-type]
     )
     sizes = None if table.sizes is None else table.sizes[test]
+    train_sizes = None if table.sizes is None else table.sizes[train]
     cost_prior = None
-    if proto.costs == "predicted" or LIVE in proto.policies:
+    if proto.costs == "predicted":
         cost_prior = fit_cost_prior(
-            cost[train], None if table.sizes is None else table.sizes[train]
+            cost[train],
+            train_sizes,
+            kernel=proto.cost_kernel,  # type: ignore[arg-type]
         )
 
-    def problem_of(predicted: bool, prior: ArmPrior) -> Problem:
+    def problem_of(cost_prior: CostPrior | None, prior: ArmPrior) -> Problem:
         believed = c1
-        if predicted:
-            assert cost_prior is not None
+        if cost_prior is not None:
             believed = np.where(avail, prior_costs(cost_prior, avail, sizes), 1.0)
         return validate_problem(
             Problem.create(
@@ -273,18 +284,26 @@ def run_repeat(table: QualityTable, cost: FloatArray, proto: Protocol, r: int) -
                 believed,
                 prior=prior,
                 meta=table.meta,
-                cost_prior=cost_prior if predicted else None,
-                sizes=sizes if predicted else None,
+                cost_prior=cost_prior,
+                sizes=sizes if cost_prior is not None else None,
                 weights=None if table.weights is None else table.weights[test],
             )
         )
 
-    problem = problem_of(proto.costs == "predicted", prior)
-    # The live service's configuration (tasks._service): its default policy on predicted
-    # costs, the prior learnt by policy.prior from the other tenants and refitted online from
-    # the test tenants' own results, the scheduler loop's default time limits.
+    problem = problem_of(cost_prior, prior)
+    # The live service's configuration (tasks._service): its default policy on predicted costs,
+    # the prior learnt by policy.prior from the other tenants and refitted online from the test
+    # tenants' own results, the cost model learnt from the other tenants' costs with the
+    # service's kernel and refitted online from the test tenants' jobs (policy.costs), the
+    # scheduler loop's default time limits.
     live_source = OnlinePrior(table.quality[train].T, len(test))
-    live_problem = problem_of(True, live_source.fit()) if LIVE in proto.policies else problem
+    live_costs = None
+    live_problem = problem
+    if LIVE in proto.policies:
+        live_costs = OnlineCostPrior(
+            fit_cost_prior(cost[train], train_sizes, kernel=LIVE_COST_KERNEL), len(test), sizes
+        )
+        live_problem = problem_of(live_costs.base, live_source.fit())
     best_possible = np.where(avail, q, -np.inf).max(axis=1)
     budget = proto.budget * float(c1[avail].sum())
     speed = sublinear_speedup(proto.gpus, proto.lambda_exp) if proto.gpus > 1 else 1.0
@@ -307,6 +326,7 @@ def run_repeat(table: QualityTable, cost: FloatArray, proto: Protocol, r: int) -
             time_limits=name != "oracle",
             limit_factor=DEFAULT_LIMIT_FACTOR if live else proto.limit_factor,
             online_prior=copy.deepcopy(live_source) if live else None,
+            online_costs=copy.deepcopy(live_costs) if live else None,
         )
         lc = loss_curves(res.trace, best_possible, grid, problem.weights)
         out.curves[name] = {

@@ -152,6 +152,13 @@ def bench(
         str, typer.Option(help="given (the table's, ease.ml) | predicted (policy.costs)")
     ] = "given",
     cost_scale: Annotated[str, typer.Option(help="mean | tenant-mean | max")] = "mean",
+    cost_kernel: Annotated[
+        str,
+        typer.Option(
+            help="with --costs predicted: a tenant's log costs are additive (one scale per "
+            "tenant) | empirical (their covariance learnt across tenants)"
+        ),
+    ] = "additive",
     time_limit_factor: Annotated[
         float, typer.Option(help="with --costs predicted: stop a job at this x its prediction")
     ] = 16.0,
@@ -180,6 +187,7 @@ def bench(
             cost_scale=cost_scale,
             kernel=kernel,
             costs=costs,
+            cost_kernel=cost_kernel,
             limit_factor=time_limit_factor,
         )
         results, elapsed = _run_with_progress(table, proto, jobs)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from mlflow_plugin.tracking import JobRecord
-from policy import History, Observation, loss_estimates, validate_problem
+from policy import Assignment, History, Observation, loss_estimates, validate_problem
 from policy._book import TenantBook
 from store.schema import Schema, Tensor
 from tasks._service import (
@@ -581,3 +581,23 @@ def test_a_cnns_predicted_cost_is_its_epochs_and_grid_where_a_scikit_learn_model
     lenet = loop.expected_cost(Assignment(0, k_lenet))
     assert lenet >= 10 * loop.expected_cost(Assignment(0, k_mlp)) and lenet > 5.0
 
+
+def test_the_planner_learns_a_models_cost_from_the_other_tenants_jobs() -> None:
+    """On tenants a and b the SVM took 40x the k-NN's seconds; tenant c has run nothing, and
+    the planner's loop (refitted from the history when it starts) expects c's SVM dearer,
+    relative to its k-NN, than `build_problem`'s hand-set prior does."""
+    tenants = [_tenant("a", TAB), _tenant("b", TAB), _tenant("c", TAB)]
+    records = [
+        dataclasses.replace(_record(t, cand), cost_s=cost, start_time=0.0, end_time=cost + 0.2)
+        for t in ("a", "b")
+        for cand, cost in (("knn", 0.05), ("svm", 2.0))
+    ]
+    state = state_of(tenants, records, prior="independent")
+    planner = Planner("rate", slots=1)
+    planner.decide(state, in_flight=[], tick=1)
+    assert planner.loop is not None
+    knn, svm = (Assignment(2, state.catalogue.index(m)) for m in ("knn", "svm"))
+    hand_set = state.problem.cost[2, svm.arm] / state.problem.cost[2, knn.arm]
+    learnt = planner.loop.expected_cost(svm) / planner.loop.expected_cost(knn)
+    assert learnt > 3.0 * hand_set
+    assert planner.loop.problem.cost_prior is not state.problem.cost_prior
