@@ -80,7 +80,10 @@ class Problem:
     process and logging, in the cost unit; 0 in a replay), so a policy weighs a job's cost as
     ``job_overhead + c_ik``: a cost model ``exp(a_i + b_k)`` alone cannot hold a fixed part,
     and learnt from spans that include it, it predicts every heavier model dearer by the same
-    factor. Build with :meth:`create`, which copies and freezes the arrays; check with
+    factor. ``val_sizes`` (n,): how many examples each tenant's qualities are measured on (a
+    live service's validation split), so a quality is a noisy measurement of variance
+    ``q (1 - q) / n_val`` (binomial); None, or inf for a tenant: measured exactly (a replay
+    table). Build with :meth:`create`, which copies and freezes the arrays; check with
     :func:`policy.validate_problem`.
     """
 
@@ -94,6 +97,7 @@ class Problem:
     cost_prior: CostPrior | None = None
     sizes: FloatArray | None = None
     job_overhead: float = 0.0
+    val_sizes: FloatArray | None = None
 
     @staticmethod
     def create(
@@ -107,6 +111,7 @@ class Problem:
         cost_prior: CostPrior | None = None,
         sizes: FloatArray | None = None,
         job_overhead: float = 0.0,
+        val_sizes: FloatArray | None = None,
     ) -> Problem:
         n = len(tenants)
         w = np.ones(n) if weights is None else np.asarray(weights, float)
@@ -122,6 +127,7 @@ class Problem:
             cost_prior,
             None if sizes is None else _frozen(np.asarray(sizes, float)),
             float(job_overhead),
+            None if val_sizes is None else _frozen(np.asarray(val_sizes, float)),
         )
 
     @property

@@ -41,6 +41,16 @@ def validate_problem(problem: Problem) -> Problem:
     if not np.all(np.isfinite(problem.weights) & (problem.weights >= 0)):
         bad = problem.weights[~(np.isfinite(problem.weights) & (problem.weights >= 0))][0]
         raise ValueError(f"tenant weight {bad!r} is invalid; weights must be finite and >= 0")
+    if problem.val_sizes is not None:
+        v = problem.val_sizes
+        if v.shape != (n,):
+            raise ValueError(f"val_sizes has shape {v.shape}; expected ({n},) (one per tenant)")
+        if not np.all(v >= 1):  # NaN fails too; inf (measured exactly) passes
+            i = int(np.flatnonzero(~(v >= 1))[0])
+            raise ValueError(
+                f"validation size {float(v[i])!r} of tenant {problem.tenants[i]!r} is invalid; it "
+                "must be >= 1 examples (inf: qualities measured exactly)"
+            )
     if problem.prior is not None:
         if problem.prior.mean.shape != (m,) or problem.prior.cov.shape != (m, m):
             raise ValueError(

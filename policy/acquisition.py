@@ -8,6 +8,13 @@ Notation (shared/papers/002 Sec. 3, Thm. 1-3; paper 001 Sec. 6 for SPEARMINT*):
   ``B_t(k) = mu_{t-1}(k) + sqrt(beta_t / c_k) sigma_{t-1}(k)``; cost-oblivious is ``c_k = 1``.
 - EI per cost (SPEARMINT*, "EI per second"): ``EI(k) / c_k`` with
   ``EI = (mu - y*) Phi(u) + sigma phi(u)``, ``u = (mu - y*) / sigma``.
+- Improvement under noisy selection (ours, :func:`selected_improvement`): a tenant is served the
+  model with the best *measured* accuracy, each measured with noise of variance ``v_e / 2``
+  (validation on a finite set; the new model's and the incumbent's noise add up to ``v_e``).
+  The served model's true quality gains ``D = f - y*`` only when the new model measures
+  better, ``D + e > 0``: ``E[D 1{D + e > 0}] = m Phi(m / s) + (sigma^2 / s) phi(m / s)`` with
+  ``m = mu - y*``, ``s^2 = sigma^2 + v_e`` (``X = D`` and ``X + e`` jointly normal with
+  covariance ``sigma^2``). ``v_e = 0`` gives EI.
 """
 
 from __future__ import annotations
@@ -22,7 +29,14 @@ from policy._types import FloatArray
 
 BetaRule = Literal["simple", "theorem"]
 
-__all__ = ["BetaRule", "beta", "ei_per_cost", "expected_improvement", "ucb"]
+__all__ = [
+    "BetaRule",
+    "beta",
+    "ei_per_cost",
+    "expected_improvement",
+    "selected_improvement",
+    "ucb",
+]
 
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
@@ -71,6 +85,30 @@ def expected_improvement(
     if math.isfinite(upper):
         ei = ei - _gaussian_ei(mu, s, upper)
     out: FloatArray = np.maximum(ei, 0.0)
+    return out
+
+
+def selected_improvement(
+    mu: FloatArray, sigma: FloatArray, best: float, noise_var: float, upper: float = math.inf
+) -> FloatArray:
+    """Expected gain in the *served* model's true quality from training an arm with quality
+    ``f ~ N(mu, sigma^2)``, when the tenant keeps the model that measures best and measurements
+    carry noise (``noise_var``: the variance of the new measurement minus the incumbent's; module
+    docstring). ``noise_var = 0`` is :func:`expected_improvement`. With ``upper`` (accuracy: 1)
+    the part of ``f`` above it, ``EI(upper)`` (noise-free, so at least what it is under noisy
+    selection), is taken off: a tenant at 0.985 still gains at most 0.015."""
+    if noise_var <= 0:
+        return expected_improvement(mu, sigma, best, upper)
+    if best >= upper:
+        return np.zeros(np.shape(mu))
+    sig2 = np.maximum(np.asarray(sigma, dtype=float), 1e-12) ** 2
+    s = np.sqrt(sig2 + noise_var)
+    m = np.asarray(mu, dtype=float) - best
+    u = m / s
+    gain = m * ndtr(u) + sig2 / s * _INV_SQRT_2PI * np.exp(-0.5 * u * u)
+    if math.isfinite(upper):
+        gain = gain - _gaussian_ei(mu, np.sqrt(sig2), upper)
+    out: FloatArray = np.maximum(gain, 0.0)
     return out
 
 

@@ -53,7 +53,16 @@ from store import ExampleStore
 from store.schema import Schema
 from tasks._seer import SeerOptions, derive_seer, train_seer
 from tasks.settings import GPU_LOCK_ENV
-from trainers import LR_GRID, ZOO, Candidate, TrainJob, TrainResult, candidates, train
+from trainers import (
+    LR_GRID,
+    VAL_FRACTION,
+    ZOO,
+    Candidate,
+    TrainJob,
+    TrainResult,
+    candidates,
+    train,
+)
 from trainers.zoo import RELATIVE_COST, prior_quality
 
 T = TypeVar("T")
@@ -409,6 +418,9 @@ def build_problem(
     )
     sizes = np.array([max(t.n_examples, 1) for t in tenants], dtype=float)
     cost = prior_costs(cost_prior, available, sizes) if n and m else np.zeros((n, m))
+    # every job validates on the same share of the tenant's examples: the noise of what it
+    # measures (`policy.rate`: a better model is served only when it measures better)
+    val_sizes = np.maximum(np.round(VAL_FRACTION * sizes), 1.0)
     meta = ModelMeta(
         np.array([ZOO[k].year for k in models], float),
         np.array([ZOO[k].citations for k in models], float),
@@ -423,6 +435,7 @@ def build_problem(
         cost_prior=cost_prior,
         sizes=sizes,
         weights=np.array([t.weight for t in tenants], float),
+        val_sizes=val_sizes,
     )
     return problem, catalogue
 

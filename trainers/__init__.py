@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from store import ExampleStore
 from trainers._data import InferenceBatch, encode_batch
-from trainers._job import LR_GRID, EpochReport, TrainJob, TrainResult
+from trainers._job import LR_GRID, VAL_FRACTION, EpochReport, TrainJob, TrainResult
 from trainers._model import TrainedModel
 from trainers.templates import (
     NORMALIZATION_KS,
@@ -35,6 +35,7 @@ __all__ = [
     "ModelSpec",
     "NoCandidatesError",
     "TrainJob",
+    "VAL_FRACTION",
     "TrainResult",
     "TrainedModel",
     "candidates",

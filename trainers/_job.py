@@ -16,6 +16,11 @@ LR_GRID: tuple[float, ...] = (0.1, 0.01, 0.001, 0.0001)
 HyperValue = float | int | str | bool
 
 
+#: the share of a tenant's examples every job validates on (a seeded, stratified split); the
+#: policy knows a validation accuracy's noise from it (``policy.Problem.val_sizes``)
+VAL_FRACTION = 0.2
+
+
 @dataclass(frozen=True)
 class TrainJob:
     """Train `candidate` (a `trainers.templates.Candidate` name) for `tenant` on `snapshot`.
@@ -37,7 +42,7 @@ class TrainJob:
     time_budget_s: float | None = None
     max_epochs: int = 10
     seed: int = 0
-    val_fraction: float = 0.2
+    val_fraction: float = VAL_FRACTION
     job_id: str | None = None
     device: str | None = None
 
