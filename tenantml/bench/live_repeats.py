@@ -11,7 +11,8 @@ Notation: for system s and split k, ``q_s^k`` its mean served test accuracy at a
 combined summary gives their mean and standard error over k, and for each system its AUC
 difference to the reference system (the first one asked for, ``live`` by default), paired by
 split: ``d_s^k = a_s^k - a_ref^k``, mean, standard error, and on how many splits the reference
-had the smaller AUC.
+had the smaller AUC; the same for the regret from each service's first job
+(``test_regret_from_first_job``, :func:`tenantml.bench.live.summarize`), where both have it.
 """
 
 from __future__ import annotations
@@ -67,12 +68,18 @@ def combine_repeats(
         errors = [r["loss_estimate"]["mean_abs_error"] for r in runs if "loss_estimate" in r]
         if errors:
             entry["loss_estimate_mean_abs_error"] = mean_se(errors)
-        if name != ref:
-            diffs = [
-                s["systems"][name]["test_regret_auc"] - s["systems"][ref]["test_regret_auc"]
-                for s in summaries
-            ]
-            entry[f"auc_minus_{ref}"] = {
+        for key, out_key in (
+            ("test_regret_auc", f"auc_minus_{ref}"),
+            ("test_regret_from_first_job", f"from_first_job_minus_{ref}"),
+        ):
+            if key == "test_regret_from_first_job":
+                if not all(key in r for r in runs):
+                    continue
+                entry[key] = mean_se([r[key] for r in runs])
+            if name == ref or not all(key in s["systems"][ref] for s in summaries):
+                continue
+            diffs = [s["systems"][name][key] - s["systems"][ref][key] for s in summaries]
+            entry[out_key] = {
                 **mean_se(diffs),
                 f"splits_{ref}_smaller": int(sum(d > 0 for d in diffs)),
             }

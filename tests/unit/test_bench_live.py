@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -116,6 +117,33 @@ def test_summary_quarters_regret_auc_and_loss_calibration() -> None:
     assert {r["system"] for r in rows} == {"fast", "slow"} and len(rows) == 2 * CURVE_POINTS
 
 
+def test_the_regret_from_each_services_first_job_leaves_its_start_up_out() -> None:
+    """Two services whose policies did the same (a's model 0.2 of the budget after the first
+    job, b's 0.4 after) but whose start-ups differ (first jobs at 0.1 and 0.3): their AUCs
+    differ, their regret from their own first job does not; a peer without jobs has none."""
+    a = _tenant("a", ["p", "p", "x", "x"], ["p", "p", "x"])
+    b = _tenant("b", ["q", "x", "x", "x"], ["q", "q", "x"])
+
+    def service(name: str, start: float) -> SystemRun:
+        steps = {"a": [(start + 0.2, 1.0)], "b": [(start + 0.4, 1.0)]}
+        return SystemRun(name, steps, {}, 2, 9.0, first_job_t=start)
+
+    peer = SystemRun("peer", {"a": [(0.25, 1.0)], "b": [(0.25, 1.0)]}, {}, 0, 9.0)
+    summary, _ = summarize([a, b], [service("early", 0.1), service("late", 0.3), peer])
+    early, late = summary["systems"]["early"], summary["systems"]["late"]
+    assert early["test_regret_auc"] < late["test_regret_auc"]
+    assert early["test_regret_from_first_job"] == pytest.approx(
+        late["test_regret_from_first_job"], abs=2e-3
+    )
+    # over the window 1 - 0.3: regret (0.5 + 0.75) / 2 until 0.2, 0.75 / 2 until 0.4, then 0
+    expected = (0.2 * 0.625 + 0.2 * 0.375) / 0.7
+    assert early["test_regret_from_first_job"] == pytest.approx(expected, abs=0.02)
+    assert (
+        early["first_job_t"] == 0.1
+        and "test_regret_from_first_job" not in summary["systems"]["peer"]
+    )
+
+
 def test_weights_weight_the_regret() -> None:
     """The same runs as above with b's weight 3: fast's regret before t = 0.5 is
     (1 x 0.25 + 3 x 0.75) / 4 = 0.625, from there on (1 x 0.25 + 3 x 0) / 4 = 0.0625."""
@@ -212,6 +240,9 @@ def test_repeats_combine_per_split_summaries_paired_by_split() -> None:
         {"mean": diffs.mean(), "se": np.std(diffs, ddof=1) / np.sqrt(2), "splits_fast_smaller": 1}
     )
     assert "auc_minus_fast" not in combined["systems"]["fast"]
+    # systems without a first job (no `first_job_t`) have no regret from it, nor its pairing
+    assert "test_regret_from_first_job" not in slow_entry
+    assert "from_first_job_minus_fast" not in slow_entry
     # |est - real|: 0.075 on the first split; on the second a's best is fast's 0.75, so the
     # realised losses are (0, 0) against the estimates (0.1, 0): 0.05
     cal = combined["systems"]["fast"]["loss_estimate_mean_abs_error"]
@@ -223,6 +254,17 @@ def test_repeats_combine_per_split_summaries_paired_by_split() -> None:
     )
     with pytest.raises(ValueError, match="splits ran different systems"):
         combine_repeats([splits[0][0], {**splits[1][0], "systems": {"fast": {}}}], [])
+    # with first jobs (services), the regret from them is combined and paired the same way
+    timed = [
+        summarize([a, b], [replace(fast, first_job_t=0.0), replace(x, first_job_t=0.0)])[0]
+        for x in (slow, same)
+    ]
+    for k, summary in enumerate(timed):
+        summary.update(seed=7 + k, budget_s=60.0, slots=1, test_fraction=0.25)
+    both = combine_repeats(timed, [])[0]["systems"]["slow"]
+    from_first = [t["systems"]["slow"]["test_regret_from_first_job"] for t in timed]
+    assert both["test_regret_from_first_job"]["mean"] == pytest.approx(np.mean(from_first))
+    assert both["from_first_job_minus_fast"]["splits_fast_smaller"] == 1
     assert rotated(["a", "b", "c"], 1) == ["b", "c", "a"] and rotated(["a"], 5) == ["a"]
 
 
