@@ -29,10 +29,20 @@ covariance ``Sigma`` (M, M) of the residuals ``log c_jk - a0_j - b_k`` across th
 tenants, shrunk towards the additive model's ``tau^2 J + s^2 I`` (:func:`shrunk_cov`: few
 training tenants give the additive model back; Snoek et al. 2012 model log durations with a GP
 for EI per second) and conditions each tenant on its jobs with :class:`policy.gp.TenantPosterior`:
-``E[c_ik] = exp(a0_i + mu_ik + (sigma_ik^2 + s_t^2) / 2)``, ``s_t^2 = TIMING_VAR``. Measured on
-Oboe's runtimes (418 data sets x 219 configurations, 20% of the data sets held out, k of a
-held-out set's jobs seen at random): log-RMSE of the other jobs' predictions 1.20 (additive) /
-0.77 (empirical) after 3 jobs, 1.15 / 0.64 after 5; the standardised errors' sd 0.92-0.99.
+``E[c_ik] = exp(a0_i + mu_ik + (sigma_ik^2 + s_t^2) / 2)``, ``s_t^2 = TIMING_VAR``.
+Measured by ``infra/scripts/cost_prediction.py`` (20% of a table's tenants held out, k of a
+held-out tenant's jobs seen, the others predicted; RMS error of the log median prediction):
+Oboe's runtimes (418 data sets x 219 configurations) 1.20 additive / 0.77 empirical after 3
+jobs, 1.15 / 0.64 after 5; LCDB's fit times 1.51 / 1.23 and 1.44 / 1.08; the ease.ml matrix
+(8 tenants: too few to learn from) the same with both. The standardised errors' s.d. is
+0.88-0.98 with the empirical kernel.
+
+Learning across tenants, online (:func:`refit_cost_prior`, :class:`OnlineCostPrior`): a
+scheduler starts from a base prior (the live service's hand-set one over its catalogue, the
+replay's fitted on the training tenants) and refits it from its own tenants' jobs every
+``REFIT_EVERY`` costs: the models' weights ``b_k`` by ridge regression towards the base's, the
+kernel pooled with the base's by their tenants. The live service and the replay's ``live``
+column run this in the same :class:`policy.loop.SchedulerLoop`.
 """
 
 from __future__ import annotations
@@ -375,6 +385,15 @@ class CostEstimator:
         prec = 1.0 / p.tenant_var + self._count[tenant] / p.noise_var
         mean = (self._a0[tenant] / p.tenant_var + self._sum_r[tenant] / p.noise_var) / prec
         return float(mean), float(1.0 / prec)
+
+    def log_median(self, tenant: int) -> FloatArray:
+        """The posterior mean of ``log c_ik`` (K_i,), the log of the median prediction."""
+        if self._gp is not None:
+            out: FloatArray = self._a0[tenant] + self._posterior(tenant).mu
+            return out
+        mean, _ = self.log_scale(tenant)
+        additive: FloatArray = mean + self._b[self.arms[tenant]]
+        return additive
 
     def expected(self, tenant: int) -> FloatArray:
         """``E[c_ik]`` (K_i,) for the tenant's models under the current posterior."""
