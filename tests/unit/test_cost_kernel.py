@@ -185,3 +185,16 @@ def test_the_loop_refits_its_cost_model_from_the_jobs_of_every_tenant():
     assert before == pytest.approx(1.0) and after > 3.0
     assert loop.problem.cost_prior is not base
     assert loop.problem.cost[2, 0] > 3.0 * loop.problem.cost[2, 1]
+
+
+def test_the_log_median_lies_half_the_predictive_variance_below_the_log_mean():
+    c = _two_families(60, seed=6)
+    for kernel in ("additive", "empirical"):
+        prior = fit_cost_prior(c[:50], kernel=kernel)
+        est = CostEstimator(prior, [np.arange(c.shape[1])])
+        est.observe(0, 2, float(c[50, 2]))
+        gap = np.log(est.expected(0)) - est.log_median(0)
+        assert np.all(gap > 0)
+        if kernel == "additive":
+            _, var = est.log_scale(0)
+            np.testing.assert_allclose(gap, 0.5 * (var + prior.noise_var))
