@@ -343,6 +343,15 @@ def _restrict(
 JOB_OVERHEAD_PRIOR_S = 0.15
 
 
+def _overheads(records: Sequence[JobRecord]) -> list[float]:
+    """Each finished job's MLflow run span less its training seconds (``cost_s``)."""
+    return [
+        r.end_time - r.start_time - r.cost_s
+        for r in records
+        if r.status == "FINISHED" and r.end_time is not None and r.cost_s is not None
+    ]
+
+
 def job_overhead(records: Sequence[JobRecord]) -> float:
     """Seconds a job costs beyond its training (``Problem.job_overhead``): the median over
     finished jobs of their MLflow run's span less their training seconds (``cost_s``);
@@ -350,12 +359,15 @@ def job_overhead(records: Sequence[JobRecord]) -> float:
     where a tabular job trains 0.003-0.05 s. Before, spans were the costs, so the tenant scale
     of ``log c = a_i + b_k`` absorbed the overhead and predicted every heavier model dearer by
     the same factor (a 0.005-s k-NN fit seen at 0.25 s made a 1-s forest look like 50 s)."""
-    spans = [
-        r.end_time - r.start_time - r.cost_s
-        for r in records
-        if r.status == "FINISHED" and r.end_time is not None and r.cost_s is not None
-    ]
+    spans = _overheads(records)
     return max(0.0, float(np.median(spans))) if spans else JOB_OVERHEAD_PRIOR_S
+
+
+def overhead_measured(records: Sequence[JobRecord]) -> bool:
+    """Whether some finished job has measured the overhead `job_overhead` returns (otherwise it
+    is `JOB_OVERHEAD_PRIOR_S`, the embedded service's: a server home with MLflow's
+    authentication app measured 8 s a job, 50 times that)."""
+    return bool(_overheads(records))
 
 
 def state_of(
@@ -547,7 +559,10 @@ class Planner:
         their expected seconds add up to ``chain_s``: the per-run overhead (a flow run, a
         process, the hand-off) is then paid once for them all. A pick expected to take longer
         than what is left is not chained; it goes back to the policy. Costs in dollars
-        (`ServiceState.usd_per_s`) and SEER jobs (``seer_budget_x``) are not chained.
+        (`ServiceState.usd_per_s`) and SEER jobs (``seer_budget_x``) are not chained, nor is
+        any job before one has finished and measured the per-job overhead (`overhead_measured`):
+        expected seconds from `JOB_OVERHEAD_PRIOR_S`, the embedded service's 0.15 s, chained
+        16 jobs of 8 s each into one run on a server home with authentication.
         ``sleep_s``: every job is a sleep-based stand-in of that length (dispatch benchmarks),
         which is also its expected length.
         """
@@ -566,8 +581,14 @@ class Planner:
         load = [0] * self.slots  # runs per slot: running + waiting
         for j in in_flight:
             load[j.slot % self.slots] += 1
-        # Not chained: costs in dollars, and SEER jobs (they take seer_budget_x times the cost).
-        chaining = bool(chain_s) and state.usd_per_s is None and seer_budget_x is None
+        # Not chained: costs in dollars, SEER jobs (they take seer_budget_x times the cost), and
+        # any job before a job's overhead has been measured (sleep_s: a stand-in's is known).
+        chaining = (
+            bool(chain_s)
+            and state.usd_per_s is None
+            and seer_budget_x is None
+            and (sleep_s is not None or overhead_measured(state.records))
+        )
 
         def spec(a: Assignment, slot: int) -> JobSpec:
             t = state.tenants[a.tenant]

@@ -106,6 +106,23 @@ def test_costs_in_dollars_are_not_chained() -> None:
     assert run.then == ()
 
 
+def test_nothing_is_chained_before_a_job_has_measured_the_overhead() -> None:
+    """Before any job finished, a job's expected seconds rest on the embedded service's overhead
+    prior (0.15 s); a server home with authentication took 8 s a job, and a first tick of 16
+    chained picks per run ran for minutes (`run --ticks 2` past 300 s in CI)."""
+    tenants = _tenants()
+    [first] = Planner("roundrobin", slots=1).decide(
+        _state(tenants, []), in_flight=[], tick=1, chain_s=10.0
+    )
+    assert first.then == ()
+    # One finished job (span 1 s, training 1 s: no overhead) and the next run is chained.
+    done = [_record(first.tenant, first.candidate)]
+    [nxt] = Planner("roundrobin", slots=1).decide(
+        _state(tenants, done), in_flight=[], tick=2, chain_s=10.0
+    )
+    assert len(nxt.chain()) > 1
+
+
 def test_finished_jobs_leave_the_policys_pending() -> None:
     planner = Planner("roundrobin", slots=1)
     tenants = _tenants()
