@@ -54,14 +54,16 @@ from store.schema import Schema
 from tasks._seer import SeerOptions, derive_seer, train_seer
 from tasks.settings import GPU_LOCK_ENV
 from trainers import (
+    CV_WORK,
     LR_GRID,
-    VAL_FRACTION,
     ZOO,
     Candidate,
     TrainJob,
     TrainResult,
     candidates,
+    cross_validates,
     train,
+    validation_size,
 )
 from trainers.zoo import RELATIVE_COST, prior_quality
 
@@ -428,11 +430,19 @@ def build_problem(
         # (`policy.costs.refit_cost_prior`, in the planner's loop)
         base_var=1.0,
     )
-    sizes = np.array([max(t.n_examples, 1) for t in tenants], dtype=float)
+    examples = [max(t.n_examples, 1) for t in tenants]
+    tabular = [all(one_fit[catalogue.index(c)] for c in t.candidates) for t in tenants]
+    # how many examples a tenant's jobs are scored on: the noise of what they measure
+    # (`policy.rate`: a better model is served only when it measures better); all of them for
+    # a small tabular tenant (cross-validated), else the validation share
+    val_sizes = np.array(list(map(validation_size, examples, tabular)), dtype=float)
+    # the cost model's size: the examples, times the folds' extra fits when cross-validated
+    work = [
+        CV_WORK if tab and cross_validates(k) else 1.0
+        for k, tab in zip(examples, tabular, strict=True)
+    ]
+    sizes = np.array(examples, dtype=float) * np.array(work)
     cost = prior_costs(cost_prior, available, sizes) if n and m else np.zeros((n, m))
-    # every job validates on the same share of the tenant's examples: the noise of what it
-    # measures (`policy.rate`: a better model is served only when it measures better)
-    val_sizes = np.maximum(np.round(VAL_FRACTION * sizes), 1.0)
     meta = ModelMeta(
         np.array([ZOO[k].year for k in models], float),
         np.array([ZOO[k].citations for k in models], float),

@@ -9,7 +9,18 @@ from collections.abc import Callable
 
 from store import ExampleStore
 from trainers._data import InferenceBatch, encode_batch
-from trainers._job import LR_GRID, VAL_FRACTION, EpochReport, TrainJob, TrainResult
+from trainers._job import (
+    CV_FOLDS,
+    CV_MAX_EXAMPLES,
+    CV_WORK,
+    LR_GRID,
+    VAL_FRACTION,
+    EpochReport,
+    TrainJob,
+    TrainResult,
+    cross_validates,
+    validation_size,
+)
 from trainers._model import TrainedModel
 from trainers.templates import (
     NORMALIZATION_KS,
@@ -24,6 +35,9 @@ from trainers.templates import (
 from trainers.zoo import ZOO, ModelSpec
 
 __all__ = [
+    "CV_FOLDS",
+    "CV_MAX_EXAMPLES",
+    "CV_WORK",
     "LR_GRID",
     "NORMALIZATION_KS",
     "PIXEL_MODELS",
@@ -39,10 +53,12 @@ __all__ = [
     "TrainResult",
     "TrainedModel",
     "candidates",
+    "cross_validates",
     "encode_batch",
     "match",
     "torch_candidates",
     "train",
+    "validation_size",
 ]
 
 

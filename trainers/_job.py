@@ -8,7 +8,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["LR_GRID", "EpochReport", "TrainJob", "TrainResult"]
+__all__ = [
+    "CV_FOLDS",
+    "CV_MAX_EXAMPLES",
+    "CV_WORK",
+    "LR_GRID",
+    "VAL_FRACTION",
+    "EpochReport",
+    "TrainJob",
+    "TrainResult",
+    "cross_validates",
+    "validation_size",
+]
 
 #: learning-rate grid of shared/papers/000 Sec. 5.1, searched when a job gives no ``lr``
 LR_GRID: tuple[float, ...] = (0.1, 0.01, 0.001, 0.0001)
@@ -20,6 +31,35 @@ HyperValue = float | int | str | bool
 #: policy knows a validation accuracy's noise from it (``policy.Problem.val_sizes``)
 VAL_FRACTION = 0.2
 
+#: a scikit-learn job on at most this many examples is scored by `CV_FOLDS`-fold stratified
+#: cross-validation (its out-of-fold accuracy on every example) and its model refitted on all
+#: of them: a small tenant's 20 % (32 rows on crabs) is a noisy judge, and 25 % more rows is a
+#: better model (`trainers.sklearn_trainer`); above it, the fits cost more than the noise does
+CV_MAX_EXAMPLES = 1000
+#: the folds of that cross-validation: each fold's model trains on 80 %, as a holdout job's does
+CV_FOLDS = 5
+
+
+def cross_validates(n_examples: int, min_class_count: int | None = None) -> bool:
+    """Whether a scikit-learn job on `n_examples` (its smallest class `min_class_count`, if
+    known) is cross-validated: at most `CV_MAX_EXAMPLES`, and every class in every fold."""
+    small = 2 * CV_FOLDS <= n_examples <= CV_MAX_EXAMPLES
+    return small and (min_class_count is None or min_class_count >= CV_FOLDS)
+
+
+#: a cross-validated job's fits, in examples, over a holdout job's: `CV_FOLDS` fits on
+#: ``(1 - 1/CV_FOLDS) n`` and one on ``n``, against one on ``(1 - VAL_FRACTION) n`` (6.25)
+CV_WORK = (CV_FOLDS * (1 - 1 / CV_FOLDS) + 1) / (1 - VAL_FRACTION)
+
+
+def validation_size(n_examples: int, tabular: bool) -> int:
+    """How many examples a tenant's validation accuracy is measured on: all of them for a
+    tabular tenant's cross-validated jobs (`cross_validates`), else its `VAL_FRACTION` (at
+    least 1)."""
+    if tabular and cross_validates(n_examples):
+        return n_examples
+    return max(1, round(VAL_FRACTION * n_examples))
+
 
 @dataclass(frozen=True)
 class TrainJob:
@@ -30,6 +70,8 @@ class TrainJob:
     AdamW for image classifiers, Adam otherwise), ``weight_decay``, ``augment`` (image
     classifiers: random shifts, default on; `trainers.torch_trainer`); scikit-learn families
     take the estimator's own parameters (a tabular portfolio member's settings first).
+    `val_fraction`: the validation share (a scikit-learn job on a small tenant is
+    cross-validated instead: `cross_validates`).
     `time_budget_s` stops training early (the best model so far is returned); `max_epochs`
     caps each learning rate's run.
     `job_id` names the checkpoint: starting a job with the same id again resumes it.
@@ -87,8 +129,10 @@ class EpochReport:
 
 @dataclass
 class TrainResult:
-    """`accuracy`: validation accuracy (R^2 clipped at 0 for tensor outputs) of the best model;
-    `cost_s`: device-seconds spent, over every start of the job; `epochs`: epochs run in total."""
+    """`accuracy`: validation accuracy (R^2 clipped at 0 for tensor outputs) of the best model,
+    out-of-fold on all `n_val` examples for a cross-validated job (`cross_validates`);
+    `cost_s`: device-seconds spent, over every start of the job; `epochs`: epochs run in total;
+    `n_train`: examples the returned model was fitted on."""
 
     job_id: str
     tenant: str

@@ -80,11 +80,22 @@ def test_a_bad_validation_size_is_refused_naming_the_tenant():
 def test_the_service_tells_the_policy_each_tenants_validation_size():
     from store.schema import Schema, Tensor
     from tasks._service import TenantInfo, build_problem
-    from trainers import VAL_FRACTION, candidates
+    from trainers import CV_MAX_EXAMPLES, CV_WORK, VAL_FRACTION, candidates
 
     tab = Schema(input=Tensor(5), output=Tensor(2))
+    img = Schema(input=Tensor(8, 8, 1), output=Tensor(10))
     names = tuple(c.name for c in candidates(tab))
-    tenants = [TenantInfo("a", tab, names, 150, 1, "a"), TenantInfo("b", tab, names, 2400, 1, "b")]
+    pixels = tuple(c.name for c in candidates(img))
+    tenants = [
+        TenantInfo("a", tab, names, 150, 1, "a"),
+        TenantInfo("b", tab, names, 2400, 1, "b"),
+        TenantInfo("c", img, pixels, 150, 1, "c"),
+    ]
     problem, _ = build_problem(tenants)
-    assert VAL_FRACTION == 0.2
-    np.testing.assert_array_equal(problem.val_sizes, [30.0, 480.0])
+    assert VAL_FRACTION == 0.2 and 150 <= CV_MAX_EXAMPLES < 2400
+    # a small tabular tenant is cross-validated: every example scores; a large one, and an
+    # image tenant (its networks hold out a fifth), are measured on their fifth
+    np.testing.assert_array_equal(problem.val_sizes, [150.0, 480.0, 30.0])
+    # and the cost model prices its folds: 5 fits on 4/5 and one on all, over one on 4/5
+    assert CV_WORK == pytest.approx(6.25)
+    np.testing.assert_allclose(problem.sizes, [150.0 * CV_WORK, 2400.0, 150.0])

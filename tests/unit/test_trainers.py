@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -170,6 +171,42 @@ def test_every_portfolio_member_trains_with_its_settings(tmp_path: Path) -> None
         assert r.accuracy >= 0.8, name
     r = train(TrainJob("wine", "svm-rbf-c16-r0", hyperparameters={"C": 2.0}), store)
     assert r.model.net.named_steps["model"].C == 2.0
+
+
+def test_a_small_tenant_is_cross_validated_and_served_a_model_fitted_on_every_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """wine (178 rows) is scored out-of-fold on all its rows (5 folds) and its model refitted
+    on them all; above `CV_MAX_EXAMPLES` rows, and with a class too small for every fold, a
+    job keeps the 20 % holdout."""
+    from sklearn.base import clone
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+
+    import trainers._job
+    from trainers import CV_FOLDS, CV_MAX_EXAMPLES
+
+    store = _store(tmp_path, "wine")
+    d = datasets.load("wine")
+    r = train(TrainJob("wine", "logistic_regression"), store)
+    assert r.n_train == r.n_val == len(d.labels) <= CV_MAX_EXAMPLES
+    # the accuracy is the out-of-fold one, the same as scikit-learn's own for the same folds
+    x = np.asarray(d.inputs, np.float32)
+    y = np.searchsorted(r.model.classes, np.asarray(d.labels))
+    folds = StratifiedKFold(CV_FOLDS, shuffle=True, random_state=0)
+    out = cross_val_predict(r.model.net, x, y, cv=folds)
+    assert r.accuracy == pytest.approx(float((out == y).mean()))
+    # the served model is the one fitted on every row
+    full = clone(r.model.net).fit(x, y).named_steps["model"].coef_
+    np.testing.assert_allclose(r.model.net.named_steps["model"].coef_, full)
+    with monkeypatch.context() as m:
+        m.setattr(trainers._job, "CV_MAX_EXAMPLES", 100)
+        big = train(TrainJob("wine", "logistic_regression"), store)
+    assert big.n_val == math.ceil(0.2 * 178) and big.n_train == 178 - big.n_val
+    store.create_tenant("rare", d.schema)
+    keep = np.r_[np.flatnonzero(np.asarray(d.labels) != d.labels[0]), 0, 1, 2]
+    store.feed("rare", x[keep], [d.labels[i] for i in keep])  # a class of 3 rows: < 5 folds
+    rare = train(TrainJob("rare", "logistic_regression"), store)
+    assert rare.n_train + rare.n_val == len(keep) and rare.n_val == math.ceil(0.2 * len(keep))
 
 
 def test_bad_hyperparameters_name_the_valid_ones(tmp_path: Path) -> None:
