@@ -428,8 +428,17 @@ def connect(options: SchedulerOptions, run_train: Callable[[dict[str, Any]], Any
         prefetch = slots * settings.prefetch_per_slot
     worker_locks = not (local or settings.pin_gpus)
     lock_dir = str(settings.home / "slots") if prefetch and not worker_locks else None
+    # Jobs trained in this process cost beyond training what the overhead prior says (it was
+    # measured so); a flow run on a worker, perhaps through MLflow's authentication app, is
+    # measured before its short jobs are chained (`Planner.decide`).
     planner = Planner(
-        policy, slots, options.seed, prefetch=prefetch, lock_dir=lock_dir, worker_locks=worker_locks
+        policy,
+        slots,
+        options.seed,
+        prefetch=prefetch,
+        lock_dir=lock_dir,
+        worker_locks=worker_locks,
+        overhead_known=local,
     )
     dispatcher: Dispatcher
     if local:

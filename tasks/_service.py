@@ -481,6 +481,7 @@ class Planner:
         prefetch: int = 0,
         lock_dir: str | None = None,
         worker_locks: bool = False,
+        overhead_known: bool = False,
     ) -> None:
         if prefetch and lock_dir is None and not worker_locks:
             raise ValueError("prefetching needs slot locks: give lock_dir, or worker_locks")
@@ -489,6 +490,7 @@ class Planner:
         self.policy = policy
         self.slots = slots
         self.capacity = slots + prefetch
+        self.overhead_known = overhead_known
         self.lock_dir = lock_dir
         # Turns on the slots (`JobSpec.turn`): microseconds at the start, so that a later
         # scheduler's are larger; each slot's last turn sent.
@@ -570,9 +572,11 @@ class Planner:
         process, the hand-off) is then paid once for them all. A pick expected to take longer
         than what is left is not chained; it goes back to the policy. Costs in dollars
         (`ServiceState.usd_per_s`) and SEER jobs (``seer_budget_x``) are not chained, nor is
-        any job before one has finished and measured the per-job overhead (`overhead_measured`):
-        expected seconds from `JOB_OVERHEAD_PRIOR_S`, the embedded service's 0.15 s, chained
-        16 jobs of 8 s each into one run on a server home with authentication.
+        any job before one has finished and measured the per-job overhead (`overhead_measured`)
+        unless the planner was built with ``overhead_known`` (jobs trained in the scheduler's
+        own process, as embedded, where `JOB_OVERHEAD_PRIOR_S` was measured): expected seconds
+        from that 0.15 s chained 16 jobs of 8 s each into one run on a server home with
+        authentication.
         ``sleep_s``: every job is a sleep-based stand-in of that length (dispatch benchmarks),
         which is also its expected length.
         """
@@ -592,12 +596,13 @@ class Planner:
         for j in in_flight:
             load[j.slot % self.slots] += 1
         # Not chained: costs in dollars, SEER jobs (they take seer_budget_x times the cost), and
-        # any job before a job's overhead has been measured (sleep_s: a stand-in's is known).
+        # any job before a job's overhead has been measured, unless the prior is this kind of
+        # service's (`overhead_known`) or the jobs are stand-ins of known length (sleep_s).
         chaining = (
             bool(chain_s)
             and state.usd_per_s is None
             and seer_budget_x is None
-            and (sleep_s is not None or overhead_measured(state.records))
+            and (sleep_s is not None or self.overhead_known or overhead_measured(state.records))
         )
 
         def spec(a: Assignment, slot: int) -> JobSpec:

@@ -121,6 +121,12 @@ def test_nothing_is_chained_before_a_job_has_measured_the_overhead() -> None:
         _state(tenants, done), in_flight=[], tick=2, chain_s=10.0
     )
     assert len(nxt.chain()) > 1
+    # Where the prior is this service's own measurement (jobs trained in the scheduler's
+    # process, as embedded), the first tick is chained on it.
+    [known] = Planner("roundrobin", slots=1, overhead_known=True).decide(
+        _state(tenants, []), in_flight=[], tick=1, chain_s=10.0
+    )
+    assert len(known.chain()) > 1
 
 
 def test_finished_jobs_leave_the_policys_pending() -> None:
