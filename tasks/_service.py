@@ -345,13 +345,13 @@ def _restrict(
 JOB_OVERHEAD_PRIOR_S = 0.15
 
 
-def _overheads(records: Sequence[JobRecord]) -> list[float]:
+def _overheads(records: Sequence[JobRecord]) -> Iterator[float]:
     """Each finished job's MLflow run span less its training seconds (``cost_s``)."""
-    return [
+    return (
         r.end_time - r.start_time - r.cost_s
         for r in records
         if r.status == "FINISHED" and r.end_time is not None and r.cost_s is not None
-    ]
+    )
 
 
 def job_overhead(records: Sequence[JobRecord]) -> float:
@@ -361,7 +361,7 @@ def job_overhead(records: Sequence[JobRecord]) -> float:
     where a tabular job trains 0.003-0.05 s. Before, spans were the costs, so the tenant scale
     of ``log c = a_i + b_k`` absorbed the overhead and predicted every heavier model dearer by
     the same factor (a 0.005-s k-NN fit seen at 0.25 s made a 1-s forest look like 50 s)."""
-    spans = _overheads(records)
+    spans = list(_overheads(records))
     return max(0.0, float(np.median(spans))) if spans else JOB_OVERHEAD_PRIOR_S
 
 
@@ -369,7 +369,7 @@ def overhead_measured(records: Sequence[JobRecord]) -> bool:
     """Whether some finished job has measured the overhead `job_overhead` returns (otherwise it
     is `JOB_OVERHEAD_PRIOR_S`, the embedded service's: a server home with MLflow's
     authentication app measured 8 s a job, 50 times that)."""
-    return bool(_overheads(records))
+    return next(_overheads(records), None) is not None
 
 
 def state_of(
