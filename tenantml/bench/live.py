@@ -48,6 +48,7 @@ __all__ = [
     "CARRIED_TABULAR",
     "DEMO",
     "FLAML",
+    "IMAGES",
     "QUARTERS",
     "REAL",
     "LiveTenant",
@@ -59,6 +60,7 @@ __all__ = [
     "run_service",
     "summarize",
     "write_demo_tenants",
+    "write_image_tenants",
     "write_real_tenants",
 ]
 
@@ -183,6 +185,7 @@ def load_tenants(
 
 DEMO = "demo"  # the directory argument that means the project's own demo tenants
 REAL = "real"  # ... and the project's carried real tenant sets (tenantml/data/tenants/)
+IMAGES = "images"  # ... and their image tenants alone (digits, MNIST): the GPU's benchmark
 # the carried sets (infra/scripts/import_tenants.py; sources, licenses: tenantml/data/README.md):
 # NAME.csv.gz, a header, numeric features and the class last as ``label``
 CARRIED_TABULAR = (
@@ -285,6 +288,14 @@ def write_real_tenants(directory: Path) -> Path:
         (directory / f"{name}.csv").write_bytes(
             gzip.decompress(_carried(f"{name}.csv.gz").read_bytes())
         )
+    return write_image_tenants(directory)
+
+
+def write_image_tenants(directory: Path) -> Path:
+    """The project's image tenants as a bench-live directory: scikit-learn's digits as
+    ``digits/<label>/*.png`` (8x8 grey) and each of `CARRIED_IMAGES` as ``NAME/<label>/*.png``
+    (MNIST: 28x28 grey). Returns `directory`."""
+    directory.mkdir(parents=True, exist_ok=True)
     _write_digits(directory)
     for name in CARRIED_IMAGES:
         _write_image_folders(directory / name, *load_carried_images(name))
@@ -295,6 +306,7 @@ def write_real_tenants(directory: Path) -> Path:
 BUILT_IN_TENANTS: dict[str, Callable[[Path], Path]] = {
     DEMO: write_demo_tenants,
     REAL: write_real_tenants,
+    IMAGES: write_image_tenants,
 }
 
 

@@ -492,7 +492,8 @@ def bench_live(
         typer.Argument(
             help="NAME.csv files and/or NAME/<label>/*.png folders; demo: the demo tenants "
             "(wine, breast-cancer, digits); real: the project's 12 real tenant sets (10 "
-            "tabular, digits, MNIST; tenantml/data/README.md)"
+            "tabular, digits, MNIST; tenantml/data/README.md); images: its two image tenants "
+            "(digits, MNIST)"
         ),
     ],
     budget_s: Annotated[float, typer.Option(help="wall clock per system (s)")] = 240.0,

@@ -19,10 +19,12 @@ from tenantml.bench.live import (
     BUILT_IN_TENANTS,
     CARRIED_IMAGES,
     CARRIED_TABULAR,
+    IMAGES,
     REAL,
     load_carried_images,
     load_carried_tabular,
     load_tenants,
+    write_image_tenants,
     write_real_tenants,
 )
 from tests.scripts import load_script
@@ -173,3 +175,11 @@ def test_bench_live_takes_real_as_the_carried_tenants(tmp_path: Path) -> None:
         assert name in said
     assert (tmp_path / "o" / "tenants" / "mnist" / "7").is_dir()
     assert not (tmp_path / "o" / "homes").exists()
+
+
+def test_the_images_directory_holds_the_image_tenants_alone(tmp_path: Path) -> None:
+    assert BUILT_IN_TENANTS[IMAGES] is write_image_tenants
+    tenants = load_tenants(write_image_tenants(tmp_path / "images"), seed=0, test_fraction=0.25)
+    assert sorted(t.name for t in tenants) == ["digits", "mnist"]
+    shapes = {t.name: t.x_train.shape[1:] for t in tenants}
+    assert shapes == {"digits": (8, 8, 1), "mnist": (28, 28, 1)}  # (H, W, C)
