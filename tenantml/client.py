@@ -30,6 +30,7 @@ from tasks.settings import ServerUnreachableError, Settings
 
 if TYPE_CHECKING:
     from tasks import SchedulerEvent
+    from tasks.prefect_start import EarlyStart
 
 __all__ = ["Client", "Leaderboard", "LeaderboardRow", "NoModelYetError"]
 
@@ -70,6 +71,7 @@ class Client:
         if user is not None:  # a tenant's identity (store.TenantScopedStore)
             settings = dataclasses.replace(settings, user=user, password=password)
         self.settings = settings.apply()
+        self._prefect_start: EarlyStart | None = None
         if check_servers and self.settings.mode == "servers":
             self.check_servers()
 
@@ -316,6 +318,15 @@ class Client:
         out: dict[str, Any] = seer(name, model, deadline_min, budget_gpu_min, **options)
         return out
 
+    def start_prefect(self) -> None:
+        """Start what `run` will wait for first, the embedded service's Prefect server, in the
+        background now (`tasks.prefect_start`): a caller that has other work before `run`
+        (imports, a view) calls this first. Nothing on servers, or if already started."""
+        if self.settings.mode == "embedded" and self._prefect_start is None:
+            from tasks.prefect_start import start_early
+
+            self._prefect_start = start_early()
+
     def run(
         self,
         ticks: int | None = None,
@@ -331,16 +342,19 @@ class Client:
         ``in_flight`` counts the jobs left going, which the next `run` resumes. Started while a
         server is unreachable, it waits for it (`tasks.outage.wait_for_servers`); build the
         client with ``check_servers=False`` to get that far."""
+        self._operator_only("running the scheduler")
+        self.start_prefect()  # a no-op when `start_prefect` was called earlier
         from flows.scheduler import scheduler
         from tasks import listen
         from tasks.outage import wait_for_servers
 
-        self._operator_only("running the scheduler")
         if self.settings.mode == "servers":
             # The scheduler is the service, not a user's short command: started while a server
             # is down it waits, with the lines and the patience a running scheduler has
             # (Prefect first of all: the flow run cannot start without it).
             wait_for_servers(self.settings, options.get("outage_patience_s"), say=print)
+        if self._prefect_start is not None:
+            self._prefect_start.wait()
         start = time.monotonic()
         with listen(on_progress) if on_progress is not None else nullcontext():
             out: dict[str, Any] = scheduler(ticks=ticks, **options)

@@ -412,6 +412,7 @@ def run(
             from tenantml.client import Client
 
             c = Client(home, check_servers=False)
+            c.start_prefect()  # beside the imports below (embedded: Prefect's server, seconds)
             from tasks import stop_on_signals
 
             # MLflow's "View run ... at URL" lines (servers) would break into the job lines

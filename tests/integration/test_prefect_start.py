@@ -1,0 +1,56 @@
+"""The embedded service's Prefect server started early (`tasks.prefect_start`), for real: the
+first new home migrates and leaves the template, the next new home starts from a copy of it and
+its server answers. Each home in its own process (Prefect keeps one temporary server per
+process)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
+
+_START = """
+import json, sys
+from prefect.client.orchestration import get_client
+from tenantml.client import Client
+
+c = Client(sys.argv[1])
+c.start_prefect()
+c._prefect_start.wait()
+with get_client(sync_client=True) as prefect:
+    runs = len(prefect.read_flow_runs())
+print(json.dumps({"seeded": c._prefect_start.seeded, "error": repr(c._prefect_start.error),
+                  "flow_runs": runs}))
+"""
+
+
+def _start(home: Path, cache: Path) -> dict[str, object]:
+    import json
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache), "TENANTML_HOME": str(home)}
+    env.pop("PREFECT_API_URL", None)
+    out = subprocess.run(
+        [sys.executable, "-c", _START, str(home)],
+        env=env, capture_output=True, text=True, check=True, timeout=240,
+    )  # fmt: skip
+    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_the_second_new_home_starts_from_the_first_ones_migrated_database(
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / "cache"
+    first = _start(tmp_path / "a", cache)
+    assert first == {"seeded": False, "error": "None", "flow_runs": 0}
+    templates = list((cache / "tenantml").glob("prefect-*.db"))
+    assert len(templates) == 1, templates
+    second = _start(tmp_path / "b", cache)
+    assert second == {"seeded": True, "error": "None", "flow_runs": 0}
+    again = _start(tmp_path / "b", cache)  # an existing home: its own database, as it was
+    assert again == {"seeded": False, "error": "None", "flow_runs": 0}

@@ -1,0 +1,99 @@
+"""The embedded Prefect server's template database (`tasks.prefect_start`), without a server:
+what counts as a migrated database, that a new home alone is seeded, and that a template is
+replaced in one step. The server itself starting from a seeded home is in
+tests/integration/test_prefect_start.py."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tasks.prefect_start import (
+    _is_migrated,
+    _save_template,
+    _seed_from_template,
+    start_early,
+    template_path,
+)
+
+
+def _migrated_db(path: Path, revision: str = "abc123") -> Path:
+    """A stand-in for a migrated Prefect database: Alembic's revision and a flow_run table."""
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+        db.execute("INSERT INTO alembic_version VALUES (?)", (revision,))
+        db.execute("CREATE TABLE flow_run (id TEXT)")
+        db.execute("PRAGMA journal_mode = WAL")
+    return path
+
+
+def test_template_path_is_per_version_under_the_user_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert template_path("3.8.8") == tmp_path / "tenantml" / "prefect-3.8.8.db"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert template_path("3.8.8") == Path.home() / ".cache" / "tenantml" / "prefect-3.8.8.db"
+
+
+def test_only_a_migrated_database_counts(tmp_path: Path) -> None:
+    assert _is_migrated(_migrated_db(tmp_path / "ok.db"))
+    assert not _is_migrated(tmp_path / "missing.db")
+    assert not (tmp_path / "missing.db").exists()  # looking did not create it
+    (tmp_path / "garbage.db").write_bytes(b"not a database at all" * 100)
+    assert not _is_migrated(tmp_path / "garbage.db")
+    with sqlite3.connect(tmp_path / "empty.db") as db:  # SQLite, but never migrated
+        db.execute("CREATE TABLE flow_run (id TEXT)")
+    assert not _is_migrated(tmp_path / "empty.db")
+    half = tmp_path / "half.db"
+    _migrated_db(half)
+    with sqlite3.connect(half) as db:
+        db.execute("DROP TABLE flow_run")
+    assert not _is_migrated(half)
+
+
+def test_a_new_home_is_seeded_and_an_existing_one_is_never_touched(tmp_path: Path) -> None:
+    template = _migrated_db(tmp_path / "template.db")
+    new = tmp_path / "new" / "prefect" / "prefect.db"
+    assert _seed_from_template(new, template)
+    assert _is_migrated(new)
+    existing = tmp_path / "old.db"
+    existing.write_bytes(b"a home's own database")
+    assert not _seed_from_template(existing, template)
+    assert existing.read_bytes() == b"a home's own database"
+
+
+def test_a_bad_template_seeds_nothing(tmp_path: Path) -> None:
+    bad = tmp_path / "template.db"
+    bad.write_bytes(b"cut off")
+    home_db = tmp_path / "home" / "prefect.db"
+    assert not _seed_from_template(home_db, bad)
+    assert not home_db.exists()
+
+
+def test_saving_replaces_a_bad_template_with_a_clean_copy(tmp_path: Path) -> None:
+    template = tmp_path / "cache" / "prefect-x.db"
+    template.parent.mkdir()
+    template.write_bytes(b"cut off")
+    _save_template(_migrated_db(tmp_path / "home.db", revision="r42"), template)
+    assert _is_migrated(template)
+    with sqlite3.connect(template) as db:
+        assert db.execute("SELECT version_num FROM alembic_version").fetchone() == ("r42",)
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    assert sorted(p.name for p in template.parent.iterdir()) == ["prefect-x.db"]  # no leftovers
+
+
+def test_nothing_is_started_for_servers_or_another_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path))
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4200/api")
+    assert start_early() is None
+    monkeypatch.delenv("PREFECT_API_URL")
+    monkeypatch.setenv("PREFECT_API_DATABASE_CONNECTION_URL", "postgresql+asyncpg://x/y")
+    assert start_early() is None
+    monkeypatch.delenv("PREFECT_API_DATABASE_CONNECTION_URL")
+    monkeypatch.delenv("PREFECT_HOME")
+    assert start_early() is None
