@@ -12,6 +12,12 @@ importtime`` says which frameworks it loaded (`FRAMEWORKS`).
 published it), ``status --fresh`` asks MLflow. ``infer`` runs before any model is trained, so it
 answers "no model yet" (exit 1): what is timed is everything up to the model's lookup in the
 registry.
+
+`measure_first_dispatch` times the service itself: ``tenantml run`` on a new home (built as
+above, before the clock starts) until it dispatches its first job, the wait every new
+installation, ``demo`` and ``bench-live`` system pays. Twice per repeat: with no template of
+Prefect's database in the cache (the machine's first home: Prefect migrates an empty database)
+and with the template the first left (`tasks.prefect_start`).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -31,12 +38,17 @@ __all__ = [
     "COMMANDS",
     "FRAMEWORKS",
     "CommandTime",
+    "FirstDispatch",
     "make_home",
+    "measure_first_dispatch",
     "measure_startup",
     "startup_runs",
 ]
 
 FRAMEWORKS = ("torch", "prefect", "mlflow", "sklearn")
+# examples per tenant in the homes `measure_first_dispatch` runs: the scheduler schedules a
+# tenant once it has 10 (`tasks._service.Planner.decide`)
+RUN_EXAMPLES = 30
 SCHEMA = "{input: {[Tensor[4]], []}, output: {[Tensor[3]], []}}"
 LABELS = ("a", "b", "c")
 # name -> the command's arguments ({csv}: a labelled CSV, {inputs}: an unlabelled one), and
@@ -62,6 +74,23 @@ class CommandTime:
     exit_code: int
     expected_exit_code: int
     frameworks: tuple[str, ...]  # which of FRAMEWORKS the command loaded
+
+
+@dataclass(frozen=True)
+class FirstDispatch:
+    """Seconds from ``tenantml run`` on a new home to its first dispatched job, per repeat:
+    ``cold`` with an empty cache (Prefect migrates), ``template`` from the migrated copy."""
+
+    cold: tuple[float, ...]
+    template: tuple[float, ...]
+
+    @property
+    def cold_s(self) -> float:
+        return statistics.median(self.cold)
+
+    @property
+    def template_s(self) -> float:
+        return statistics.median(self.template)
 
 
 def tenant_names(n: int) -> list[str]:
@@ -189,13 +218,89 @@ def measure_startup(
     return python_s, out
 
 
+def _time_to_first_dispatch(home: Path, cache: Path, timeout_s: float = 300.0) -> float:
+    """Seconds from starting ``tenantml run --slots 1`` on `home` (Prefect's template cache at
+    `cache`) to its first "dispatched" line; then the run is stopped as a user stops it."""
+    import signal
+
+    env = {**os.environ, "TENANTML_HOME": str(home), "XDG_CACHE_HOME": str(cache)}
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        (sys.executable, "-P", "-m", "tenantml.cli", "run", "--slots", "1"),
+        env=env, cwd=home, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    seconds: float | None = None
+    tail: list[str] = []
+    # a run that prints nothing would block the read below: stop it at the timeout
+    watchdog = threading.Timer(timeout_s, os.killpg, (proc.pid, signal.SIGINT))
+    watchdog.start()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if "dispatched" in line:
+                seconds = time.perf_counter() - start
+                break
+            tail = [*tail[-20:], line]
+    finally:
+        watchdog.cancel()
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if seconds is None:
+        raise RuntimeError(
+            f"tenantml run dispatched nothing in {timeout_s:g} s on {home}:\n{''.join(tail)}"
+        )
+    return seconds
+
+
+def measure_first_dispatch(
+    root: Path,
+    *,
+    n_tenants: int = 20,
+    n_examples: int = 6,
+    repeats: int = 3,
+    on_step: Callable[[], None] | None = None,
+) -> FirstDispatch:
+    """Per repeat, two new homes under `root` (each built before its clock starts, with at
+    least `RUN_EXAMPLES` examples per tenant) and a new cache: ``tenantml run`` timed to its
+    first dispatch with the cache empty, then with the template that run left. ``on_step``:
+    called after each run (2 x `repeats`)."""
+    step = on_step or (lambda: None)
+    n_examples = max(n_examples, RUN_EXAMPLES)
+    cold: list[float] = []
+    warm: list[float] = []
+    for k in range(repeats):
+        cache = root / f"cache-{k}"
+        for kind, times in (("cold", cold), ("template", warm)):
+            home = root / f"run-{k}-{kind}"
+            make_home(home, n_tenants, n_examples)
+            times.append(_time_to_first_dispatch(home, cache))
+            step()
+    return FirstDispatch(tuple(cold), tuple(warm))
+
+
 def to_json(
-    python_s: float, times: Sequence[CommandTime], n_tenants: int, repeats: int
+    python_s: float,
+    times: Sequence[CommandTime],
+    n_tenants: int,
+    repeats: int,
+    first_dispatch: FirstDispatch | None = None,
 ) -> dict[str, object]:
-    return {
+    out: dict[str, object] = {
         "tenants": n_tenants,
         "repeats": repeats,
         "python": sys.version.split()[0],
         "python_c_pass_s": python_s,
         "commands": [asdict(t) for t in times],
     }
+    if first_dispatch is not None:
+        out["run_first_dispatch"] = {
+            "cold_s": first_dispatch.cold_s,
+            "template_s": first_dispatch.template_s,
+            **asdict(first_dispatch),
+        }
+    return out

@@ -692,29 +692,55 @@ def bench_startup(
         Path | None, typer.Option("--home", help="build the home here (default: a temporary one)")
     ] = None,
     out: Annotated[Path | None, typer.Option(help="directory for startup.json")] = None,
+    run: Annotated[
+        bool,
+        typer.Option(
+            "--run/--no-run",
+            help="also time `tenantml run` on a new home to its first job (with and without "
+            "Prefect's template database)",
+        ),
+    ] = True,
 ) -> None:
     """Seconds the everyday commands take to answer, each in its own process.
 
     On a home with N tenants; each command's median and its ratio to `python -c pass` timed in
-    the same run (targets: tenants, examples, status < 1 s; feed, infer < 2 s)."""
+    the same run (targets: tenants, examples, status < 1 s; feed, infer < 2 s). With --run,
+    also the seconds `tenantml run` takes on a new home to dispatch its first job."""
     import tempfile
 
-    from tenantml.bench.startup import COMMANDS, measure_startup, startup_runs, to_json
+    from tenantml.bench.startup import (
+        COMMANDS,
+        FirstDispatch,
+        measure_first_dispatch,
+        measure_startup,
+        startup_runs,
+        to_json,
+    )
     from tenantml.cli._progress import progress_bar
 
     names = [c.strip() for c in commands.split(",") if c.strip()] if commands else list(COMMANDS)
     total = startup_runs(len(names), repeats)
+    first: FirstDispatch | None = None
     with tempfile.TemporaryDirectory(prefix="tenantml-startup-") as tmp:
         try:
             with progress_bar("command runs", total, background_refresh=False) as advance:
                 python_s, times = measure_startup(
-                    home or Path(tmp),
+                    home or Path(tmp) / "home",
                     n_tenants=tenants,
                     n_examples=examples,
                     repeats=repeats,
                     commands=names,
                     on_step=advance,
                 )
+            if run:
+                with progress_bar("new homes run", 2 * repeats) as advance:
+                    first = measure_first_dispatch(
+                        Path(tmp) / "runs",
+                        n_tenants=tenants,
+                        n_examples=examples,
+                        repeats=repeats,
+                        on_step=advance,
+                    )
         except ValueError as e:
             raise _fail(str(e)) from None
     table = Table(title=f"startup, {tenants} tenants, median of {repeats}")
@@ -730,7 +756,13 @@ def bench_startup(
     bad = [t.command for t in times if t.exit_code != t.expected_exit_code]
     if bad:
         err_console.print(f"[yellow]unexpected exit status:[/] {', '.join(bad)} (marked !)")
-    _save_json(out, "startup.json", to_json(python_s, times, tenants, repeats))
+    if first is not None:
+        console.print(
+            f"tenantml run on a new home, first job dispatched after (median of {repeats}): "
+            f"{first.cold_s:.1f} s with no template (Prefect migrates), "
+            f"{first.template_s:.1f} s from the template"
+        )
+    _save_json(out, "startup.json", to_json(python_s, times, tenants, repeats, first))
 
 
 _service.register(app)

@@ -138,7 +138,7 @@ def test_bench_startup_times_commands_and_writes_json(tmp_path: Path, restore_en
     out = tmp_path / "out"
     args = ["bench-startup", "--tenants", "1", "--examples", "3", "--repeats", "1"]
     args += ["--commands", "--help,tenants", "--home", str(tmp_path / "home"), "--out", str(out)]
-    res = CliRunner().invoke(app, args)
+    res = CliRunner().invoke(app, [*args, "--no-run"])
     assert res.exit_code == 0, res.output
     data = json.loads((out / "startup.json").read_text())
     assert data["tenants"] == 1 and data["repeats"] == 1 and data["python_c_pass_s"] > 0
@@ -149,3 +149,18 @@ def test_bench_startup_times_commands_and_writes_json(tmp_path: Path, restore_en
         assert c["exit_code"] == c["expected_exit_code"] == 0 and len(c["runs"]) == 1
     assert data["commands"][0]["frameworks"] == []  # --help
     assert "tenants" in res.output and "python -c pass" in res.output
+
+
+@pytest.mark.full
+def test_bench_startup_times_run_to_its_first_job_on_new_homes(
+    tmp_path: Path, restore_env: None
+) -> None:
+    out = tmp_path / "out"
+    args = ["bench-startup", "--tenants", "1", "--examples", "3", "--repeats", "1"]
+    args += ["--commands", "tenants", "--out", str(out)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    first = json.loads((out / "startup.json").read_text())["run_first_dispatch"]
+    assert len(first["cold"]) == len(first["template"]) == 1
+    assert first["cold_s"] > 0 and first["template_s"] > 0
+    assert "first job dispatched after" in res.output
