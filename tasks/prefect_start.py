@@ -6,10 +6,12 @@ waits for it. Measured on the 2-core machine: 3 s of the server's imports, and o
 more of Alembic migrations (every revision since Prefect's first, on an empty database), of the
 18 s from ``tenantml run`` to its first job. Two things take most of that out of the wait:
 
-- `start_early` starts the server in a thread as soon as the home's settings are in the
-  environment, so that it runs beside the scheduler's own imports; `EarlyStart.wait` joins it
-  before the flow runs (Prefect's ``start`` is not safe to enter twice at once: a second caller
-  would take a server that is not up yet).
+- `start_early`, as soon as the home's settings are in the environment, imports Prefect's
+  server module (in the caller's thread: a module imported by two threads at once, each
+  waiting for one the other is running, fails one of the imports) and starts the server's
+  subprocess from a thread, so that it starts up beside the scheduler's own imports;
+  `EarlyStart.wait` joins it before the flow runs (Prefect's ``start`` is not safe to enter
+  twice at once: a second caller would take a server that is not up yet).
 - A template per machine and Prefect version (`template_path`): the first new home migrates as
   before, and its database, migrated and still empty of runs, is copied to the user's cache
   (sqlite3's online backup: a consistent copy while the server has it open); every later new home
@@ -29,6 +31,7 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 __all__ = ["EarlyStart", "start_early", "template_path"]
 
@@ -96,27 +99,27 @@ def _save_template(db: Path, template: Path) -> None:
 
 
 class EarlyStart:
-    """Prefect's temporary server, being started in a thread (`start_early`)."""
+    """Prefect's temporary server `server`, being started in a thread (`start_early`) on the
+    database `db`, seeded from `template` when the home is new."""
 
-    def __init__(self, db: Path) -> None:
-        self.db = db
-        self.seeded = False  # started from the template
+    def __init__(self, server: Any, db: Path, template: Path) -> None:
+        self.db, self.template = db, template
+        self.new_home = not db.exists()
+        self.seeded = self.new_home and _seed_from_template(db, template)
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="prefect-start", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(server,), name="prefect-start", daemon=True
+        )
         self._thread.start()
 
-    def _run(self) -> None:
+    def _run(self, server: Any) -> None:
+        # No imports here: a module imported by this thread and the caller's at once, each
+        # waiting for a module the other is running, would fail one of the two imports.
         try:
-            import prefect
-            from prefect.server.api.server import SubprocessASGIServer
-
-            template = template_path(prefect.__version__)
-            new_home = not self.db.exists()
-            self.seeded = new_home and _seed_from_template(self.db, template)
-            SubprocessASGIServer().start()
-            if new_home and not self.seeded and _is_migrated(self.db):
-                _save_template(self.db, template)
-        except BaseException as e:  # noqa: BLE001 (re-raised by wait, in the caller's thread)
+            server.start()  # Prefect's own start: the uvicorn subprocess, then /health
+            if self.new_home and not self.seeded and _is_migrated(self.db):
+                _save_template(self.db, self.template)
+        except Exception as e:  # reported by `wait`; the flow then starts the server itself
             self.error = e
 
     def wait(self) -> None:
@@ -130,10 +133,15 @@ class EarlyStart:
 def start_early() -> EarlyStart | None:
     """Start Prefect's temporary server now, beside whatever the caller does next, when this
     process will need one: no ``PREFECT_API_URL`` and Prefect's default database under
-    ``PREFECT_HOME`` (call after `tasks.settings.Settings.apply`). None otherwise."""
+    ``PREFECT_HOME`` (call after `tasks.settings.Settings.apply`). None otherwise. Prefect's
+    server module is imported here, in the caller's thread (about 3 s)."""
     if os.environ.get("PREFECT_API_URL") or os.environ.get("PREFECT_API_DATABASE_CONNECTION_URL"):
         return None
     home = os.environ.get("PREFECT_HOME")
     if not home:
         return None
-    return EarlyStart(Path(home) / DB_NAME)
+    import prefect
+    from prefect.server.api.server import SubprocessASGIServer
+
+    template = template_path(prefect.__version__)
+    return EarlyStart(SubprocessASGIServer(), Path(home) / DB_NAME, template)
