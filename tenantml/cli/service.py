@@ -621,6 +621,7 @@ def demo(
         c = Client(root)
         if c.settings.mode != "embedded":
             raise ValueError(f"{root} is set up for servers; give the demo its own --home")
+        c.start_prefect()  # Prefect's server starts up while the tenants are fed
         console.print(f"TENANTML_HOME={c.settings.home} (embedded: SQLite MLflow, local store)")
         names = ["digits", "breast_cancer", "wine", "japanese_vowels"]
         for ds in names:
