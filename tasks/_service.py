@@ -62,6 +62,7 @@ from trainers import (
     TrainResult,
     candidates,
     cross_validates,
+    torch_candidates,
     train,
     validation_size,
 )
@@ -431,7 +432,8 @@ def build_problem(
         base_var=1.0,
     )
     examples = [max(t.n_examples, 1) for t in tenants]
-    tabular = [all(one_fit[catalogue.index(c)] for c in t.candidates) for t in tenants]
+    # tabular: no network among the schema's arms, the trainer's own test (`train_sklearn`)
+    tabular = [not torch_candidates(t.schema) for t in tenants]
     # how many examples a tenant's jobs are scored on: the noise of what they measure
     # (`policy.rate`: a better model is served only when it measures better); all of them for
     # a small tabular tenant (cross-validated), else the validation share

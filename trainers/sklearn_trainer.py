@@ -42,7 +42,7 @@ from store import ExampleStore, is_class_output
 from trainers._data import split
 from trainers._job import CV_FOLDS, EpochReport, TrainJob, TrainResult, cross_validates
 from trainers._model import TrainedModel
-from trainers.templates import Candidate, candidates
+from trainers.templates import Candidate, torch_candidates
 from trainers.zoo import ZOO
 
 __all__ = ["ESTIMATORS", "train_sklearn"]
@@ -89,8 +89,7 @@ def train_sklearn(
     # a tenant with networks among its arms (an image tenant's pixel arms) keeps the holdout
     # they validate on: one noise level per tenant, as `tasks._service.build_problem` tells
     # the policy (`trainers.validation_size`)
-    only_sklearn = all(c.spec.family == "sklearn" for c in candidates(schema))
-    if only_sklearn and cross_validates(len(ds), int(counts.min())):
+    if not torch_candidates(schema) and cross_validates(len(ds), int(counts.min())):
         folds = StratifiedKFold(CV_FOLDS, shuffle=True, random_state=job.seed)
         out_of_fold = cross_val_predict(clone(est), x, ds.y, cv=folds)
         acc = float((out_of_fold == ds.y).mean())
