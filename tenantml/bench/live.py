@@ -58,6 +58,7 @@ __all__ = [
     "load_tenants",
     "run_flaml",
     "run_service",
+    "stop_as_a_user",
     "summarize",
     "write_demo_tenants",
     "write_image_tenants",
@@ -348,6 +349,17 @@ def _last_loss_estimates(home: Path) -> dict[str, float]:
     }
 
 
+def stop_as_a_user(proc: subprocess.Popen[Any], grace_s: float = STOP_GRACE_S) -> None:
+    """Ctrl-C to `proc`'s process group (started with ``start_new_session``): the service stops
+    as a user stops it; SIGKILL if it has not after `grace_s`."""
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def run_service(
     system: str,
     tenants: Sequence[LiveTenant],
@@ -387,12 +399,7 @@ def run_service(
     try:
         proc.wait(timeout=budget_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the service stops as a user stops it
-        try:
-            proc.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_as_a_user(proc)
     finally:
         log.close()
     if proc.returncode not in (0, 130):

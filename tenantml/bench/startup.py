@@ -223,6 +223,8 @@ def _time_to_first_dispatch(home: Path, cache: Path, timeout_s: float = 300.0) -
     `cache`) to its first "dispatched" line; then the run is stopped as a user stops it."""
     import signal
 
+    from tenantml.bench.live import stop_as_a_user
+
     env = {**os.environ, "TENANTML_HOME": str(home), "XDG_CACHE_HOME": str(cache)}
     start = time.perf_counter()
     proc = subprocess.Popen(
@@ -244,12 +246,7 @@ def _time_to_first_dispatch(home: Path, cache: Path, timeout_s: float = 300.0) -
             tail = [*tail[-20:], line]
     finally:
         watchdog.cancel()
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_as_a_user(proc, grace_s=60)
     if seconds is None:
         raise RuntimeError(
             f"tenantml run dispatched nothing in {timeout_s:g} s on {home}:\n{''.join(tail)}"
