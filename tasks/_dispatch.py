@@ -144,14 +144,24 @@ class LocalDispatcher(_Base):
     adopted: an earlier scheduler's threads died with it (`adopt` is False)."""
 
     def __init__(
-        self, slots: int, run: Callable[[dict[str, Any]], Any], max_attempts: int = 1
+        self,
+        slots: int,
+        run: Callable[[dict[str, Any]], Any],
+        max_attempts: int = 1,
+        on_done: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(slots, max_attempts)
         self.run = run  # the `train` flow: run(spec.params())
+        # called in the slot's thread as each run ends (the scheduler's `StopRequest.nudge`)
+        self.on_done = on_done
         self.pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="tenantml-slot")
 
     def _start(self, spec: JobSpec) -> Future[Any]:
-        return self.pool.submit(self.run, spec.params())
+        future = self.pool.submit(self.run, spec.params())
+        if self.on_done is not None:
+            on_done = self.on_done
+            future.add_done_callback(lambda _: on_done())
+        return future
 
     def _state(self, handle: Future[Any]) -> tuple[bool, bool, str]:
         if not handle.done():

@@ -192,6 +192,7 @@ class StopRequest:
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._wake = threading.Event()  # a stop, or a job that ended (`nudge`)
         self.signal: str | None = None
         self.dispatcher: Dispatcher | None = None
         self.run_id: str | None = None
@@ -201,8 +202,16 @@ class StopRequest:
         return self._event.is_set()
 
     def wait(self, seconds: float) -> bool:
-        """Sleep `seconds`, or less if a stop is requested meanwhile; True if one was."""
-        return self._event.wait(seconds)
+        """Sleep `seconds`, or less if a stop is requested or a `nudge` comes meanwhile (or
+        came since the last wait); True if a stop was requested."""
+        self._wake.wait(seconds)
+        self._wake.clear()  # a nudge after this is seen by the pass that follows, or the next wait
+        return self.requested
+
+    def nudge(self) -> None:
+        """Cut the current `wait` short: a job ended (`LocalDispatcher`'s ``on_done``), so the
+        next pass records it and fills its slot now rather than up to ``poll_s`` later."""
+        self._wake.set()
 
     def request(self, name: str) -> None:
         """Stop: remember `name` (the first one) and tell the listeners (`Stopping`)."""
@@ -210,11 +219,13 @@ class StopRequest:
             return
         self.signal = name
         self._event.set()
+        self._wake.set()
         in_flight = count_jobs(self.dispatcher.in_flight) if self.dispatcher is not None else 0
         _emit(Stopping(name, in_flight, self.run_id))
 
     def reset(self) -> None:
         self._event.clear()
+        self._wake.clear()
         self.signal, self.dispatcher, self.run_id = None, None, None
 
 
@@ -272,7 +283,8 @@ class SchedulerOptions:
       ``gpu``), ``"auto"`` (local in embedded mode, else the pool);
     * `prefetch`: ``P``, jobs sent beyond the running ones, each waiting warm on a GPU's lock
       (one machine: its slot's; several nodes: that of the GPU whose worker took it); None:
-      ``G`` x the installation's `Settings.prefetch_per_slot` (default 1);
+      ``G`` x the installation's `Settings.prefetch_for` (given, else 0 for local dispatch
+      and 1 for the pool's workers);
     * `seer_budget_x`: torch models get a SEER job whose GPU budget is this many times the
       policy's expected job time (None: the fixed learning-rate grid);
     * `seer_tuner`: the tuner of those jobs, ``replan`` (ours) or ``seer`` (the paper's);
@@ -425,7 +437,7 @@ def connect(options: SchedulerOptions, run_train: Callable[[dict[str, Any]], Any
     # worker holds its own GPU's lock (`tenantml worker`), and takes 1 + prefetch runs.
     prefetch = options.prefetch
     if prefetch is None:
-        prefetch = slots * settings.prefetch_per_slot
+        prefetch = slots * settings.prefetch_for(local)
     worker_locks = not (local or settings.pin_gpus)
     lock_dir = str(settings.home / "slots") if prefetch and not worker_locks else None
     # Jobs trained in this process cost beyond training what the overhead prior says (it was
@@ -442,7 +454,7 @@ def connect(options: SchedulerOptions, run_train: Callable[[dict[str, Any]], Any
     )
     dispatcher: Dispatcher
     if local:
-        dispatcher = LocalDispatcher(planner.capacity, run_train)
+        dispatcher = LocalDispatcher(planner.capacity, run_train, on_done=STOP.nudge)
     else:
         # No setting of this machine goes with a run: it gets its node's worker's environment
         # (its own TENANTML_HOME), so a run taken by another node's worker works there too.

@@ -763,7 +763,7 @@ def worker(
                 "settings `tenantml node-env` prints on the servers' machine, or `tenantml up`"
             )
         settings.apply()
-        ahead = settings.prefetch_per_slot if prefetch is None else prefetch
+        ahead = settings.prefetch_for(local=False) if prefetch is None else prefetch
         label = name or f"{socket.gethostname()}-gpu{gpu}"
         cmd, pinned = gpu_worker(gpu, settings.home, ahead, label, pool)
         env = {"PREFECT_WORKER_QUERY_SECONDS": "2", **os.environ, **pinned}

@@ -65,7 +65,7 @@ def test_three_tenants_get_a_best_model_and_infer(home: Path) -> None:
             c.infer(name, d.inputs[:2])
         c.feed(name, d.inputs, d.labels)
     out = c.run(ticks=6, max_epochs=4, job_budget_s=60, policy="roundrobin", poll_s=0.2)
-    assert out["jobs"] >= 7  # the first tick sends 2 (one prefetched), each later one 1 or more
+    assert out["jobs"] >= 6  # six ticks, each a run of one job or more (chained)
     for name, d in data.items():
         lb = c.status(name)
         assert lb.best is not None, name

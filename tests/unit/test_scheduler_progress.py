@@ -106,6 +106,30 @@ def test_a_stop_wakes_a_pause_at_once() -> None:
     assert 0.1 < time.monotonic() - started < 5 and stop.signal == "SIGINT"
 
 
+def test_a_run_that_ends_in_this_process_cuts_the_pause_short() -> None:
+    """Embedded, the slot's thread nudges the scheduler as its run ends: the pass that records
+    the job and fills the slot comes at once, not ``poll_s`` (here 30 s) later; a nudge that
+    came while no pause was going cuts the next one short; neither is a stop."""
+    from tasks._dispatch import LocalDispatcher
+
+    stop = StopRequest()
+    release = threading.Event()
+    d = LocalDispatcher(1, lambda params: release.wait(10), on_done=stop.nudge)
+    svc: Any = FakeService(FakeDispatcher(), stop)
+    d.submit(_spec("wine", "svm"))
+    threading.Timer(0.2, release.set).start()
+    started = time.monotonic()
+    pause(svc, _progress())
+    assert time.monotonic() - started < 5 and not stop.requested
+    [done] = d.poll()
+    assert done.ok and done.spec.tenant == "wine"
+    stop.nudge()  # between two pauses
+    started = time.monotonic()
+    pause(svc, _progress())
+    assert time.monotonic() - started < 5 and not stop.requested
+    d.close()
+
+
 def test_sigint_and_sigterm_request_a_stop_and_a_second_one_interrupts() -> None:
     events: list[SchedulerEvent] = []
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)

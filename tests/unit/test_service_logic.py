@@ -141,9 +141,10 @@ def test_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     }))  # fmt: skip
     s = Settings.load(tmp_path)
     assert (s.mode, s.gpu_slots, s.pin_gpus, s.store_url) == ("servers", 3, True, "s3://b/p")
-    assert s.prefetch_per_slot == 1  # servers.json names none: one per slot
+    assert s.prefetch_per_slot is None  # servers.json names none: workers 1 per slot
+    assert (s.prefetch_for(local=False), s.prefetch_for(local=True)) == (1, 0)
     monkeypatch.setenv("TENANTML_PREFETCH_PER_SLOT", "3")  # a cluster's, by environment
-    assert Settings.load(tmp_path).prefetch_per_slot == 3
+    assert Settings.load(tmp_path).prefetch_for(local=True) == 3  # given: for every dispatch
     monkeypatch.setenv("TENANTML_PREFETCH_PER_SLOT", "-1")
     with pytest.raises(ValueError, match="TENANTML_PREFETCH_PER_SLOT='-1' is not valid: use 0"):
         Settings.load(tmp_path)
