@@ -204,6 +204,8 @@ class StopRequest:
     def wait(self, seconds: float) -> bool:
         """Sleep `seconds`, or less if a stop is requested or a `nudge` comes meanwhile (or
         came since the last wait); True if a stop was requested."""
+        if self.requested:  # a stop is for every wait after it, not only the first
+            return True
         self._wake.wait(seconds)
         self._wake.clear()  # a nudge after this is seen by the pass that follows, or the next wait
         return self.requested

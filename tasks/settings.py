@@ -147,7 +147,8 @@ class Settings:
         there a run starts in a thread in about 0.5 s, and a run sent ahead is a run decided
         one run earlier, on older results. Measured on `bench-live real` (120 s, one slot,
         three splits, side by side): the default policy's test-regret AUC 0.0634 with one run
-        sent ahead, 0.0570 with none (docs/live.md, "Prefetch")."""
+        sent ahead, 0.0570 with none (docs/live.md, "In the scheduler's own process, no run is
+        sent ahead")."""
         if self.prefetch_per_slot is not None:
             return self.prefetch_per_slot
         return 0 if local else 1

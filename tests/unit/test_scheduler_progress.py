@@ -104,6 +104,9 @@ def test_a_stop_wakes_a_pause_at_once() -> None:
     started = time.monotonic()
     pause(svc, _progress())
     assert 0.1 < time.monotonic() - started < 5 and stop.signal == "SIGINT"
+    started = time.monotonic()
+    pause(svc, _progress())  # and every pause after it
+    assert time.monotonic() - started < 5
 
 
 def test_a_run_that_ends_in_this_process_cuts_the_pause_short() -> None:
