@@ -29,9 +29,10 @@ Each pass:
 7. `should_stop`: the requested ticks are done and their jobs finished, or nothing is left to
    try and nothing runs;
 
-then `pause` (``poll_s``). A pass that fails with a server outage is `wait_out_outage`: one log
-line naming the server, bounded backoff, and the pass is done again from MLflow (nothing was
-lost: a job polled as ended stays in `Progress.finished` until recorded). At the end,
+then `pause` (``poll_s``, cut short when a run in this process ends). A pass that fails with a
+server outage is `wait_out_outage`: one log line naming the server, bounded backoff, and the
+pass is done again from MLflow (nothing was lost: a job polled as ended stays in
+`Progress.finished` until recorded). At the end,
 `log_summary` logs the totals and returns the flow's summary.
 
 ``busy`` = (sum of the recorded jobs' own training seconds) / (``G`` x wall seconds), at most 1.

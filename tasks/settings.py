@@ -105,10 +105,8 @@ class Settings:
         if slots_env and slots < 1:
             raise ValueError(f"TENANTML_GPU_SLOTS={slots_env!r} is not valid: use 1 or more")
         prefetch_env = env("TENANTML_PREFETCH_PER_SLOT") or servers.get("prefetch_per_slot")
-        prefetch = None
-        if prefetch_env is not None:
-            prefetch = int(prefetch_env) if str(prefetch_env).isdigit() else -1
-        if prefetch is not None and prefetch < 0:
+        prefetch = None if prefetch_env is None else str(prefetch_env)
+        if prefetch is not None and not prefetch.isdigit():
             raise ValueError(
                 f"TENANTML_PREFETCH_PER_SLOT={prefetch_env!r} is not valid: use 0 or more"
             )
@@ -126,7 +124,7 @@ class Settings:
             policy_given=env("TENANTML_POLICY") or None,
             server_env=tuple(sorted(servers.get("env", {}).items())),
             pin_gpus=bool(servers) and bool(servers.get("pin_gpus", True)),
-            prefetch_per_slot=prefetch,
+            prefetch_per_slot=None if prefetch is None else int(prefetch),
             flow_run_command=servers.get("flow_run_command"),
             user=env("TENANTML_USER") or None,
             password=env("TENANTML_PASSWORD") or None,
