@@ -18,6 +18,7 @@ from trainers._job import (
     EpochReport,
     TrainJob,
     TrainResult,
+    cost_size,
     cross_validates,
     validation_size,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "TrainResult",
     "TrainedModel",
     "candidates",
+    "cost_size",
     "cross_validates",
     "encode_batch",
     "match",

@@ -17,6 +17,7 @@ __all__ = [
     "EpochReport",
     "TrainJob",
     "TrainResult",
+    "cost_size",
     "cross_validates",
     "validation_size",
 ]
@@ -50,6 +51,14 @@ def cross_validates(n_examples: int, min_class_count: int | None = None) -> bool
 #: a cross-validated job's fits, in examples, over a holdout job's: `CV_FOLDS` fits on
 #: ``(1 - 1/CV_FOLDS) n`` and one on ``n``, against one on ``(1 - VAL_FRACTION) n`` (6.25)
 CV_WORK = (CV_FOLDS * (1 - 1 / CV_FOLDS) + 1) / (1 - VAL_FRACTION)
+
+
+def cost_size(n_examples: int, tabular: bool) -> float:
+    """The size a job's cost scales with, in examples of a holdout job: `CV_WORK` times the
+    examples when the job is cross-validated (a small tabular tenant, `cross_validates`), else
+    the examples (`tasks._service.build_problem`'s cost model; `trainers.zoo.RELATIVE_COST`
+    is in seconds per 1,000 of them)."""
+    return n_examples * (CV_WORK if tabular and cross_validates(n_examples) else 1.0)
 
 
 def validation_size(n_examples: int, tabular: bool) -> int:

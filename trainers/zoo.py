@@ -23,6 +23,7 @@ from numpy.typing import NDArray
 __all__ = [
     "PIXEL_MODELS",
     "RELATIVE_COST",
+    "SKLEARN_COST_FILE",
     "TABULAR_MODELS",
     "ZOO",
     "ModelSpec",
@@ -135,12 +136,25 @@ ZOO.update(
 )
 
 
-#: Rough training cost in seconds on one device for 1,000 examples: of one epoch for a torch
-#: model, of one fit for a scikit-learn model (`tasks._service.build_problem` scales them
-#: apart), relative between models (orders of magnitude, for small inputs on a CPU core). Only
-#: the *prior* of the live service's cost model (`policy.costs.CostPrior`): each tenant's scale
-#: is learnt from its finished jobs, so only the ratios between models matter, and only until
-#: jobs report.
+#: Measured seconds per 1,000 examples of a holdout job for every scikit-learn arm, tabular and
+#: pixel (`trainers.cost_size`: a cross-validated job counts `CV_WORK` times its examples), on
+#: tasks that are not bench-live's tenants; written by ``infra/scripts/time_sklearn_arms.py``.
+SKLEARN_COST_FILE = "sklearn_costs.json"
+
+
+@cache
+def _sklearn_costs() -> dict[str, float]:
+    text = resources.files("trainers").joinpath(SKLEARN_COST_FILE).read_text()
+    costs: dict[str, float] = json.loads(text)["seconds_per_1000"]
+    return costs
+
+
+#: Training cost in seconds on one device for 1,000 examples: of one epoch for a torch model
+#: (rough, orders of magnitude for small inputs on a CPU core), of one holdout job for a
+#: scikit-learn model (measured: `SKLEARN_COST_FILE`); `tasks._service.build_problem` scales
+#: them apart. Only the *prior* of the live service's cost model (`policy.costs.CostPrior`):
+#: each tenant's scale is learnt from its finished jobs, so the ratios between models are what
+#: matters, until the models' own jobs report.
 RELATIVE_COST: dict[str, float] = {
     "lenet": 0.5,
     "nin": 8.0,
@@ -156,24 +170,8 @@ RELATIVE_COST: dict[str, float] = {
     "lstm": 1.0,
     "bilstm": 2.0,
     "gru": 1.0,
-    "logistic_regression": 0.05,
-    "random_forest": 0.3,
-    "extra_trees": 0.2,
-    "gradient_boosting": 0.5,
-    "svm": 0.05,
-    "knn": 0.01,
-    "mlp": 0.5,
 }
-# A portfolio member costs its family's default times their median ratio of seconds on Oboe's
-# data sets.
-RELATIVE_COST.update(
-    {
-        e["name"]: RELATIVE_COST[e["family"]] * e["cost_vs_default"]
-        for e in _portfolio()
-        if e["name"] != e["family"]
-    }
-)
-RELATIVE_COST.update({p: RELATIVE_COST[p[7:]] for p in PIXEL_MODELS})
+RELATIVE_COST.update({k: _sklearn_costs()[k] for k in (*TABULAR_MODELS, *PIXEL_MODELS)})
 
 
 #: The catalogue's qualities on real data sets, the live GP prior's starting point: LCDB (248

@@ -131,19 +131,15 @@ def _member_name(family: str, params: dict[str, Any]) -> str:
     return "-".join([family, *parts])
 
 
-def _oboe_configs() -> tuple[
-    dict[str, dict[str, Any]], dict[str, dict[str, float]], dict[str, dict[str, float]]
-]:
-    """Oboe's configurations by column, and quality / seconds by (column, data set)."""
+def _oboe_configs() -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, float]]]:
+    """Oboe's configurations by column, and quality by (column, data set)."""
     configs: dict[str, dict[str, Any]] = {}
     quality: dict[str, dict[str, float]] = defaultdict(dict)
-    seconds: dict[str, dict[str, float]] = defaultdict(dict)
     for r in _rows("oboe.csv.gz"):
         if r["model"] not in configs:
             configs[r["model"]] = ast.literal_eval(r["model"])
         quality[r["model"]][r["tenant"]] = float(r["quality"])
-        seconds[r["model"]][r["tenant"]] = float(r["cost"])
-    return configs, quality, seconds
+    return configs, quality
 
 
 def _greedy(columns: list[str], q: np.ndarray, first: int) -> list[int]:
@@ -164,7 +160,7 @@ def _greedy(columns: list[str], q: np.ndarray, first: int) -> list[int]:
 
 def portfolio() -> tuple[list[dict[str, Any]], list[tuple[str, str, str, str]]]:
     """The tabular portfolio (one entry per arm, defaults first) and its Oboe prior cells."""
-    configs, quality, seconds = _oboe_configs()
+    configs, quality = _oboe_configs()
     members: list[dict[str, Any]] = []
     cells: list[tuple[str, str, str, str]] = []
     for algorithm, (family, default) in OBOE_FAMILIES.items():
@@ -175,7 +171,6 @@ def portfolio() -> tuple[list[dict[str, Any]], list[tuple[str, str, str, str]]]:
         ]  # fmt: skip
         datasets = sorted(set.intersection(*(set(quality[c]) for c in columns)))
         q = np.array([[quality[c][d] for d in datasets] for c in columns])
-        s = np.array([[seconds[c][d] for d in datasets] for c in columns])
         first = next(k for k, c in enumerate(columns) if configs[c]["hyperparameters"] == default)
         chosen = _greedy(columns, q, first)
         for rank, k in enumerate(chosen):
@@ -189,8 +184,6 @@ def portfolio() -> tuple[list[dict[str, Any]], list[tuple[str, str, str, str]]]:
                 "oboe": configs[columns[k]],
                 "mean_quality": round(float(q[k].mean()), 4),
                 "portfolio_mean_best": round(float(q[chosen[: rank + 1]].max(axis=0).mean()), 4),
-                # relative to the family's default: median over data sets of the seconds ratio
-                "cost_vs_default": round(float(np.median(s[k] / np.maximum(s[first], 1e-3))), 3),
             })  # fmt: skip
             for d, value in zip(datasets, q[k], strict=True):
                 cells.append(("oboe", d, name, f"{value:g}"))

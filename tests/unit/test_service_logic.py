@@ -568,10 +568,10 @@ def test_a_cnns_predicted_cost_is_its_epochs_and_grid_where_a_scikit_learn_model
 
     s = _state([_tenant("digits", IMG, n=1200)], [])
     k_mlp, k_lenet = s.catalogue.index("pixels-mlp"), s.catalogue.index("lenet")
-    ratio = 10 * len(LR_GRID) * RELATIVE_COST["lenet"] / RELATIVE_COST["mlp"]
+    ratio = 10 * len(LR_GRID) * RELATIVE_COST["lenet"] / RELATIVE_COST["pixels-mlp"]
     assert s.problem.cost[0, k_lenet] / s.problem.cost[0, k_mlp] == pytest.approx(ratio)
     assert s.problem.cost[0, k_mlp] == pytest.approx(
-        RELATIVE_COST["mlp"] * 1.2 * math.exp(0.5 * (1.0 + 0.5)), rel=1e-6
+        RELATIVE_COST["pixels-mlp"] * 1.2 * math.exp(0.5 * (1.0 + 0.5)), rel=1e-6
     )
     records = [
         dataclasses.replace(_record("digits", c), cost_s=0.6)
@@ -586,7 +586,7 @@ def test_a_cnns_predicted_cost_is_its_epochs_and_grid_where_a_scikit_learn_model
 def test_the_planner_learns_a_models_cost_from_the_other_tenants_jobs() -> None:
     """On tenants a and b the SVM took 40x the k-NN's seconds; tenant c has run nothing, and
     the planner's loop (refitted from the history when it starts) expects c's SVM dearer,
-    relative to its k-NN, than `build_problem`'s hand-set prior does."""
+    relative to its k-NN, than `build_problem`'s prior does."""
     tenants = [_tenant("a", TAB), _tenant("b", TAB), _tenant("c", TAB)]
     records = [
         dataclasses.replace(_record(t, cand), cost_s=cost, start_time=0.0, end_time=cost + 0.2)
