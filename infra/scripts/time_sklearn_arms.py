@@ -25,6 +25,11 @@ per 1,000 examples of a holdout job. Timings are this machine's (run it on an id
 job at a time, as a slot runs them); the ratios carry over to other machines far better than the
 seconds, and each tenant's scale is learnt anyway.
 
+``--check DIR ...`` instead compares the shipped values with the jobs of ``tenantml bench-live``
+runs (their ``DIR/seed-*/homes/*/mlflow.db``): per arm, its log weight fitted from the jobs
+(``log c = a_t + b_k`` over every tenant t of every run, least squares) less the table's, the
+mean offset removed (only ratios matter), and their RMS, over tabular and pixel arms apart.
+
 Usage: ``.venv/bin/python infra/scripts/time_sklearn_arms.py [--repeats R] [--arms A ...]
 [--out PATH]`` (about four minutes on one core of this machine); ``--arms`` re-measures only
 those and keeps the file's other values.
@@ -36,6 +41,7 @@ import argparse
 import json
 import math
 import platform
+import re
 import statistics
 import tempfile
 from collections.abc import Callable, Sequence
@@ -152,6 +158,52 @@ def time_arms(
     return out
 
 
+def _job_costs(db: Path) -> list[tuple[str, str, float]]:
+    """(tenant, arm, seconds) of every finished job in a service home's MLflow database."""
+    import sqlite3
+
+    query = """select t.value, r.name, m.value from runs r
+        join tags t on t.run_uuid = r.run_uuid and t.key = 'tenantml.tenant'
+        join metrics m on m.run_uuid = r.run_uuid and m.key = 'cost_s'
+        where r.status = 'FINISHED'"""
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+        rows = con.execute(query).fetchall()
+    # a job run is named after its candidate, plus ``-s<seed>`` for a job's seed
+    return [(t, re.sub(r"-s\d+$", "", name), float(c)) for t, name, c in rows]
+
+
+def check(dirs: Sequence[Path], table: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Per group (tabular, pixels), per arm: fitted log weight less the table's, offset
+    removed, from the jobs of the bench-live runs in `dirs` (module docstring)."""
+    jobs = [
+        (f"{db}:{tenant}", arm, math.log(max(cost, 1e-3)))
+        for d in dirs
+        for db in sorted(d.glob("seed-*/homes/*/mlflow.db"))
+        for tenant, arm, cost in _job_costs(db)
+        if arm in table
+    ]
+    if not jobs:
+        raise SystemExit(f"no scikit-learn jobs in {[str(d) for d in dirs]}/seed-*/homes/*")
+    out: dict[str, dict[str, float]] = {}
+    for group in ("tabular", "pixels"):
+        rows = [j for j in jobs if j[1].startswith("pixels-") == (group == "pixels")]
+        if not rows:
+            continue
+        tenants = sorted({r[0] for r in rows})
+        arms = sorted({r[1] for r in rows})
+        t = np.array([tenants.index(r[0]) for r in rows])
+        k = np.array([arms.index(r[1]) for r in rows])
+        y = np.array([r[2] for r in rows])
+        a, b = np.zeros(len(tenants)), np.zeros(len(arms))
+        for _ in range(100):  # alternating least squares of log c = a_t + b_k
+            b = np.bincount(k, y - a[t], len(arms)) / np.bincount(k, minlength=len(arms))
+            a = np.bincount(t, y - b[k], len(tenants)) / np.bincount(t, minlength=len(tenants))
+        err = b - np.log([table[arm] for arm in arms])
+        err -= err.mean()
+        out[group] = dict(zip(arms, map(float, err), strict=True))
+    return out
+
+
 def _round(value: float, digits: int = 3) -> float:
     return float(f"{value:.{digits}g}")
 
@@ -161,7 +213,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=1, help="runs per arm and task (median)")
     parser.add_argument("--arms", nargs="*", help="only these arms (default: every one)")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--check", nargs="+", type=Path, help="bench-live output directories")
     args = parser.parse_args(argv)
+    if args.check:
+        table = json.loads(args.out.read_text())["seconds_per_1000"]
+        for group, errors in check(args.check, table).items():
+            for arm, e in errors.items():
+                print(f"  {arm:34s} {e:+.2f}")
+            rms = math.sqrt(statistics.fmean(e * e for e in errors.values()))
+            print(f"{group}: RMS of the arms' log errors {rms:.2f} ({len(errors)} arms)")
+        return
     chosen = set(args.arms or [*TABULAR_MODELS, *PIXEL_MODELS])
     unknown = chosen - {*TABULAR_MODELS, *PIXEL_MODELS}
     if unknown:

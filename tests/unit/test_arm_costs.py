@@ -54,3 +54,31 @@ def test_an_unknown_arm_is_named_with_the_valid_ones(capsys: pytest.CaptureFixtu
         script.main(["--arms", "xgboost"])
     err = capsys.readouterr().err
     assert "unknown arms ['xgboost']" in err and "logistic_regression" in err
+
+
+def test_the_check_fits_the_arms_ratios_from_bench_live_jobs(tmp_path: Path) -> None:
+    """Two runs' homes, written by MLflow as the service writes them: the SVM took 8 times the
+    k-NN's seconds on every tenant; the table says 2 times, so the fitted errors are
+    +-log(4)/2 about their mean (tenant scales and the offset drop out)."""
+    import mlflow
+
+    for run in ("seed-0", "seed-1"):
+        home = tmp_path / run / "homes" / "live"
+        home.mkdir(parents=True)
+        client = mlflow.MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
+        exp = client.create_experiment("jobs")
+        for tenant, scale in (("a", 1.0), ("b", 30.0)):
+            for name, cost in (("knn-s1", 0.01), ("svm", 0.08), ("mlp", 5.0)):
+                r = client.create_run(exp, run_name=name, tags={"tenantml.tenant": tenant})
+                client.log_metric(r.info.run_id, "cost_s", cost * scale)
+                client.set_terminated(r.info.run_id)
+        r = client.create_run(exp, run_name="svm", tags={"tenantml.tenant": "a"})
+        client.log_metric(r.info.run_id, "cost_s", 100.0)  # failed: not a measurement
+        client.set_terminated(r.info.run_id, "FAILED")
+    script = load_script("time_sklearn_arms")
+    errors = script.check([tmp_path], {"knn": 1.0, "svm": 2.0})  # mlp: not in the table
+    assert set(errors) == {"tabular"}
+    assert errors["tabular"]["svm"] == pytest.approx(math.log(4) / 2)
+    assert errors["tabular"]["knn"] == pytest.approx(-math.log(4) / 2)
+    with pytest.raises(SystemExit, match="no scikit-learn jobs"):
+        script.check([tmp_path / "elsewhere"], {"knn": 1.0})
