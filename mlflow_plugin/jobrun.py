@@ -17,7 +17,8 @@ Every tag of a job's runs is set here, once (the names are `mlflow_plugin.tracki
   ``tenantml.flow_run_id`` (when there is a Prefect flow run), ``tenantml.node`` (the host
   name of the machine it runs on) and ``tenantml.gpu`` (its ``CUDA_VISIBLE_DEVICES``, where
   set); ``tenantml.model_uri`` once the
-  model is logged. MLflow's logged model gets the tenant, policy and tick.
+  model is logged, or ``tenantml.model_skipped`` (why not) when the caller keeps it unlogged.
+  MLflow's logged model gets the tenant, policy and tick.
 * a trial's run: ``mlflow.parentRunId`` (the job's run), ``tenantml.kind = seer-trial``,
   ``tenantml.seer_trial = <job id>/<trial>``, ``tenantml.job_id``; the caller's per-stage tags.
 
@@ -50,6 +51,7 @@ from mlflow_plugin.tracking import (
     GPU,
     JOB_ID,
     KIND,
+    MODEL_SKIPPED,
     MODEL_URI,
     NODE,
     POLICY,
@@ -198,19 +200,25 @@ class JobRun:
         *,
         ended_at: float,
         trained: TrainResult | None = None,
+        skip_model: str | None = None,
     ) -> None:
-        """The job's outcome: `trained`'s model as a pyfunc (its URI in ``tenantml.model_uri``),
-        hyperparameters (``hp.*``) and ``resumed_from_epoch`` when the job trained one; then
-        ``accuracy``, ``cost_s``, ``epochs`` and ``ended_at`` (wall clock)."""
+        """The job's outcome: `trained`'s model as a pyfunc (its URI in ``tenantml.model_uri``;
+        not logged when `skip_model` says why, in ``tenantml.model_skipped``), hyperparameters
+        (``hp.*``) and ``resumed_from_epoch`` when the job trained one; then ``accuracy``,
+        ``cost_s``, ``epochs`` and ``ended_at`` (wall clock)."""
         if trained is not None:
-            model, tags = trained.model, self.model_tags
-            uri = self.retry(lambda: log_trained_model(model, tags=tags))
+            if skip_model is None:
+                model, model_tags = trained.model, self.model_tags
+                uri = self.retry(lambda: log_trained_model(model, tags=model_tags))
+                tags = [RunTag(MODEL_URI, uri)]
+            else:
+                tags = [RunTag(MODEL_SKIPPED, skip_model)]
             resumed = float(trained.resumed_from_epoch)
             self.client.log_batch(
                 self.run_id,
                 metrics=[Metric("resumed_from_epoch", resumed, int(time.time() * 1000), 0)],
                 params=[Param(f"hp.{k}", str(v)) for k, v in trained.hyperparameters.items()],
-                tags=[RunTag(MODEL_URI, uri)],
+                tags=tags,
             )
         final = {"accuracy": accuracy, "cost_s": cost_s, "epochs": epochs, "ended_at": ended_at}
         self.log_metrics(final)

@@ -51,6 +51,8 @@ SCHEDULER_EXPERIMENT = "tenantml/scheduler"
 KIND, JOB_ID, TENANT = "tenantml.kind", "tenantml.job_id", "tenantml.tenant"
 TICK, POLICY, SLOT = "tenantml.tick", "tenantml.policy", "tenantml.slot"
 FLOW_RUN_ID, MODEL_URI = "tenantml.flow_run_id", "tenantml.model_uri"
+# why a job's model was not logged (it did not beat its tenant's best: it can never be served)
+MODEL_SKIPPED = "tenantml.model_skipped"
 NODE = "tenantml.node"  # the host name of the machine that runs (ran) the job's latest attempt
 GPU = "tenantml.gpu"  # its CUDA_VISIBLE_DEVICES there, where set: with NODE, the GPU it used
 SEER_TRIAL = "tenantml.seer_trial"  # ``<job id>/<trial>`` of a SEER trial's nested run

@@ -118,8 +118,10 @@ __all__ = [
     "wants_tick",
 ]
 
-#: seconds between two drawings of ``loss.png`` while ticks happen (one more at the end)
-PLOT_EVERY_S = 5.0
+#: seconds between two drawings of ``loss.png`` while ticks happen (one more at the end): a
+#: drawing takes about 0.2 s of the scheduler's process, where embedded jobs train too; every
+#: 5 s, it took 3.3 s of a 60-s `bench-live real` run's scheduler thread (py-spy)
+PLOT_EVERY_S = 30.0
 
 
 # -- what a person watching sees -----------------------------------------------------------------

@@ -34,13 +34,16 @@ from typing import Any, Literal
 
 from store import ExampleStore, open_store
 
-__all__ = ["GPU_LOCK_ENV", "Settings", "ServerUnreachableError"]
+__all__ = ["GPU_LOCK_ENV", "WORKER_PREFETCH_PER_SLOT", "Settings", "ServerUnreachableError"]
 
 Mode = Literal["embedded", "servers"]
 
 # Set by a node's GPU worker (`tenantml.ops.servers.gpu_worker`): the lock file of its GPU on
 # that node. A run whose spec carries no slot lock holds this one while it trains.
 GPU_LOCK_ENV = "TENANTML_GPU_LOCK"
+#: runs sent per slot beyond its running one to GPU workers, when the installation gives none
+#: (`Settings.prefetch_for`; `tenantml node-env` hands it to another node's workers)
+WORKER_PREFETCH_PER_SLOT = 1
 
 
 class ServerUnreachableError(RuntimeError):
@@ -149,7 +152,7 @@ class Settings:
         sent ahead")."""
         if self.prefetch_per_slot is not None:
             return self.prefetch_per_slot
-        return 0 if local else 1
+        return 0 if local else WORKER_PREFETCH_PER_SLOT
 
     @property
     def gpu_slots(self) -> int:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tasks.settings import GPU_LOCK_ENV
+from tasks.settings import GPU_LOCK_ENV, WORKER_PREFETCH_PER_SLOT
 from tenantml.ops.warm import SOCKET_ENV
 
 __all__ = [
@@ -690,7 +690,7 @@ def node_env(home: Path) -> dict[str, str]:
         "TENANTML_STORE": cfg["store"],
         "TENANTML_S3_ENDPOINT_URL": cfg["s3_endpoint_url"],
         "PREFECT_API_URL": cfg["prefect_api_url"],
-        "TENANTML_PREFETCH_PER_SLOT": str(cfg.get("prefetch_per_slot", 1)),
+        "TENANTML_PREFETCH_PER_SLOT": str(cfg.get("prefetch_per_slot", WORKER_PREFETCH_PER_SLOT)),
         **cfg.get("env", {}),
     }
 

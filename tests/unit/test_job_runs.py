@@ -110,6 +110,35 @@ def test_one_job_run_per_job_its_tags_set_once(tracking: MlflowClient, wine: Exa
         ("knn-s1", "FINISHED"), ("bad-s1", "FAILED")}  # fmt: skip
 
 
+def test_a_model_that_cannot_be_served_is_not_logged(
+    tracking: MlflowClient, wine: ExampleStore
+) -> None:
+    """``best`` only moves up, so a job that does not beat it keeps its metrics and params but
+    logs no model (``tenantml.model_skipped`` says why); one that beats it, or the first, does."""
+    from mlflow_plugin.registry import best_model
+    from tasks._service import record_finished
+
+    exp = ensure_tenant_experiment(tracking, "wine", str(wine.schema("wine")), ["knn"])
+    first = run_job(JobSpec("wine", "knn", 1, "knn-a", 1, "rate"), tracking, wine, exp)
+    assert "tenantml.model_uri" in tracking.get_run(first.run_id).data.tags
+    promoted = record_finished(tracking, first)
+    assert promoted is not None and best_model(tracking, "wine") == promoted
+    # the same model again (same accuracy): not better, so never served
+    again = run_job(JobSpec("wine", "knn", 1, "knn-b", 2, "rate"), tracking, wine, exp)
+    run = tracking.get_run(again.run_id)
+    assert again.status == "FINISHED" and again.accuracy == first.accuracy
+    assert "tenantml.model_uri" not in run.data.tags
+    assert run.data.tags["tenantml.model_skipped"] == (
+        f"accuracy {again.accuracy:.4f} does not beat best v{promoted.version} "
+        f"({promoted.accuracy:.4f})"
+    )
+    assert {"accuracy", "cost_s", "resumed_from_epoch"} <= set(run.data.metrics)
+    assert record_finished(tracking, again) is None  # nothing to register
+    logged = mlflow.search_logged_models(experiment_ids=[exp], output_format="list")
+    sources = [m.source_run_id for m in logged]
+    assert first.run_id in sources and again.run_id not in sources
+
+
 def test_trials_are_nested_runs_found_again(tracking: MlflowClient, wine: ExampleStore) -> None:
     exp = ensure_tenant_experiment(tracking, "wine", str(wine.schema("wine")), ["knn"])
     with JobRun.start(tracking, exp, tenant="wine", job_id="seer-x", candidate="lenet",
