@@ -459,7 +459,13 @@ def connect(options: SchedulerOptions, run_train: Callable[[dict[str, Any]], Any
     )
     dispatcher: Dispatcher
     if local:
-        dispatcher = LocalDispatcher(planner.capacity, run_train, on_done=STOP.nudge)
+        # Embedded, nothing watches for silent runs: no heartbeats (`LocalDispatcher`).
+        dispatcher = LocalDispatcher(
+            planner.capacity,
+            run_train,
+            on_done=STOP.nudge,
+            heartbeats=settings.mode == "servers",
+        )
     else:
         # No setting of this machine goes with a run: it gets its node's worker's environment
         # (its own TENANTML_HOME), so a run taken by another node's worker works there too.

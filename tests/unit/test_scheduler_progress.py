@@ -133,6 +133,54 @@ def test_a_run_that_ends_in_this_process_cuts_the_pause_short() -> None:
     d.close()
 
 
+def test_embedded_runs_go_without_prefects_heartbeats() -> None:
+    """Embedded (``heartbeats=False``) a run sees Prefect's flow-run heartbeats off in its own
+    thread, and only there; a local dispatcher of a servers installation keeps them (its
+    zombie-run automation crashes a run silent for 120 s)."""
+    from prefect.settings import get_current_settings
+
+    from tasks._dispatch import LocalDispatcher
+
+    seen: dict[bool, int | None] = {}
+    for beats in (False, True):
+        d = LocalDispatcher(1, lambda params, b=beats: seen.__setitem__(b, _heartbeat()),
+                            heartbeats=beats)  # fmt: skip
+        d.submit(_spec("wine", "svm"))
+        d.close()  # waits for the run
+        [done] = d.poll()
+        assert done.ok
+    assert seen[False] is None
+    assert seen[True] == get_current_settings().flows.heartbeat_frequency is not None
+
+
+def test_an_embedded_scheduler_dispatches_in_process_without_heartbeats(
+    tmp_path: Path, restore_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tasks import SchedulerOptions, connect
+    from tasks._dispatch import LocalDispatcher
+
+    for var in ("PREFECT_API_URL", "TENANTML_TRACKING_URI", "TENANTML_STORE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TENANTML_HOME", str(tmp_path))
+    options = SchedulerOptions(
+        ticks=1, policy=None, slots=1, max_epochs=1, job_budget_s=None, sleep_s=None,
+        poll_s=0.5, refresh_s=5.0, seed=0, stop_when_idle=False, dispatch="auto",
+        prefetch=None, seer_budget_x=None, outage_patience_s=None, prior="learnt",
+    )  # fmt: skip
+    svc = connect(options, run_train=lambda params: None)
+    try:
+        assert isinstance(svc.dispatcher, LocalDispatcher) and not svc.dispatcher.heartbeats
+    finally:
+        svc.dispatcher.close()
+
+
+def _heartbeat() -> int | None:
+    from prefect.settings import get_current_settings
+
+    value: int | None = get_current_settings().flows.heartbeat_frequency
+    return value
+
+
 def test_sigint_and_sigterm_request_a_stop_and_a_second_one_interrupts() -> None:
     events: list[SchedulerEvent] = []
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
