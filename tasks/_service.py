@@ -425,7 +425,7 @@ def build_problem(
         noise_var=0.5,
         mean_log_size=math.log(1000.0),
         # how far a model's true weight may be from RELATIVE_COST's: against `bench-live
-        # real`'s jobs (3,384 in 12 runs) the arms' mean log errors have an RMS of 0.60 over
+        # real`'s jobs (3,384 in 30 service runs) the arms' mean log errors have an RMS of 0.60 over
         # the tabular arms, 0.42 over the pixel arms, since they are measured
         # (`trainers.zoo.SKLEARN_COST_FILE`; 0.99 and 0.63 with the hand-set ratios before);
         # the networks' are still rough. Every tenant's jobs correct it
