@@ -41,7 +41,6 @@ import argparse
 import json
 import math
 import platform
-import re
 import statistics
 import tempfile
 from collections.abc import Callable, Sequence
@@ -159,17 +158,18 @@ def time_arms(
 
 
 def _job_costs(db: Path) -> list[tuple[str, str, float]]:
-    """(tenant, arm, seconds) of every finished job in a service home's MLflow database."""
-    import sqlite3
+    """(tenant, arm, seconds) of every finished job in a service home's MLflow database, read
+    as the service reads them (`mlflow_plugin.tracking.job_records`)."""
+    from mlflow.tracking import MlflowClient
 
-    query = """select t.value, r.name, m.value from runs r
-        join tags t on t.run_uuid = r.run_uuid and t.key = 'tenantml.tenant'
-        join metrics m on m.run_uuid = r.run_uuid and m.key = 'cost_s'
-        where r.status = 'FINISHED'"""
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-        rows = con.execute(query).fetchall()
-    # a job run is named after its candidate, plus ``-s<seed>`` for a job's seed
-    return [(t, re.sub(r"-s\d+$", "", name), float(c)) for t, name, c in rows]
+    from mlflow_plugin.tracking import job_records, tenant_experiments
+
+    client = MlflowClient(f"sqlite:///{db}")
+    return [
+        (r.tenant, r.candidate, r.cost_s)
+        for r in job_records(client, tenant_experiments(client).values())
+        if r.status == "FINISHED" and r.cost_s is not None
+    ]
 
 
 def check(dirs: Sequence[Path], table: dict[str, float]) -> dict[str, dict[str, float]]:
@@ -227,11 +227,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     unknown = chosen - {*TABULAR_MODELS, *PIXEL_MODELS}
     if unknown:
         parser.error(f"unknown arms {sorted(unknown)}; valid: {[*TABULAR_MODELS, *PIXEL_MODELS]}")
+    tab_tasks, img_tasks = tabular_tasks(), image_tasks()
     with tempfile.TemporaryDirectory() as tmp:
         tab = [a for a in TABULAR_MODELS if a in chosen]
         pix = [a for a in PIXEL_MODELS if a in chosen]
-        costs = time_arms(tab, tabular_tasks(), ExampleStore(LocalBlobStore(Path(tmp) / "t")))
-        costs |= time_arms(pix, image_tasks(), ExampleStore(LocalBlobStore(Path(tmp) / "i")))
+        tab_store = ExampleStore(LocalBlobStore(Path(tmp) / "t"))
+        img_store = ExampleStore(LocalBlobStore(Path(tmp) / "i"))
+        costs = time_arms(tab, tab_tasks, tab_store, args.repeats)
+        costs |= time_arms(pix, img_tasks, img_store, args.repeats)
     if args.arms and args.out.exists():  # a partial run updates the others' values
         costs = json.loads(args.out.read_text())["seconds_per_1000"] | costs
     doc = {
@@ -243,8 +246,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             "python": platform.python_version(),
             "scikit-learn": sklearn.__version__,
             "repeats": args.repeats,
-            "tabular_tasks": [t.name for t in tabular_tasks()],
-            "image_tasks": [t.name for t in image_tasks()],
+            "tabular_tasks": [t.name for t in tab_tasks],
+            "image_tasks": [t.name for t in img_tasks],
         },
         "seconds_per_1000": {k: _round(v) for k, v in sorted(costs.items())},
     }

@@ -57,24 +57,35 @@ def test_an_unknown_arm_is_named_with_the_valid_ones(capsys: pytest.CaptureFixtu
 
 
 def test_the_check_fits_the_arms_ratios_from_bench_live_jobs(tmp_path: Path) -> None:
-    """Two runs' homes, written by MLflow as the service writes them: the SVM took 8 times the
-    k-NN's seconds on every tenant; the table says 2 times, so the fitted errors are
-    +-log(4)/2 about their mean (tenant scales and the offset drop out)."""
+    """Two runs' homes, their job runs written by the service's own `JobRun`: the SVM took 8
+    times the k-NN's seconds on every tenant; the table says 2 times, so the fitted errors are
+    +-log(4)/2 about their mean (tenant scales and the offset drop out). A failed job and an
+    arm the table lacks are left out."""
     import mlflow
 
-    for run in ("seed-0", "seed-1"):
-        home = tmp_path / run / "homes" / "live"
-        home.mkdir(parents=True)
-        client = mlflow.MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
-        exp = client.create_experiment("jobs")
-        for tenant, scale in (("a", 1.0), ("b", 30.0)):
-            for name, cost in (("knn-s1", 0.01), ("svm", 0.08), ("mlp", 5.0)):
-                r = client.create_run(exp, run_name=name, tags={"tenantml.tenant": tenant})
-                client.log_metric(r.info.run_id, "cost_s", cost * scale)
-                client.set_terminated(r.info.run_id)
-        r = client.create_run(exp, run_name="svm", tags={"tenantml.tenant": "a"})
-        client.log_metric(r.info.run_id, "cost_s", 100.0)  # failed: not a measurement
-        client.set_terminated(r.info.run_id, "FAILED")
+    from mlflow_plugin import JobRun, ensure_tenant_experiment
+
+    before = mlflow.get_tracking_uri()
+    try:
+        for run in ("seed-0", "seed-1"):
+            home = tmp_path / run / "homes" / "live"
+            home.mkdir(parents=True)
+            uri = f"sqlite:///{home / 'mlflow.db'}"
+            mlflow.set_tracking_uri(uri)  # JobRun makes its run MLflow's active one
+            client = mlflow.MlflowClient(uri)
+            for tenant, scale in (("a", 1.0), ("b", 30.0)):
+                exp = ensure_tenant_experiment(client, tenant, "{}", [])
+                jobs = (("knn", 0.01, True), ("svm", 0.08, True), ("mlp", 5.0, True),
+                        ("svm", 100.0, False))  # fmt: skip
+                for k, (arm, cost, ok) in enumerate(jobs):
+                    job = JobRun.start(
+                        client, exp, tenant=tenant, job_id=f"{arm}-{k}", candidate=arm,
+                        snapshot=1, policy="rate", tick=k,
+                    )  # fmt: skip
+                    job.log_metrics({"cost_s": cost * scale})
+                    job.end(ok=ok)
+    finally:
+        mlflow.set_tracking_uri(before)
     script = load_script("time_sklearn_arms")
     errors = script.check([tmp_path], {"knn": 1.0, "svm": 2.0})  # mlp: not in the table
     assert set(errors) == {"tabular"}
