@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-__all__ = ["BEST", "BestModel", "best_model", "promote_if_better"]
+__all__ = ["BEST", "BestModel", "beats", "best_model", "promote_if_better"]
 
 BEST = "best"
 
@@ -39,6 +39,13 @@ def best_model(client: MlflowClient, tenant: str) -> BestModel | None:
     )
 
 
+def beats(accuracy: float, current: BestModel | None) -> bool:
+    """Whether a model of `accuracy` would become the best over `current` (None: no best yet):
+    strictly more accurate. The one rule `promote_if_better` moves ``best`` by, so ``best``
+    only moves up (a best of unknown accuracy, NaN, is never replaced)."""
+    return current is None or accuracy > current.accuracy
+
+
 def promote_if_better(
     client: MlflowClient,
     tenant: str,
@@ -56,7 +63,7 @@ def promote_if_better(
     Returns the new best, or None when the current best stays.
     """
     current = best_model(client, tenant)
-    if current is not None and not accuracy > current.accuracy:
+    if not beats(accuracy, current):
         return None
     try:
         client.get_registered_model(tenant)

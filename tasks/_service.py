@@ -23,7 +23,7 @@ import numpy as np
 from mlflow.tracking import MlflowClient
 
 from mlflow_plugin.jobrun import JobRun
-from mlflow_plugin.registry import BestModel, best_model, promote_if_better
+from mlflow_plugin.registry import BestModel, beats, best_model, promote_if_better
 from mlflow_plugin.tracking import (
     DEFAULT_WEIGHT,
     MODEL_URI,
@@ -788,13 +788,15 @@ def run_job(
 
 def _unservable(client: MlflowClient, tenant: str, accuracy: float) -> str | None:
     """Why a model of `accuracy` will never be `tenant`'s ``best`` (None: it may be): it does
-    not beat the current best, and ``best`` only moves up (`promote_if_better`). Such a model
-    is not logged: logging one (MLflow 3 saves it, loads it again to check its input example,
-    and links the run's metrics to it) took 0.4 s per second of training in a `bench-live
-    real` run's profile, and 68% of its jobs (738 of 1,080) did not improve their tenant."""
+    not beat the current best, and ``best`` only moves up (`mlflow_plugin.registry.beats`,
+    the rule `promote_if_better` moves it by). Such a model is not logged: logging one (MLflow
+    3 saves it, loads it again to check its input example, and links the run's metrics to it)
+    took 0.4 s per second of training in a `bench-live real` run's profile, and 68% of its
+    jobs (738 of 1,080) did not improve their tenant."""
     best = _patiently(lambda: best_model(client, tenant))
-    if best is None or not accuracy <= best.accuracy:  # NaN: no accuracy to beat
+    if beats(accuracy, best):
         return None
+    assert best is not None
     return f"accuracy {accuracy:.4f} does not beat best v{best.version} ({best.accuracy:.4f})"
 
 
