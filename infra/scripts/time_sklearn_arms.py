@@ -31,8 +31,8 @@ runs (their ``DIR/seed-*/homes/*/mlflow.db``): per arm, its log weight fitted fr
 mean offset removed (only ratios matter), and their RMS, over tabular and pixel arms apart.
 
 Usage: ``.venv/bin/python infra/scripts/time_sklearn_arms.py [--repeats R] [--arms A ...]
-[--out PATH]`` (about four minutes on one core of this machine); ``--arms`` re-measures only
-those and keeps the file's other values.
+[--out PATH]`` (about three minutes on this machine, one run per arm and task); ``--arms``
+re-measures only those and keeps the file's other values.
 """
 
 from __future__ import annotations
