@@ -56,7 +56,9 @@ def test_an_unknown_arm_is_named_with_the_valid_ones(capsys: pytest.CaptureFixtu
     assert "unknown arms ['xgboost']" in err and "logistic_regression" in err
 
 
-def test_the_check_fits_the_arms_ratios_from_bench_live_jobs(tmp_path: Path) -> None:
+def test_the_check_fits_the_arms_ratios_from_bench_live_jobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two runs' homes, their job runs written by the service's own `JobRun`: the SVM took 8
     times the k-NN's seconds on every tenant; the table says 2 times, so the fitted errors are
     +-log(4)/2 about their mean (tenant scales and the offset drop out). A failed job and an
@@ -65,27 +67,25 @@ def test_the_check_fits_the_arms_ratios_from_bench_live_jobs(tmp_path: Path) -> 
 
     from mlflow_plugin import JobRun, ensure_tenant_experiment
 
-    before = mlflow.get_tracking_uri()
-    try:
-        for run in ("seed-0", "seed-1"):
-            home = tmp_path / run / "homes" / "live"
-            home.mkdir(parents=True)
-            uri = f"sqlite:///{home / 'mlflow.db'}"
-            mlflow.set_tracking_uri(uri)  # JobRun makes its run MLflow's active one
-            client = mlflow.MlflowClient(uri)
-            for tenant, scale in (("a", 1.0), ("b", 30.0)):
-                exp = ensure_tenant_experiment(client, tenant, "{}", [])
-                jobs = (("knn", 0.01, True), ("svm", 0.08, True), ("mlp", 5.0, True),
-                        ("svm", 100.0, False))  # fmt: skip
-                for k, (arm, cost, ok) in enumerate(jobs):
-                    job = JobRun.start(
-                        client, exp, tenant=tenant, job_id=f"{arm}-{k}", candidate=arm,
-                        snapshot=1, policy="rate", tick=k,
-                    )  # fmt: skip
-                    job.log_metrics({"cost_s": cost * scale})
-                    job.end(ok=ok)
-    finally:
-        mlflow.set_tracking_uri(before)
+    for run in ("seed-0", "seed-1"):
+        home = tmp_path / run / "homes" / "live"
+        home.mkdir(parents=True)
+        uri = f"sqlite:///{home / 'mlflow.db'}"
+        # JobRun makes its run MLflow's active one: by environment, as `Settings.apply` does
+        # (`mlflow.set_tracking_uri` would pin a process-wide URI for later tests)
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        client = mlflow.MlflowClient(uri)
+        for tenant, scale in (("a", 1.0), ("b", 30.0)):
+            exp = ensure_tenant_experiment(client, tenant, "{}", [])
+            jobs = (("knn", 0.01, True), ("svm", 0.08, True), ("mlp", 5.0, True),
+                    ("svm", 100.0, False))  # fmt: skip
+            for k, (arm, cost, ok) in enumerate(jobs):
+                job = JobRun.start(
+                    client, exp, tenant=tenant, job_id=f"{arm}-{k}", candidate=arm,
+                    snapshot=1, policy="rate", tick=k,
+                )  # fmt: skip
+                job.log_metrics({"cost_s": cost * scale})
+                job.end(ok=ok)
     script = load_script("time_sklearn_arms")
     errors = script.check([tmp_path], {"knn": 1.0, "svm": 2.0})  # mlp: not in the table
     assert set(errors) == {"tabular"}
