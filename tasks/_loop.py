@@ -390,7 +390,10 @@ class Progress:
     jobs' own training seconds; `finished`: jobs polled as ended and not yet recorded; `outage`:
     the backoff of the current outage, if any; `started`: when the scheduler's run began;
     `losses`: the loss metrics per tick (`tasks._plot`), earlier schedulers' first, and
-    `plotted`: when ``loss.png`` was last drawn (``time.monotonic``; 0: not yet).
+    `plotted`: when ``loss.png`` was last drawn (``time.monotonic``), or the start: the first
+    picture comes `PLOT_EVERY_S` into the run, not at its first tick (one tick's picture says
+    nothing, and drawing it, matplotlib's import included, held the interpreter for about 1 s
+    while the first jobs trained beside it); `log_summary` draws the last one.
     """
 
     state: ServiceState
@@ -403,7 +406,7 @@ class Progress:
     finished: list[Done] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     losses: TickHistory = field(default_factory=dict)
-    plotted: float = 0.0
+    plotted: float = field(default_factory=time.monotonic)
 
     def wants_more_ticks(self, ticks: int | None) -> bool:
         """Fewer than `ticks` ticks done (always, for ``ticks=None``)."""

@@ -6,12 +6,16 @@ waits for it. Measured on the 2-core machine: 3 s of the server's imports, and o
 more of Alembic migrations (every revision since Prefect's first, on an empty database), of the
 18 s from ``tenantml run`` to its first job. Two things take most of that out of the wait:
 
-- `start_early`, as soon as the home's settings are in the environment, imports Prefect's
-  server module (in the caller's thread: a module imported by two threads at once, each
-  waiting for one the other is running, fails one of the imports) and starts the server's
-  subprocess from a thread, so that it starts up beside the scheduler's own imports;
-  `EarlyStart.wait` joins it before the flow runs (Prefect's ``start`` is not safe to enter
-  twice at once: a second caller would take a server that is not up yet).
+- `start_early`, as soon as the home's settings are in the environment, starts the server's
+  uvicorn subprocess itself, the command Prefect's ``SubprocessASGIServer`` runs, without
+  importing Prefect (its server module alone takes 3 s to import, and it would hold back the
+  start by that much); a thread waits for the server's ``/health`` beside the caller's own
+  imports. `EarlyStart.wait` joins it and hands the running process to Prefect's
+  ``SubprocessASGIServer`` (its public ``port``, ``server_process`` and ``running``), the
+  object every Prefect client of this process asks for its temporary server, before the first
+  flow runs. If the early server fails, nothing is handed over: it is stopped, and Prefect
+  starts its own as it would have without us. ``tenantml bench-startup`` (new home, median
+  of 5, 2-core machine): first job 10.7 -> 7.9 s from the template, 15.3 -> 12.5 s without.
 - A template per machine and Prefect version (`template_path`): the first new home migrates as
   before, and its database, migrated and still empty of runs, is copied to the user's cache
   (sqlite3's online backup: a consistent copy while the server has it open); every later new home
@@ -23,12 +27,19 @@ Servers (``tenantml up``, ``PREFECT_API_URL``) are untouched: they migrate once,
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import importlib.util
 import logging
 import os
 import shutil
+import socket
 import sqlite3
+import subprocess
+import sys
 import threading
+import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,6 +49,13 @@ __all__ = ["EarlyStart", "start_early", "template_path"]
 log = logging.getLogger(__name__)
 
 DB_NAME = "prefect.db"  # Prefect's default database under PREFECT_HOME
+# what Prefect's SubprocessASGIServer sets for its temporary server (prefect/server/api/server.py)
+SERVER_ENV = {
+    "PREFECT_UI_ENABLED": "0",
+    "PREFECT__SERVER_EPHEMERAL": "1",
+    "PREFECT__SERVER_FINAL": "1",
+}
+STARTUP_TIMEOUT_S = 60.0  # Prefect's own default is 20 s; a loaded CI machine can take longer
 
 
 def template_path(version: str) -> Path:
@@ -99,49 +117,134 @@ def _save_template(db: Path, template: Path) -> None:
 
 
 class EarlyStart:
-    """Prefect's temporary server `server`, being started in a thread (`start_early`) on the
-    database `db`, seeded from `template` when the home is new."""
+    """Prefect's temporary server, a uvicorn subprocess on the database `db` (seeded from
+    `template` when the home is new), started now and awaited in a thread (`start_early`)."""
 
-    def __init__(self, server: Any, db: Path, template: Path) -> None:
+    def __init__(self, db: Path, template: Path, *, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
         self.db, self.template = db, template
         self.new_home = not db.exists()
         self.seeded = self.new_home and _seed_from_template(db, template)
         self.error: BaseException | None = None
+        self.port = _free_port()
+        self.process: subprocess.Popen[bytes] | None = subprocess.Popen(
+            _server_command(self.port), env={**os.environ, **SERVER_ENV}
+        )
+        atexit.register(self._stop_unclaimed)
         self._thread = threading.Thread(
-            target=self._run, args=(server,), name="prefect-start", daemon=True
+            target=self._run, args=(timeout_s,), name="prefect-start", daemon=True
         )
         self._thread.start()
 
-    def _run(self, server: Any) -> None:
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api"
+
+    def _run(self, timeout_s: float) -> None:
         # No imports here: a module imported by this thread and the caller's at once, each
         # waiting for a module the other is running, would fail one of the two imports.
         try:
-            server.start()  # Prefect's own start: the uvicorn subprocess, then /health
+            _wait_healthy(self, timeout_s)
             if self.new_home and not self.seeded and _is_migrated(self.db):
                 _save_template(self.db, self.template)
         except Exception as e:  # reported by `wait`; the flow then starts the server itself
             self.error = e
 
     def wait(self) -> None:
-        """Block until the server answers. A failure here is only logged: the flow then starts
-        the server itself, as it would have without us, and reports what is wrong."""
+        """Block until the server answers, then hand it to Prefect (the caller's thread, before
+        any Prefect client of this process). A failure here is only logged: the early server is
+        stopped and the flow starts Prefect's own, as it would have without us, and reports
+        what is wrong."""
+        from prefect.server.api.server import SubprocessASGIServer  # 2-3 s, beside the start
+
         self._thread.join()
+        if self.error is None:
+            self.error = _hand_to_prefect(self, SubprocessASGIServer())
         if self.error is not None:
             log.warning("starting Prefect's temporary server early failed: %r", self.error)
+            self._stop_unclaimed()
+
+    def _stop_unclaimed(self) -> None:
+        """Stop the server if Prefect was not given it (an error, or a caller that never ran a
+        flow); once handed over, Prefect stops it at exit."""
+        proc, self.process = self.process, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on now (the kernel's choice)."""
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def _server_command(port: int) -> list[str]:
+    """The uvicorn command of Prefect's temporary server on `port`, found without importing
+    Prefect."""
+    spec = importlib.util.find_spec("prefect")
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError("prefect is not installed")
+    app_dir = Path(spec.origin).parent.parent
+    return [
+        sys.executable, "-m", "uvicorn", "--app-dir", str(app_dir),
+        "--factory", "prefect.server.api.server:create_app",
+        "--host", "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on",
+    ]  # fmt: skip
+
+
+def _wait_healthy(start: EarlyStart, timeout_s: float) -> None:
+    """Poll the server's ``/health`` until it answers 200; raise if its process ends first or
+    `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    url = f"{start.api_url}/health"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
+    while True:
+        proc = start.process
+        if proc is None or proc.poll() is not None:
+            code = None if proc is None else proc.returncode
+            raise RuntimeError(f"Prefect's temporary server exited (code {code}) before answering")
+        try:
+            with opener.open(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:  # not listening yet (URLError, ConnectionError, timeouts)
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Prefect's temporary server: no answer at {url} in {timeout_s:g} s")
+        time.sleep(0.05)
+
+
+def _hand_to_prefect(start: EarlyStart, server: Any) -> BaseException | None:
+    """Make `start`'s running server the one Prefect's clients in this process use: `server`,
+    Prefect's ``SubprocessASGIServer()`` with no port asked for, which every Prefect client
+    builds when no ``PREFECT_API_URL`` is set. Returns the error if that object is not what we
+    know (another Prefect version), or already runs a server of its own."""
+    if server.running or not all(
+        hasattr(server, a) for a in ("port", "server_process", "running", "stop")
+    ):
+        return RuntimeError("Prefect's temporary server object is not free to take ours")
+    server.port, server.server_process, server.running = start.port, start.process, True
+    atexit.register(server.stop)
+    start.process = None  # Prefect's now: it stops it at exit
+    return None
 
 
 def start_early() -> EarlyStart | None:
     """Start Prefect's temporary server now, beside whatever the caller does next, when this
     process will need one: no ``PREFECT_API_URL`` and Prefect's default database under
-    ``PREFECT_HOME`` (call after `tasks.settings.Settings.apply`). None otherwise. Prefect's
-    server module is imported here, in the caller's thread (about 3 s)."""
+    ``PREFECT_HOME`` (call after `tasks.settings.Settings.apply`). None otherwise. Imports
+    nothing of Prefect's: the caller's `EarlyStart.wait` does, before the first flow."""
     if os.environ.get("PREFECT_API_URL") or os.environ.get("PREFECT_API_DATABASE_CONNECTION_URL"):
         return None
     home = os.environ.get("PREFECT_HOME")
     if not home:
         return None
-    import prefect
-    from prefect.server.api.server import SubprocessASGIServer
+    from importlib.metadata import version
 
-    template = template_path(prefect.__version__)
-    return EarlyStart(SubprocessASGIServer(), Path(home) / DB_NAME, template)
+    return EarlyStart(Path(home) / DB_NAME, template_path(version("prefect")))

@@ -52,3 +52,41 @@ def test_the_second_new_home_starts_from_the_first_ones_migrated_database(
     assert len(templates) == 1, templates
     second = _start(tmp_path / "b", cache)
     assert second == {"seeded": True, "error": "None", "flow_runs": 0}
+
+
+_ABANDON = """
+import sys
+from tenantml.client import Client
+
+c = Client(sys.argv[1])
+c.start_prefect()
+print(c._prefect_start.process.pid, flush=True)
+"""
+
+
+def test_a_server_started_early_and_never_used_ends_with_its_process(tmp_path: Path) -> None:
+    """A command that started the server and exited before any flow (an error, a user's
+    Ctrl-C before `run`) leaves no uvicorn behind."""
+    import time
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"),
+           "TENANTML_HOME": str(tmp_path / "h")}  # fmt: skip
+    env.pop("PREFECT_API_URL", None)
+    out = subprocess.run([sys.executable, "-c", _ABANDON, str(tmp_path / "h")], env=env,
+                         capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
+    pid = int(out.stdout.split()[-1])
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid), f"the early server (pid {pid}) outlived its process"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (ours to reap only if a child of ours: it is not) counts as ended
+        return Path(f"/proc/{pid}/status").read_text().find("State:\tZ") < 0
+    except OSError:
+        return False

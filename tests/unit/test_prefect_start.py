@@ -97,3 +97,47 @@ def test_nothing_is_started_for_servers_or_another_database(
     monkeypatch.delenv("PREFECT_API_DATABASE_CONNECTION_URL")
     monkeypatch.delenv("PREFECT_HOME")
     assert start_early() is None
+
+
+def test_a_server_that_exits_before_answering_is_reported_and_not_handed_to_prefect(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    import tasks.prefect_start as ps
+
+    # uvicorn's own exit code when its port is taken
+    monkeypatch.setattr(ps, "_server_command", lambda port: [sys.executable, "-c", "exit(3)"])
+    start = ps.EarlyStart(tmp_path / "prefect.db", tmp_path / "template.db", timeout_s=30)
+    start.wait()
+    assert isinstance(start.error, RuntimeError) and "exited (code 3)" in str(start.error)
+    assert start.process is None  # nothing left for Prefect: it starts its own server
+
+
+def test_a_server_that_never_answers_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    import tasks.prefect_start as ps
+
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    monkeypatch.setattr(ps, "_server_command", lambda port: sleeper)
+    start = ps.EarlyStart(tmp_path / "prefect.db", tmp_path / "template.db", timeout_s=0.5)
+    proc = start.process
+    assert proc is not None
+    start.wait()
+    assert isinstance(start.error, TimeoutError) and "/api/health" in str(start.error)
+    assert proc.poll() is not None and start.process is None
+
+
+def test_prefect_keeps_a_temporary_server_it_already_runs() -> None:
+    from types import SimpleNamespace
+
+    import tasks.prefect_start as ps
+
+    busy = SimpleNamespace(port=4321, server_process=object(), running=True, stop=lambda: None)
+    start = SimpleNamespace(port=1234, process=object())
+    error = ps._hand_to_prefect(start, busy)  # type: ignore[arg-type]
+    assert isinstance(error, RuntimeError) and "not free" in str(error)
+    assert busy.port == 4321 and start.process is not None  # neither was touched
