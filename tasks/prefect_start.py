@@ -61,8 +61,9 @@ STARTUP_TIMEOUT_S = 60.0  # Prefect's own default is 20 s; a loaded CI machine c
 def template_path(version: str) -> Path:
     """Where the migrated, empty Prefect database of Prefect `version` is kept for new homes:
     ``$XDG_CACHE_HOME/tenantml`` (default ``~/.cache/tenantml``), ``prefect-<version>.db``."""
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "tenantml" / f"prefect-{version}.db"
+    from tasks.settings import user_cache
+
+    return user_cache() / f"prefect-{version}.db"
 
 
 def _is_migrated(path: Path) -> bool:
@@ -125,6 +126,7 @@ class EarlyStart:
         self.new_home = not db.exists()
         self.seeded = self.new_home and _seed_from_template(db, template)
         self.error: BaseException | None = None
+        self.handed_over = False  # Prefect's once `wait` gave it; `wait` again is a no-op
         self.port = _free_port()
         self.process: subprocess.Popen[bytes] | None = subprocess.Popen(
             _server_command(self.port), env={**os.environ, **SERVER_ENV}
@@ -157,8 +159,9 @@ class EarlyStart:
         from prefect.server.api.server import SubprocessASGIServer  # 2-3 s, beside the start
 
         self._thread.join()
-        if self.error is None:
+        if self.error is None and not self.handed_over:
             self.error = _hand_to_prefect(self, SubprocessASGIServer())
+            self.handed_over = self.error is None
         if self.error is not None:
             log.warning("starting Prefect's temporary server early failed: %r", self.error)
             self._stop_unclaimed()

@@ -22,10 +22,12 @@ from tenantml.client import Client
 c = Client(sys.argv[1])
 c.start_prefect()
 c._prefect_start.wait()
+c._prefect_start.wait()  # a second `run` in the same process waits again: nothing changes
 with get_client(sync_client=True) as prefect:
     runs = len(prefect.read_flow_runs())
+    ours = str(prefect.api_url).startswith(c._prefect_start.api_url)
 print(json.dumps({"seeded": c._prefect_start.seeded, "error": repr(c._prefect_start.error),
-                  "flow_runs": runs}))
+                  "flow_runs": runs, "handed_over": c._prefect_start.handed_over, "ours": ours}))
 """
 
 
@@ -47,11 +49,23 @@ def test_the_second_new_home_starts_from_the_first_ones_migrated_database(
 ) -> None:
     cache = tmp_path / "cache"
     first = _start(tmp_path / "a", cache)
-    assert first == {"seeded": False, "error": "None", "flow_runs": 0}
+    assert first == {
+        "seeded": False,
+        "error": "None",
+        "flow_runs": 0,
+        "handed_over": True,
+        "ours": True,
+    }
     templates = list((cache / "tenantml").glob("prefect-*.db"))
     assert len(templates) == 1, templates
     second = _start(tmp_path / "b", cache)
-    assert second == {"seeded": True, "error": "None", "flow_runs": 0}
+    assert second == {
+        "seeded": True,
+        "error": "None",
+        "flow_runs": 0,
+        "handed_over": True,
+        "ours": True,
+    }
 
 
 _ABANDON = """
