@@ -51,6 +51,7 @@ from policy.costs import CostPrior, OnlineCostPrior, prior_costs
 from policy.prior import REFIT_EVERY, OnlinePrior
 from store import ExampleStore
 from store.schema import Schema
+from tasks._prior_cache import fit_shipped
 from tasks._seer import SeerOptions, derive_seer, train_seer
 from tasks.settings import GPU_LOCK_ENV
 from trainers import (
@@ -211,7 +212,10 @@ class ServiceState:
         n_results = sum(o.completed for o in self.history().log)
         cached = _FITS.get(key)
         if cached is None or not 0 <= n_results - cached[0] < REFIT_EVERY:
-            cached = _FITS[key] = (n_results, self.online_prior().fit())
+            source = self.online_prior()
+            # no results yet: the shipped matrix's fit, kept per machine (`tasks._prior_cache`)
+            prior = fit_shipped(source) if n_results == 0 else source.fit()
+            cached = _FITS[key] = (n_results, prior)
             while len(_FITS) > 8:
                 del _FITS[next(iter(_FITS))]
         return replace(self, problem=replace(self.problem, prior=cached[1]))

@@ -34,7 +34,13 @@ from typing import Any, Literal
 
 from store import ExampleStore, open_store
 
-__all__ = ["GPU_LOCK_ENV", "WORKER_PREFETCH_PER_SLOT", "Settings", "ServerUnreachableError"]
+__all__ = [
+    "GPU_LOCK_ENV",
+    "WORKER_PREFETCH_PER_SLOT",
+    "Settings",
+    "ServerUnreachableError",
+    "user_cache",
+]
 
 Mode = Literal["embedded", "servers"]
 
@@ -44,6 +50,14 @@ GPU_LOCK_ENV = "TENANTML_GPU_LOCK"
 #: runs sent per slot beyond its running one to GPU workers, when the installation gives none
 #: (`Settings.prefetch_for`; `tenantml node-env` hands it to another node's workers)
 WORKER_PREFETCH_PER_SLOT = 1
+
+
+def user_cache() -> Path:
+    """Where this machine's user keeps what any installation can rebuild but should not have
+    to on every new home (Prefect's template database, the shipped prior's fit):
+    ``$XDG_CACHE_HOME/tenantml``, by default ``~/.cache/tenantml``."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "tenantml"
 
 
 class ServerUnreachableError(RuntimeError):
