@@ -16,11 +16,8 @@ fitted again and replaced; a cache that cannot be written is only skipped.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
-import os
-import threading
 import zipfile
 from pathlib import Path
 
@@ -28,6 +25,7 @@ import numpy as np
 
 from policy import ArmPrior
 from policy.prior import OnlinePrior
+from tasks.settings import user_cache, write_atomically
 
 __all__ = ["cache_path", "fit_shipped"]
 
@@ -37,8 +35,6 @@ log = logging.getLogger(__name__)
 def cache_path(source: OnlinePrior) -> Path:
     """The cache file of `source`'s fit with no tenant results: named by a SHA-256 of the
     shipped matrix (shape and values, NaN included) and the fit's settings."""
-    from tasks.settings import user_cache
-
     h = hashlib.sha256()
     h.update(repr((source.base.shape, source.min_tenants, source.method)).encode())
     h.update(np.ascontiguousarray(source.base, dtype=np.float64).tobytes())
@@ -77,15 +73,14 @@ def _read(path: Path, m: int) -> ArmPrior | None:
 
 
 def _write(path: Path, prior: ArmPrior) -> None:
-    """Write `prior` beside `path` and move it there in one step (two schedulers may race)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    """Keep `prior` at `path`, replaced in one step (two schedulers may race)."""
+
+    def save(tmp: Path) -> None:
         with open(tmp, "wb") as f:
             np.savez(f, mean=prior.mean, cov=prior.cov, noise=np.float64(prior.noise))
-        os.replace(tmp, path)
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(save, path)
     except OSError as e:  # a read-only or full cache: the next run fits again
         log.warning("could not keep the prior's fit in %s: %r", path, e)
-    finally:
-        with contextlib.suppress(OSError):  # moved, never written, or no directory to hold it
-            tmp.unlink(missing_ok=True)

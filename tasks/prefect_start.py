@@ -40,9 +40,10 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from tasks.settings import user_cache, write_atomically
 
 __all__ = ["EarlyStart", "start_early", "template_path"]
 
@@ -61,8 +62,6 @@ STARTUP_TIMEOUT_S = 60.0  # Prefect's own default is 20 s; a loaded CI machine c
 def template_path(version: str) -> Path:
     """Where the migrated, empty Prefect database of Prefect `version` is kept for new homes:
     ``$XDG_CACHE_HOME/tenantml`` (default ``~/.cache/tenantml``), ``prefect-<version>.db``."""
-    from tasks.settings import user_cache
-
     return user_cache() / f"prefect-{version}.db"
 
 
@@ -76,17 +75,6 @@ def _is_migrated(path: Path) -> bool:
     except sqlite3.Error:
         return False
     return revision is not None
-
-
-def _copy_atomically(write: Callable[[Path], object], dest: Path) -> None:
-    """Run ``write(tmp)`` on a file beside `dest`, then move it onto `dest` in one step: a reader
-    sees the old file or the whole new one (two processes may race to write the same one)."""
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _backup(source: Path, dest: Path) -> None:
@@ -107,14 +95,14 @@ def _seed_from_template(db: Path, template: Path) -> bool:
     if db.exists() or not _is_migrated(template):
         return False
     db.parent.mkdir(parents=True, exist_ok=True)
-    _copy_atomically(lambda tmp: shutil.copyfile(template, tmp), db)
+    write_atomically(lambda tmp: shutil.copyfile(template, tmp), db)
     return True
 
 
 def _save_template(db: Path, template: Path) -> None:
     """Keep the home's freshly migrated database as the template for later new homes."""
     template.parent.mkdir(parents=True, exist_ok=True)
-    _copy_atomically(lambda tmp: _backup(db, tmp), template)
+    write_atomically(lambda tmp: _backup(db, tmp), template)
 
 
 class EarlyStart:

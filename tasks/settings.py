@@ -25,9 +25,12 @@ A tenant's identity (``tenantml up --auth``, see `store._scoped`): ``TENANTML_US
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -40,6 +43,7 @@ __all__ = [
     "Settings",
     "ServerUnreachableError",
     "user_cache",
+    "write_atomically",
 ]
 
 Mode = Literal["embedded", "servers"]
@@ -58,6 +62,19 @@ def user_cache() -> Path:
     ``$XDG_CACHE_HOME/tenantml``, by default ``~/.cache/tenantml``."""
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(cache) / "tenantml"
+
+
+def write_atomically(write: Callable[[Path], object], dest: Path) -> None:
+    """Run ``write(tmp)`` on a file beside `dest`, then move it onto `dest` in one step: a reader
+    sees the old file or the whole new one (two processes may race to write the same one). The
+    temporary file never stays behind, whatever `write` raised."""
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, dest)
+    finally:
+        with contextlib.suppress(OSError):  # moved, never written, or no directory to hold it
+            tmp.unlink(missing_ok=True)
 
 
 class ServerUnreachableError(RuntimeError):
