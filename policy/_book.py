@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from policy._types import BoolArray, FloatArray, History, Observation, Problem
-from policy.acquisition import BetaRule, beta, ei_per_cost, ucb
+from policy.acquisition import BetaRule, beta, ei_per_cost, measurement_var, ucb
 from policy.costs import CostEstimator
 from policy.gp import TenantPosterior
 
@@ -176,8 +176,9 @@ class TenantBook:
             bound = post.mu[la] + np.sqrt(b / self.costs[i][la]) * np.sqrt(post.var[la])
             self.min_ecb[i] = min(float(bound), float(self.min_ecb[i]))  # Alg. 2 line 6
             self.sigma_tilde[i] = self.min_ecb[i] - y
-            self.sum_z2[i] += (y - post.mu[la]) ** 2 / (post.var[la] + post.noise)
-            post.update(la, y)
+            extra = self.measurement_noise(i, y)
+            self.sum_z2[i] += (y - post.mu[la]) ** 2 / (post.var[la] + post.noise + extra)
+            post.update(la, y, extra)
         if self.estimator is not None and np.isfinite(obs.cost) and obs.cost > 0:
             self.estimator.observe(i, obs.arm, obs.cost)
             if self.cost_aware:  # predicted costs: refine this tenant's (Problem docstring)
@@ -190,6 +191,18 @@ class TenantBook:
         self.best[i] = max(float(self.best[i]), y)
         self._gap_dirty[i] = True
 
+    def measurement_noise(self, i: int, q: float) -> float:
+        """The variance of tenant ``i``'s validation accuracy ``q`` (`measurement_var` on its
+        ``Problem.val_sizes``; 0 where qualities are exact, as in the replay's tables). The GP
+        adds it to the prior's noise for that observation: on a small tenant (glass: 171 rows,
+        q = 0.7, s.d. 0.035) one measurement is far noisier than the prior's ``sigma`` (0.008,
+        fitted on test sets of thousands), and treating it as exact made the posterior of the
+        models it correlates with confidently wrong (docs/live.md)."""
+        sizes = self.problem.val_sizes
+        if sizes is None:
+            return 0.0
+        return measurement_var(q, float(sizes[i]))
+
     # -- per-tenant acquisition -------------------------------------------------------------
     def _branch(self, i: int, pending: Sequence[int]) -> TenantPosterior:
         post = self.posterior(i)
@@ -197,7 +210,7 @@ class TenantBook:
             return post
         post = post.copy()
         for la in pending:  # GP-BUCB: pending arms hallucinated at their posterior mean
-            post.update(la, None)
+            post.update(la, None, self.measurement_noise(i, float(post.mu[la])))
         return post
 
     def candidates(self, i: int, pending: Sequence[int] = ()) -> BoolArray:

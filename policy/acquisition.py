@@ -34,6 +34,7 @@ __all__ = [
     "beta",
     "ei_per_cost",
     "expected_improvement",
+    "measurement_var",
     "selected_improvement",
     "ucb",
 ]
@@ -86,6 +87,15 @@ def expected_improvement(
         ei = ei - _gaussian_ei(mu, s, upper)
     out: FloatArray = np.maximum(ei, 0.0)
     return out
+
+
+def measurement_var(q: float, n_val: float) -> float:
+    """Variance of an accuracy ``q`` measured on ``n_val`` examples: binomial, ``q (1 - q) /
+    n_val`` (``q`` clipped to [0, 1]; 0 for ``n_val`` not finite or not positive)."""
+    if not math.isfinite(n_val) or n_val <= 0:
+        return 0.0
+    q = min(max(float(q), 0.0), 1.0)
+    return q * (1.0 - q) / float(n_val)
 
 
 def selected_improvement(

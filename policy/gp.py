@@ -187,19 +187,23 @@ class TenantPosterior:
         """Observation-noise variance ``sigma^2`` (``var + noise``: the variance of a new y)."""
         return self._noise
 
-    def update(self, local_arm: int, y: float | None = None) -> None:
+    def update(self, local_arm: int, y: float | None = None, extra_noise: float = 0.0) -> None:
         """Condition on ``y`` at local arm ``local_arm`` (Alg. 1 lines 6-7), in O(t K).
 
         ``y=None`` hallucinates the observation at the current posterior mean (GP-BUCB): the
         mean is unchanged and the variance shrinks as if the pending job had reported.
+        ``extra_noise``: this observation's own measurement variance, added to the prior's
+        ``sigma^2`` on its diagonal entry (heteroscedastic noise: the Cholesky update is the same
+        with ``sigma^2 + extra_noise`` for this row).
         """
         a = int(local_arm)
         t = self.t
         v = self._v[:t]
         z = self._z[:t]
         l_vec = v[:, a]
-        d2 = self._cov[a, a] + self._noise - float(l_vec @ l_vec)
-        d = float(np.sqrt(max(d2, self._noise * 1e-3)))
+        noise = self._noise + max(float(extra_noise), 0.0)
+        d2 = self._cov[a, a] + noise - float(l_vec @ l_vec)
+        d = float(np.sqrt(max(d2, noise * 1e-3)))
         v_new = (self._cov[a] - l_vec @ v) / d
         if y is None:
             z_new = 0.0

@@ -115,11 +115,9 @@ class RatePolicy:
         the incumbent's, both binomial on the tenant's ``n_val`` validation examples at about
         the incumbent's accuracy ``q`` (``Problem.val_sizes``; 0 without it, or before the first
         model, which is served whatever it measures)."""
-        sizes = book.problem.val_sizes
-        q = float(book.best[i])
-        if sizes is None or book.n_obs[i] == 0 or not np.isfinite(sizes[i]):
+        if book.n_obs[i] == 0:
             return 0.0
-        return 2.0 * q * (1.0 - q) / float(sizes[i])
+        return 2.0 * book.measurement_noise(i, float(book.best[i]))
 
     def _refresh(self, book: TenantBook) -> None:
         n = book.problem.n_tenants

@@ -34,6 +34,24 @@ def test_posterior_equals_sklearn_on_small_cases() -> None:
         np.testing.assert_allclose(post.sigma, std, atol=1e-7)
 
 
+def test_per_observation_noise_equals_sklearn_with_a_noise_per_sample() -> None:
+    """``update(a, y, extra)`` conditions on y with noise ``sigma^2 + extra`` for that row alone:
+    the posterior is scikit-learn's with ``alpha`` a vector (a noise per training sample)."""
+    for seed in range(5):
+        x, kernel, prior, rng = _setup(seed)
+        post = TenantPosterior(prior, np.arange(len(x)))
+        obs = rng.integers(0, len(x), 6)
+        ys = rng.uniform(0, 1, 6)
+        extra = rng.choice([0.0, 0.002, 0.05], 6)
+        for a, y, e in zip(obs, ys, extra, strict=True):
+            post.update(int(a), float(y), float(e))
+        gpr = GaussianProcessRegressor(kernel, alpha=prior.noise + extra, optimizer=None)
+        gpr.fit(x[obs], ys - prior.mean[obs])
+        mu, std = gpr.predict(x, return_std=True)
+        np.testing.assert_allclose(post.mu, mu + prior.mean, atol=1e-9)
+        np.testing.assert_allclose(post.sigma, std, atol=1e-7)
+
+
 def test_hallucinated_observation_keeps_mean_and_shrinks_variance() -> None:
     _, _, prior, _ = _setup(1)
     post = TenantPosterior(prior, np.arange(7))
