@@ -471,6 +471,10 @@ def summarize(
                 for q in QUARTERS
             },
             "test_regret_auc": float(np.trapezoid(regret, grid)),
+            # each tenant's own (unweighted): their `w`-weighted mean is the AUC above
+            "test_regret_auc_by_tenant": {
+                t.name: float(np.trapezoid(best[i] - a[i], grid)) for i, t in enumerate(tenants)
+            },
             "first_job_t": r.first_job_t,
             "final_accuracy": {t.name: float(a[i, -1]) for i, t in enumerate(tenants)},
             "jobs": r.jobs,

@@ -12,7 +12,10 @@ combined summary gives their mean and standard error over k, and for each system
 difference to the reference system (the first one asked for, ``live`` by default), paired by
 split: ``d_s^k = a_s^k - a_ref^k``, mean, standard error, and on how many splits the reference
 had the smaller AUC; the same for the regret from each service's first job
-(``test_regret_from_first_job``, :func:`tenantml.bench.live.summarize`), where both have it.
+(``test_regret_from_first_job``, :func:`tenantml.bench.live.summarize`), where both have it,
+and per tenant (``auc_minus_<ref>_by_tenant``: ``d_{s,i}^k = a_{s,i}^k - a_{ref,i}^k`` of each
+tenant's own AUC), which says where a difference comes from: a system may lead on the tenants
+whose catalogue is costly and tie on those it can try whole.
 """
 
 from __future__ import annotations
@@ -30,6 +33,12 @@ def mean_se(values: Sequence[float]) -> dict[str, float]:
     a = np.asarray(values, dtype=float)
     se = float(a.std(ddof=1) / np.sqrt(len(a))) if len(a) > 1 else 0.0
     return {"mean": float(a.mean()), "se": se}
+
+
+def _paired(diffs: Sequence[float], ref: str) -> dict[str, float]:
+    """Mean and s.e. of per-split differences (a system's minus `ref`'s), and on how many
+    splits `ref` had the smaller value."""
+    return {**mean_se(diffs), f"splits_{ref}_smaller": int(sum(d > 0 for d in diffs))}
 
 
 def rotated(systems: Sequence[str], k: int) -> list[str]:
@@ -79,9 +88,13 @@ def combine_repeats(
             if name == ref or not all(key in s["systems"][ref] for s in summaries):
                 continue
             diffs = [s["systems"][name][key] - s["systems"][ref][key] for s in summaries]
-            entry[out_key] = {
-                **mean_se(diffs),
-                f"splits_{ref}_smaller": int(sum(d > 0 for d in diffs)),
+            entry[out_key] = _paired(diffs, ref)
+        by_tenant = "test_regret_auc_by_tenant"
+        pairs = [(s["systems"][name], s["systems"][ref]) for s in summaries]
+        if name != ref and all(by_tenant in x and by_tenant in y for x, y in pairs):
+            entry[f"auc_minus_{ref}_by_tenant"] = {
+                t: _paired([x[by_tenant][t] - y[by_tenant][t] for x, y in pairs], ref)
+                for t in summaries[0]["tenants"]
             }
         systems[name] = entry
     first = summaries[0]

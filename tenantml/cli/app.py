@@ -602,6 +602,16 @@ def _print_repeats(summary: dict[str, Any], out: Path) -> None:
             cell(cal) if cal else "-",
         )  # fmt: skip
     console.print(table)
+    others = [n for n, e in summary["systems"].items() if f"auc_minus_{ref}_by_tenant" in e]
+    if others:  # where the differences come from
+        by_tenant = Table("tenant", *(f"{n}: AUC - {ref}" for n in others))
+        for tenant in summary["tenants"]:
+            by_tenant.add_row(
+                tenant,
+                *(paired(summary["systems"][n][f"auc_minus_{ref}_by_tenant"][tenant])
+                  for n in others),
+            )  # fmt: skip
+        console.print(by_tenant)
     console.print(
         f"mean served test accuracy over {len(summary['tenants'])} tenants, mean ± s.e. over "
         f"{len(summary['seeds'])} splits (seeds {', '.join(map(str, summary['seeds']))}); "

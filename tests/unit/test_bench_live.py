@@ -240,6 +240,18 @@ def test_repeats_combine_per_split_summaries_paired_by_split() -> None:
         {"mean": diffs.mean(), "se": np.std(diffs, ddof=1) / np.sqrt(2), "splits_fast_smaller": 1}
     )
     assert "auc_minus_fast" not in combined["systems"]["fast"]
+    # per tenant: each tenant's own AUC, whose mean is the system's; the pairing says where
+    # the difference comes from: on the first split slow serves a better model of a later
+    # (1.0 from half-way, chance 2/3 before, against 0.75 throughout) and nothing for b
+    for summary, _ in splits:
+        for entry in summary["systems"].values():
+            own = entry["test_regret_auc_by_tenant"]
+            assert np.mean([own["a"], own["b"]]) == pytest.approx(entry["test_regret_auc"])
+    per = slow_entry["auc_minus_fast_by_tenant"]
+    assert sum(p["mean"] for p in per.values()) / 2 == pytest.approx(diffs.mean())
+    assert per["a"]["splits_fast_smaller"] == 0 and per["b"]["splits_fast_smaller"] == 1
+    assert per["a"]["mean"] < 0 < per["b"]["mean"]
+    assert "auc_minus_fast_by_tenant" not in combined["systems"]["fast"]
     # systems without a first job (no `first_job_t`) have no regret from it, nor its pairing
     assert "test_regret_from_first_job" not in slow_entry
     assert "from_first_job_minus_fast" not in slow_entry
