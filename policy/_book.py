@@ -192,12 +192,11 @@ class TenantBook:
         self._gap_dirty[i] = True
 
     def measurement_noise(self, i: int, q: float) -> float:
-        """The variance of tenant ``i``'s validation accuracy ``q`` (`measurement_var` on its
-        ``Problem.val_sizes``; 0 where qualities are exact, as in the replay's tables). The GP
-        adds it to the prior's noise for that observation: on a small tenant (glass: 171 rows,
-        q = 0.7, s.d. 0.035) one measurement is far noisier than the prior's ``sigma`` (0.008,
-        fitted on test sets of thousands), and treating it as exact made the posterior of the
-        models it correlates with confidently wrong (docs/live.md)."""
+        """The variance of tenant ``i``'s validation accuracy ``q`` that is the model's own
+        (`measurement_var` on its ``Problem.val_sizes``; 0 where qualities are exact, as in the
+        replay's tables). The GP adds it to the prior's noise for that observation: on a small
+        tenant (glass: 160 rows, q = 0.7, s.d. 0.026) one measurement is far noisier than the
+        prior's ``sigma`` (0.008, fitted on test sets of thousands)."""
         sizes = self.problem.val_sizes
         if sizes is None:
             return 0.0

@@ -82,7 +82,8 @@ class Problem:
     and learnt from spans that include it, it predicts every heavier model dearer by the same
     factor. ``val_sizes`` (n,): how many examples each tenant's qualities are measured on (a
     live service's validation split), so a quality is a noisy measurement of variance
-    ``q (1 - q) / n_val`` (binomial); None, or inf for a tenant: measured exactly (a replay
+    ``q (1 - q) / n_val`` (binomial; `policy.acquisition.measurement_var`, the part of it not
+    shared between models); None, or inf for a tenant: measured exactly (a replay
     table). Build with :meth:`create`, which copies and freezes the arrays; check with
     :func:`policy.validate_problem`.
     """

@@ -21,8 +21,11 @@ Measured qualities (``Problem.val_sizes``: a live tenant's validation accuracy o
 examples) are noisy, and a tenant is served the model that *measures* best, so a better model
 replaces the incumbent only when its measurement says so. ``EI_ik`` is then the expected gain
 of the served model's true quality, :func:`policy.acquisition.selected_improvement` with the
-two measurements' noise ``v_e = 2 q (1 - q) / n_val``: on 30 validation rows at 0.9 its s.d.
-is 0.08, and a job that may gain 0.03 is mostly a coin toss, on 300 rows (s.d. 0.02) it is not.
+two measurements' noise ``v_e = 2 (1 - r) q (1 - q) / n_val``, ``r`` the share of a validation
+accuracy's binomial noise that two models measured on the same examples have in common
+(:data:`policy.acquisition.ERROR_CORRELATION`: they fail on the same hard examples): on 30
+validation rows at 0.9 its s.d. is 0.055, and a job that may gain 0.03 is mostly a coin toss, on
+300 rows (s.d. 0.017) it is not.
 Replay tables measure exactly (``val_sizes`` None): there it is the EI above.
 
 Multi-device (G free slots): slots are filled one after another; a pending job is "believed"
@@ -111,10 +114,11 @@ class RatePolicy:
 
     @staticmethod
     def selection_noise(book: TenantBook, i: int) -> float:
-        """``v_e = 2 q (1 - q) / n_val``: the variance of a new model's validation accuracy less
-        the incumbent's, both binomial on the tenant's ``n_val`` validation examples at about
-        the incumbent's accuracy ``q`` (``Problem.val_sizes``; 0 without it, or before the first
-        model, which is served whatever it measures)."""
+        """``v_e = 2 (1 - r) q (1 - q) / n_val``: the variance of a new model's validation
+        accuracy less the incumbent's, both binomial on the tenant's ``n_val`` validation
+        examples at about the incumbent's accuracy ``q``, less the share ``r`` of that noise the
+        two have in common (`TenantBook.measurement_noise`; 0 without ``Problem.val_sizes``, or
+        before the first model, which is served whatever it measures)."""
         if book.n_obs[i] == 0:
             return 0.0
         return 2.0 * book.measurement_noise(i, float(book.best[i]))
