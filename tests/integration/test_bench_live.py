@@ -89,3 +89,7 @@ def test_bench_live_repeats_on_two_splits(tmp_path: Path) -> None:
     assert rr["auc_minus_live"]["splits_live_smaller"] == sum(d > 0 for d in diffs)
     assert len((out / "curves.csv").read_text().splitlines()) == 83
     assert "over 2 splits (seeds 0, 1)" in " ".join(done.stdout.split())
+    # and per tenant, which says where a difference comes from (one tenant: the same pairing)
+    per = rr["auc_minus_live_by_tenant"]["wine"]
+    assert per["mean"] == pytest.approx(rr["auc_minus_live"]["mean"])
+    assert "roundrobin: AUC - live" in done.stdout
