@@ -53,6 +53,7 @@ __all__ = [
     "REAL",
     "LiveTenant",
     "SystemRun",
+    "combine_runs",
     "load_carried_images",
     "load_carried_tabular",
     "load_tenants",
@@ -476,6 +477,14 @@ def summarize(
             "test_regret_auc_by_tenant": {t.name: float(own_auc[i]) for i, t in enumerate(tenants)},
             "first_job_t": r.first_job_t,
             "final_accuracy": {t.name: float(a[i, -1]) for i, t in enumerate(tenants)},
+            # each tenant's served test accuracy at each quarter: where a lead is won or lost
+            "test_accuracy_by_tenant": {
+                t.name: {
+                    f"q{int(q * 100)}": float(a[i, int(round(q * (CURVE_POINTS - 1)))])
+                    for q in QUARTERS
+                }
+                for i, t in enumerate(tenants)
+            },
             "jobs": r.jobs,
             "wall_s": r.wall_s,
             # when each tenant was first served a model, as a fraction of the budget (None:
@@ -649,6 +658,21 @@ def run_bench_live(
             _write_outputs(where, *splits[-1], budget_s)
         summary, rows = combine_repeats([s for s, _ in splits], [r for _, r in splits])
     _write_outputs(out, summary, rows, budget_s)
+    return summary
+
+
+def combine_runs(runs: Sequence[Path], out: Path) -> dict[str, Any]:
+    """The splits of bench-live runs made apart (e.g. ``--seed 0 --repeats 6`` and ``--seed 6
+    --repeats 6``) combined as one run with ``--repeats`` would: ``summary.json``,
+    ``curves.csv`` and ``accuracy.png`` in `out`, which must not hold a summary already."""
+    from tenantml.bench.live_repeats import combine_repeats, read_splits
+
+    if (out / "summary.json").exists():
+        raise ValueError(f"{out} holds a summary.json already: give a new --out")
+    summaries, curves = read_splits(runs)
+    summary, rows = combine_repeats(summaries, curves)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_outputs(out, summary, rows, float(summary["budget_s"]))
     return summary
 
 

@@ -15,17 +15,28 @@ had the smaller AUC; the same for the regret from each service's first job
 (``test_regret_from_first_job``, :func:`tenantml.bench.live.summarize`), where both have it,
 and per tenant (``auc_minus_<ref>_by_tenant``: ``d_{s,i}^k = a_{s,i}^k - a_{ref,i}^k`` of each
 tenant's own AUC), which says where a difference comes from: a system may lead on the tenants
-whose catalogue is costly and tie on those it can try whole.
+whose catalogue is costly and tie on those it can try whole. When each tenant's served accuracy
+at the quarters is known, also the reference's lead in it (``accuracy_lead_of_<ref>_by_tenant``:
+``q_{ref,i}^k - q_{s,i}^k`` per quarter, and on how many splits it was ahead and behind), which
+says when: early, before the cheap catalogue is tried, or at the end.
+
+Splits combine only if they ran one comparison (same tenants, budget, slots and test part) on
+different seeds; runs made apart (``--seed 0 --repeats 6``, then ``--seed 6 ...``) combine with
+``tenantml bench-live-combine``.
 """
 
 from __future__ import annotations
 
+import csv
+import json
+import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["combine_repeats", "mean_se", "rotated"]
+__all__ = ["combine_repeats", "mean_se", "read_splits", "rotated"]
 
 
 def mean_se(values: Sequence[float]) -> dict[str, float]:
@@ -39,6 +50,32 @@ def _paired(diffs: Sequence[float], ref: str) -> dict[str, float]:
     """Mean and s.e. of per-split differences (a system's minus `ref`'s), and on how many
     splits `ref` had the smaller value."""
     return {**mean_se(diffs), f"splits_{ref}_smaller": int(sum(d > 0 for d in diffs))}
+
+
+def _lead(leads: Sequence[float], ref: str) -> dict[str, float]:
+    """Mean and s.e. of `ref`'s per-split lead (its value minus a system's), and on how many
+    splits it was ahead and behind (the rest: level, the same model or as good)."""
+    return {
+        **mean_se(leads),
+        f"splits_{ref}_ahead": int(sum(d > 0 for d in leads)),
+        f"splits_{ref}_behind": int(sum(d < 0 for d in leads)),
+    }
+
+
+def _check_comparable(summaries: Sequence[dict[str, Any]]) -> None:
+    """Splits combine only if they ran the same comparison on different splits."""
+    first = summaries[0]
+    for key in ("tenants", "budget_s", "slots", "test_fraction"):
+        for s in summaries[1:]:
+            if s[key] != first[key]:
+                raise ValueError(
+                    f"splits differ in {key}: {s[key]!r} (seed {s['seed']}) against "
+                    f"{first[key]!r} (seed {first['seed']}); combine runs of one comparison"
+                )
+    seeds = [s["seed"] for s in summaries]
+    twice = sorted({k for k in seeds if seeds.count(k) > 1})
+    if twice:
+        raise ValueError(f"seed {twice[0]} is given more than once; each split counts once")
 
 
 def rotated(systems: Sequence[str], k: int) -> list[str]:
@@ -62,6 +99,7 @@ def combine_repeats(
     for s in summaries[1:]:
         if sorted(s["systems"]) != sorted(names):
             raise ValueError(f"splits ran different systems: {sorted(s['systems'])} vs {names}")
+    _check_comparable(summaries)
     ref = names[0]
     systems: dict[str, Any] = {}
     for name in names:
@@ -96,6 +134,15 @@ def combine_repeats(
                 t: _paired([x[by_tenant][t] - y[by_tenant][t] for x, y in pairs], ref)
                 for t in summaries[0]["tenants"]
             }
+        served = "test_accuracy_by_tenant"
+        if name != ref and all(served in x and served in y for x, y in pairs):
+            entry[f"accuracy_lead_of_{ref}_by_tenant"] = {
+                t: {
+                    q: _lead([y[served][t][q] - x[served][t][q] for x, y in pairs], ref)
+                    for q in pairs[0][0][served][t]
+                }
+                for t in summaries[0]["tenants"]
+            }
         systems[name] = entry
     first = summaries[0]
     combined = {
@@ -122,3 +169,45 @@ def combine_repeats(
         for (system, t), rows in by_key.items()
     ]
     return combined, mean_rows
+
+
+def _split_files(run: Path) -> list[Path]:
+    """The per-split ``summary.json`` files of one bench-live output directory: ``seed-<k>/``
+    of a run with ``--repeats`` (in seed order), or the run's own of a one-split run."""
+    found = [p for p in run.glob("seed-*/summary.json") if re.fullmatch(r"seed-\d+", p.parent.name)]
+    if found:
+        return sorted(found, key=lambda p: int(p.parent.name.removeprefix("seed-")))
+    own = run / "summary.json"
+    return [own] if own.is_file() and '"seeds"' not in own.read_text() else []
+
+
+def read_splits(runs: Sequence[Path]) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]]]:
+    """(per-split summaries, their curve rows) of bench-live output directories, for
+    :func:`combine_repeats`; a directory with no split in it, or a file that cannot be read,
+    is named."""
+    summaries: list[dict[str, Any]] = []
+    curves: list[list[dict[str, Any]]] = []
+    for run in runs:
+        files = _split_files(run) if run.is_dir() else []
+        if not files:
+            raise ValueError(
+                f"{run}: no bench-live split in it; give a bench-live --out directory "
+                "(seed-<k>/summary.json of a run with --repeats, or a one-split summary.json)"
+            )
+        for path in files:
+            try:
+                summary = json.loads(path.read_text())
+                with open(path.parent / "curves.csv", newline="") as f:
+                    rows: list[dict[str, Any]] = [
+                        {**r, "t": float(r["t"]),
+                         "mean_test_accuracy": float(r["mean_test_accuracy"]),
+                         "mean_test_regret": float(r["mean_test_regret"])}
+                        for r in csv.DictReader(f)
+                    ]  # fmt: skip
+            except (OSError, ValueError, KeyError) as e:
+                raise ValueError(f"{path.parent}: not a readable bench-live split: {e}") from None
+            if not isinstance(summary, dict) or not {"systems", "seed"} <= set(summary):
+                raise ValueError(f"{path}: not a bench-live split's summary (no systems, seed)")
+            summaries.append(summary)
+            curves.append(rows)
+    return summaries, curves

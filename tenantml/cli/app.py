@@ -612,12 +612,46 @@ def _print_repeats(summary: dict[str, Any], out: Path) -> None:
                   for n in others),
             )  # fmt: skip
         console.print(by_tenant)
+    for n, entry in summary["systems"].items():  # when: early, or at the end
+        lead = entry.get(f"accuracy_lead_of_{ref}_by_tenant")
+        if not lead:
+            continue
+        quarters = Table("tenant", "q25", "q50", "q75", "end",
+                         title=f"served test accuracy, {ref} minus {n} (splits {ref} "
+                               "ahead:behind)")  # fmt: skip
+        for tenant in summary["tenants"]:
+            quarters.add_row(tenant, *(
+                f"{cell(x, 3)} ({x[f'splits_{ref}_ahead']}:{x[f'splits_{ref}_behind']})"
+                for x in (lead[tenant][q] for q in ("q25", "q50", "q75", "q100"))
+            ))  # fmt: skip
+        console.print(quarters)
     console.print(
         f"mean served test accuracy over {len(summary['tenants'])} tenants, mean ± s.e. over "
         f"{len(summary['seeds'])} splits (seeds {', '.join(map(str, summary['seeds']))}); "
         "'from 1st job': the mean test regret over the same time from each service's first job "
         f"(its start-up left out); in {out}"
     )
+
+
+@app.command("bench-live-combine")
+def bench_live_combine(
+    runs: Annotated[
+        list[Path],
+        typer.Argument(help="bench-live --out directories of one comparison on other seeds"),
+    ],
+    out: Annotated[Path, typer.Option(help="directory for the combined results")] = Path(
+        "results/bench-live-combined"
+    ),
+) -> None:
+    """bench-live runs made apart (`--seed 0 --repeats 6`, then `--seed 6 --repeats 6`)
+    combined as one run over all their splits: the same table and files as `--repeats`."""
+    from tenantml.bench.live import combine_runs
+
+    try:
+        summary = combine_runs(runs, out)
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    _print_repeats(summary, out)
 
 
 @app.command("bench-dispatch")

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import csv
+import json
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -252,6 +254,16 @@ def test_repeats_combine_per_split_summaries_paired_by_split() -> None:
     assert per["a"]["splits_fast_smaller"] == 0 and per["b"]["splits_fast_smaller"] == 1
     assert per["a"]["mean"] < 0 < per["b"]["mean"]
     assert "auc_minus_fast_by_tenant" not in combined["systems"]["fast"]
+    # and when: at a quarter slow still serves a's chance (1/2) against fast's 0.75, from
+    # half-way its 1.0; on the second split they are level
+    lead = slow_entry["accuracy_lead_of_fast_by_tenant"]["a"]
+    assert lead["q25"] == pytest.approx(
+        {"mean": 0.25 / 2, "se": 0.25 / 2,
+         "splits_fast_ahead": 1, "splits_fast_behind": 0}
+    )  # fmt: skip
+    assert lead["q50"]["mean"] == pytest.approx(-0.25 / 2)
+    assert lead["q50"]["splits_fast_behind"] == 1
+    assert "accuracy_lead_of_fast_by_tenant" not in combined["systems"]["fast"]
     # systems without a first job (no `first_job_t`) have no regret from it, nor its pairing
     assert "test_regret_from_first_job" not in slow_entry
     assert "from_first_job_minus_fast" not in slow_entry
@@ -287,3 +299,76 @@ def test_cli_names_bad_repeats(tmp_path: Path) -> None:
     )
     assert out.exit_code == 2 and "--repeats must be 1 or more" in out.output, out.output
     assert not (tmp_path / "o").exists()
+
+
+def _write_split(run: Path, seed: int, *, budget_s: float = 60.0) -> None:
+    """One split's summary.json and curves.csv, as bench-live --repeats writes them."""
+    a = _tenant("a", ["p", "p", "x", "x"], ["p", "p", "x"])
+    fast = SystemRun("fast", {"a": [(0.0, 0.75)]}, {}, 3, 9.0)
+    slow = SystemRun("slow", {"a": [(0.5, 0.5 + seed / 100)]}, {}, 3, 9.0)
+    summary, rows = summarize([a], [fast, slow])
+    summary.update(seed=seed, budget_s=budget_s, slots=1, test_fraction=0.25)
+    where = run / f"seed-{seed}"
+    where.mkdir(parents=True)
+    (where / "summary.json").write_text(json.dumps(summary))
+    with open(where / "curves.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_runs_made_apart_combine_as_one(tmp_path: Path) -> None:
+    """Splits 0-1 and 2 of one comparison, run apart, combine as a run over the three would;
+    the per-tenant table says when the reference leads."""
+    for seed in (0, 1):
+        _write_split(tmp_path / "first", seed)
+    _write_split(tmp_path / "second", 2)
+    out = CliRunner().invoke(
+        app, ["bench-live-combine", str(tmp_path / "first"), str(tmp_path / "second"),
+              "--out", str(tmp_path / "all")], env={"COLUMNS": "200"},
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output
+    combined = json.loads((tmp_path / "all" / "summary.json").read_text())
+    assert combined["seeds"] == [0, 1, 2] and combined["reference"] == "fast"
+    assert {p.name for p in (tmp_path / "all").iterdir()} == {
+        "summary.json", "curves.csv", "accuracy.png"
+    }  # fmt: skip
+    lead = combined["systems"]["slow"]["accuracy_lead_of_fast_by_tenant"]["a"]
+    assert lead["q25"]["splits_fast_ahead"] == 3 and lead["q100"]["splits_fast_behind"] == 0
+    assert "served test accuracy, fast minus slow" in out.output
+
+
+@pytest.mark.parametrize(
+    ("runs", "fragment"),
+    [
+        (["first", "missing"], "missing: no bench-live split in it"),
+        (["first", "first"], "seed 0 is given more than once"),
+        (["first", "longer"], "splits differ in budget_s: 120.0 (seed 5)"),
+        (["first", "broken"], "broken/seed-3: not a readable bench-live split"),
+    ],
+)
+def test_combine_names_what_cannot_be_combined(
+    tmp_path: Path, runs: list[str], fragment: str
+) -> None:
+    _write_split(tmp_path / "first", 0)
+    _write_split(tmp_path / "longer", 5, budget_s=120.0)
+    _write_split(tmp_path / "broken", 3)
+    (tmp_path / "broken" / "seed-3" / "curves.csv").write_text("system,t\nfast,zero\n")
+    out = CliRunner().invoke(
+        app, ["bench-live-combine", *(str(tmp_path / r) for r in runs),
+              "--out", str(tmp_path / "all")], env={"COLUMNS": "200"},
+    )  # fmt: skip
+    assert out.exit_code == 2 and fragment in out.output, out.output
+    assert not (tmp_path / "all").exists()
+
+
+def test_combine_keeps_a_summary_already_there(tmp_path: Path) -> None:
+    _write_split(tmp_path / "first", 0)
+    _write_split(tmp_path / "first", 1)
+    (tmp_path / "all").mkdir()
+    (tmp_path / "all" / "summary.json").write_text("{}")
+    out = CliRunner().invoke(
+        app, ["bench-live-combine", str(tmp_path / "first"), "--out", str(tmp_path / "all")]
+    )
+    assert out.exit_code == 2 and "holds a summary.json already" in out.output, out.output
+    assert (tmp_path / "all" / "summary.json").read_text() == "{}"
