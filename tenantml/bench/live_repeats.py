@@ -171,6 +171,10 @@ def combine_repeats(
     return combined, mean_rows
 
 
+# what one split's summary.json holds besides its systems' entries (bench-live's summarize)
+_SPLIT_KEYS = ("systems", "seed", "tenants", "budget_s", "slots", "test_fraction")
+
+
 def _split_files(run: Path) -> list[Path]:
     """The per-split ``summary.json`` files of one bench-live output directory: ``seed-<k>/``
     of a run with ``--repeats`` (in seed order), or the run's own of a one-split run."""
@@ -178,7 +182,7 @@ def _split_files(run: Path) -> list[Path]:
     if found:
         return sorted(found, key=lambda p: int(p.parent.name.removeprefix("seed-")))
     own = run / "summary.json"
-    return [own] if own.is_file() and '"seeds"' not in own.read_text() else []
+    return [own] if own.is_file() else []
 
 
 def read_splits(runs: Sequence[Path]) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]]]:
@@ -195,19 +199,33 @@ def read_splits(runs: Sequence[Path]) -> tuple[list[dict[str, Any]], list[list[d
                 "(seed-<k>/summary.json of a run with --repeats, or a one-split summary.json)"
             )
         for path in files:
-            try:
-                summary = json.loads(path.read_text())
-                with open(path.parent / "curves.csv", newline="") as f:
-                    rows: list[dict[str, Any]] = [
-                        {**r, "t": float(r["t"]),
-                         "mean_test_accuracy": float(r["mean_test_accuracy"]),
-                         "mean_test_regret": float(r["mean_test_regret"])}
-                        for r in csv.DictReader(f)
-                    ]  # fmt: skip
-            except (OSError, ValueError, KeyError) as e:
-                raise ValueError(f"{path.parent}: not a readable bench-live split: {e}") from None
-            if not isinstance(summary, dict) or not {"systems", "seed"} <= set(summary):
-                raise ValueError(f"{path}: not a bench-live split's summary (no systems, seed)")
-            summaries.append(summary)
-            curves.append(rows)
+            summaries.append(_read_summary(path))
+            curves.append(_read_curves(path.parent))
     return summaries, curves
+
+
+def _read_summary(path: Path) -> dict[str, Any]:
+    """One split's summary.json, checked to be one (not a combination, not something else)."""
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path.parent}: not a readable bench-live split: {e}") from None
+    if isinstance(summary, dict) and "seeds" in summary:
+        raise ValueError(
+            f"{path} combines splits whose own summaries are gone: give the runs with their "
+            "seed-<k> directories"
+        )
+    missing = [k for k in _SPLIT_KEYS if not isinstance(summary, dict) or k not in summary]
+    if missing:
+        raise ValueError(f"{path}: not a bench-live split's summary (no {', '.join(missing)})")
+    return dict(summary)
+
+
+def _read_curves(where: Path) -> list[dict[str, Any]]:
+    """One split's curves.csv rows, numbers as floats."""
+    numbers = ("t", "mean_test_accuracy", "mean_test_regret")
+    try:
+        with open(where / "curves.csv", newline="") as f:
+            return [{**r, **{k: float(r[k]) for k in numbers}} for r in csv.DictReader(f)]
+    except (OSError, ValueError, KeyError) as e:
+        raise ValueError(f"{where}: not a readable bench-live split: {e}") from None

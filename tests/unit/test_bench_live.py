@@ -345,6 +345,8 @@ def test_runs_made_apart_combine_as_one(tmp_path: Path) -> None:
         (["first", "first"], "seed 0 is given more than once"),
         (["first", "longer"], "splits differ in budget_s: 120.0 (seed 5)"),
         (["first", "broken"], "broken/seed-3: not a readable bench-live split"),
+        (["first", "bare"], "not a bench-live split's summary (no tenants, budget_s"),
+        (["first", "combined"], "combines splits whose own summaries are gone"),
     ],
 )
 def test_combine_names_what_cannot_be_combined(
@@ -354,6 +356,10 @@ def test_combine_names_what_cannot_be_combined(
     _write_split(tmp_path / "longer", 5, budget_s=120.0)
     _write_split(tmp_path / "broken", 3)
     (tmp_path / "broken" / "seed-3" / "curves.csv").write_text("system,t\nfast,zero\n")
+    _write_split(tmp_path / "bare", 4)
+    (tmp_path / "bare" / "seed-4" / "summary.json").write_text('{"systems": {}, "seed": 4}')
+    (tmp_path / "combined").mkdir()
+    (tmp_path / "combined" / "summary.json").write_text('{"systems": {}, "seeds": [1, 2]}')
     out = CliRunner().invoke(
         app, ["bench-live-combine", *(str(tmp_path / r) for r in runs),
               "--out", str(tmp_path / "all")], env={"COLUMNS": "200"},
