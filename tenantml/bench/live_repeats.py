@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["combine_repeats", "mean_se", "read_splits", "rotated"]
+__all__ = ["combine_repeats", "mean_se", "read_curves", "read_splits", "rotated"]
 
 
 def mean_se(values: Sequence[float]) -> dict[str, float]:
@@ -200,7 +200,7 @@ def read_splits(runs: Sequence[Path]) -> tuple[list[dict[str, Any]], list[list[d
             )
         for path in files:
             summaries.append(_read_summary(path))
-            curves.append(_read_curves(path.parent))
+            curves.append(read_curves(path.parent))
     return summaries, curves
 
 
@@ -221,7 +221,7 @@ def _read_summary(path: Path) -> dict[str, Any]:
     return dict(summary)
 
 
-def _read_curves(where: Path) -> list[dict[str, Any]]:
+def read_curves(where: Path) -> list[dict[str, Any]]:
     """One split's curves.csv rows, numbers as floats."""
     numbers = ("t", "mean_test_accuracy", "mean_test_regret")
     try:

@@ -529,6 +529,14 @@ def bench_live(
     out: Annotated[Path, typer.Option(help="directory for the results")] = Path(
         "results/bench-live"
     ),
+    mlflow: Annotated[
+        bool,
+        typer.Option(
+            "--mlflow",
+            help="log each system as a run of the experiment bench-live at "
+            "MLFLOW_TRACKING_URI (or MLflow's default), not in the compared services' homes",
+        ),
+    ] = False,
 ) -> None:
     """The service end to end (`tenantml run`, embedded) against FLAML per tenant on an equal
     share of the same wall clock: served test accuracy on held-out rows over time."""
@@ -536,6 +544,7 @@ def bench_live(
 
     from tenantml.bench.live import run_bench_live
 
+    tracking = _bench_live_tracking() if mlflow else None
     try:
         summary = run_bench_live(
             directory,
@@ -553,6 +562,8 @@ def bench_live(
         )
     except ValueError as e:
         raise _fail(str(e)) from None
+    if tracking is not None:
+        _log_bench_live(summary, out, tracking, directory.name)
     if repeats > 1:
         _print_repeats(summary, out)
         return
@@ -572,6 +583,28 @@ def bench_live(
         )
     console.print(table)
     console.print(f"mean served test accuracy over {len(summary['tenants'])} tenants; in {out}")
+
+
+def _bench_live_tracking() -> str:
+    """The user's tracking URI for `--mlflow`, resolved and checked before any system runs
+    (a compared service's home points this process's MLFLOW_TRACKING_URI at itself)."""
+    from tenantml.bench.live_mlflow import check_reachable, user_tracking_uri
+
+    uri = user_tracking_uri()
+    try:
+        check_reachable(uri)
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    return uri
+
+
+def _log_bench_live(
+    summary: dict[str, Any], out: Path, tracking: str, tenant_set: str | None = None
+) -> None:
+    from tenantml.bench.live_mlflow import EXPERIMENT, log_live_to_mlflow
+
+    ids = log_live_to_mlflow(summary, out, tracking, tenant_set)
+    console.print(f"logged {len(ids)} runs to the MLflow experiment {EXPERIMENT} at {tracking}")
 
 
 def _print_repeats(summary: dict[str, Any], out: Path) -> None:
@@ -642,15 +675,22 @@ def bench_live_combine(
     out: Annotated[Path, typer.Option(help="directory for the combined results")] = Path(
         "results/bench-live-combined"
     ),
+    mlflow: Annotated[
+        bool,
+        typer.Option("--mlflow", help="log each system's combination as in bench-live --mlflow"),
+    ] = False,
 ) -> None:
     """bench-live runs made apart (`--seed 0 --repeats 6`, then `--seed 6 --repeats 6`)
     combined as one run over all their splits: the same table and files as `--repeats`."""
     from tenantml.bench.live import combine_runs
 
+    tracking = _bench_live_tracking() if mlflow else None
     try:
         summary = combine_runs(runs, out)
     except ValueError as e:
         raise _fail(str(e)) from None
+    if tracking is not None:
+        _log_bench_live(summary, out, tracking)
     _print_repeats(summary, out)
 
 

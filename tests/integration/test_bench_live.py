@@ -4,6 +4,7 @@ embedded, stopped with Ctrl-C at the budget) on a tenant it never saw the test p
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -59,11 +60,26 @@ def test_bench_live_repeats_on_two_splits(tmp_path: Path) -> None:
     and the AUC difference to the first system paired by split."""
     tenants = _wine_only(tmp_path)
     out = tmp_path / "out"
+    # --mlflow: the user's tracking store, its experiment made here to keep artifacts in tmp
+    user = f"sqlite:///{tmp_path / 'user.db'}"
+    exp_id = MlflowClient(user).create_experiment("bench-live", str(tmp_path / "artifacts"))
     cmd = [sys.executable, "-m", "tenantml.cli", "bench-live", str(tenants),
            "--budget-s", "25", "--systems", "live,roundrobin", "--repeats", "2",
-           "--out", str(out)]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
+           "--out", str(out), "--mlflow"]  # fmt: skip
+    env = {**os.environ, "MLFLOW_TRACKING_URI": user}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=500, env=env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    # the results went to the user's store, not to the homes the services ran on (each of
+    # which pointed this process's MLFLOW_TRACKING_URI at itself)
+    runs = MlflowClient(user).search_runs([exp_id])
+    assert sorted(r.info.run_name for r in runs) == ["live", "roundrobin"]
+    assert all(r.data.params["seeds"] == "0,1" for r in runs)
+    for seed in (0, 1):
+        for system in ("live", "roundrobin"):
+            home = MlflowClient(
+                f"sqlite:///{out / f'seed-{seed}' / 'homes' / system / 'mlflow.db'}"
+            )
+            assert home.get_experiment_by_name("bench-live") is None
 
     for seed in (0, 1):
         split = json.loads((out / f"seed-{seed}" / "summary.json").read_text())

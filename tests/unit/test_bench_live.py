@@ -378,3 +378,57 @@ def test_combine_keeps_a_summary_already_there(tmp_path: Path) -> None:
     )
     assert out.exit_code == 2 and "holds a summary.json already" in out.output, out.output
     assert (tmp_path / "all" / "summary.json").read_text() == "{}"
+
+
+def test_combine_logs_each_system_to_the_users_mlflow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--mlflow`: one run per system in the experiment bench-live at MLFLOW_TRACKING_URI,
+    with the combination's numbers, the curves as step metrics and the outputs."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/user.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)  # MLflow's default artifact root is ./mlruns
+    for seed in (0, 1):
+        _write_split(tmp_path / "first", seed)
+    out = CliRunner().invoke(
+        app, ["bench-live-combine", str(tmp_path / "first"), "--out", str(tmp_path / "all"),
+              "--mlflow"], env={"COLUMNS": "200"},
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert f"logged 2 runs to the MLflow experiment bench-live at {uri}" in out.output
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("bench-live")
+    runs = {r.info.run_name: r for r in client.search_runs([exp.experiment_id])}
+    assert sorted(runs) == ["fast", "slow"]
+    combined = json.loads((tmp_path / "all" / "summary.json").read_text())
+    slow, fast = runs["slow"], runs["fast"]
+    assert slow.info.status == "FINISHED" and slow.data.params["seeds"] == "0,1"
+    assert slow.data.params["reference"] == "fast" and slow.data.params["system"] == "slow"
+    want = combined["systems"]["slow"]
+    assert slow.data.metrics["test_regret_auc"] == pytest.approx(want["test_regret_auc"]["mean"])
+    assert slow.data.metrics["auc_minus_reference"] == pytest.approx(want["auc_minus_fast"]["mean"])
+    assert slow.data.metrics["auc_minus_reference_splits_reference_smaller"] == 2
+    assert "auc_minus_reference" not in fast.data.metrics
+    history = client.get_metric_history(slow.info.run_id, "mean_test_accuracy")
+    assert [m.step for m in history] == list(range(CURVE_POINTS))
+    assert {a.path for a in client.list_artifacts(slow.info.run_id)} == {
+        "summary.json", "curves.csv", "accuracy.png"
+    }  # fmt: skip
+
+
+def test_an_unreadable_tracking_store_is_named_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "nosuchscheme://somewhere")
+    _csv(tmp_path / "t.csv", [[i, "ab"[i % 2]] for i in range(8)], ["x", "label"])
+    for cmd in (["bench-live", str(tmp_path)], ["bench-live-combine", str(tmp_path)]):
+        out = CliRunner().invoke(
+            app, [*cmd, "--out", str(tmp_path / "o"), "--mlflow"], env={"COLUMNS": "200"}
+        )
+        assert out.exit_code == 2, out.output
+        assert "--mlflow: the tracking store at nosuchscheme://somewhere cannot be read" in (
+            out.output
+        )
+        assert not (tmp_path / "o").exists()
