@@ -604,7 +604,10 @@ def _log_bench_live(
     from tenantml.bench.live_mlflow import EXPERIMENT, log_live_to_mlflow
 
     ids = log_live_to_mlflow(summary, out, tracking, tenant_set)
-    console.print(f"logged {len(ids)} runs to the MLflow experiment {EXPERIMENT} at {tracking}")
+    console.print(  # one line, whatever the terminal's width: the URI is copied from it
+        f"logged {len(ids)} runs to the MLflow experiment {EXPERIMENT} at {tracking}",
+        soft_wrap=True,
+    )
 
 
 def _print_repeats(summary: dict[str, Any], out: Path) -> None:
