@@ -31,6 +31,7 @@ __all__ = [
     "SCHEDULER_EXPERIMENT",
     "JobRecord",
     "end_job_run",
+    "ensure_experiment",
     "ensure_scheduler_experiment",
     "ensure_tenant_experiment",
     "experiment_name",
@@ -120,6 +121,13 @@ def ensure_tenant_experiment(
     }
     location = None if artifact_location is None else f"{artifact_location}/{tenant}"
     return str(client.create_experiment(experiment_name(tenant), location, tags=tags))
+
+
+def ensure_experiment(client: MlflowClient, name: str) -> str:
+    """The id of the experiment `name`, created (at the store's default location) if missing:
+    where the benchmarks log their results."""
+    exp = client.get_experiment_by_name(name)
+    return str(exp.experiment_id if exp is not None else client.create_experiment(name))
 
 
 def ensure_scheduler_experiment(client: MlflowClient, artifact_location: str | None = None) -> str:

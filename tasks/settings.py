@@ -42,6 +42,7 @@ __all__ = [
     "WORKER_PREFETCH_PER_SLOT",
     "Settings",
     "ServerUnreachableError",
+    "mlflow_client_defaults",
     "user_cache",
     "write_atomically",
 ]
@@ -220,9 +221,7 @@ class Settings:
         if self.user:  # a tenant's identity replaces the operator's
             os.environ["MLFLOW_TRACKING_USERNAME"] = self.user
             os.environ["MLFLOW_TRACKING_PASSWORD"] = self.password or ""
-        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+        mlflow_client_defaults()
         if "prefect" in sys.modules:  # Prefect read its settings when first imported: re-read
             from prefect.context import refresh_global_settings_context
 
@@ -239,3 +238,12 @@ class Settings:
         it; reads nothing else (no servers.json, no GPU count), for commands that need only it."""
         root = Path(home or os.environ.get("TENANTML_HOME") or Path.home() / ".tenantml")
         return root.expanduser().resolve()
+
+
+def mlflow_client_defaults() -> None:
+    """MLflow's client settings this project's processes use unless the environment sets them:
+    no artifact progress bars, and a tracking server that is down answers within seconds (two
+    retries, 20 s per request) rather than after MLflow's default minutes of retries."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")

@@ -41,14 +41,13 @@ def user_tracking_uri() -> str:
 def check_reachable(tracking_uri: str) -> None:
     """Fail before a long benchmark, not after it: ValueError naming the URI if its tracking
     store cannot be read."""
-    import os
-
     from mlflow.tracking import MlflowClient
 
-    # as the service's own clients (tasks.settings): a server that is down is named in
-    # seconds, not after MLflow's default minutes of retries
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+    from tasks.settings import mlflow_client_defaults
+
+    # as the service's own clients: a server that is down is named in seconds, not after
+    # MLflow's default minutes of retries
+    mlflow_client_defaults()
     try:
         MlflowClient(tracking_uri).search_experiments(max_results=1)
     except Exception as e:  # any store error: unreachable server, unreadable file, bad scheme
@@ -101,11 +100,11 @@ def log_live_to_mlflow(
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
 
+    from mlflow_plugin.tracking import ensure_experiment
     from tenantml.bench.live_repeats import read_curves
 
     client = MlflowClient(tracking_uri)
-    exp = client.get_experiment_by_name(EXPERIMENT)
-    exp_id = exp.experiment_id if exp is not None else client.create_experiment(EXPERIMENT)
+    exp_id = ensure_experiment(client, EXPERIMENT)
     systems = list(summary["systems"])
     ref = summary.get("reference", systems[0])
     seeds = summary.get("seeds", [summary.get("seed")])

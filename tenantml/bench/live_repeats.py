@@ -65,6 +65,10 @@ def _lead(leads: Sequence[float], ref: str) -> dict[str, float]:
 def _check_comparable(summaries: Sequence[dict[str, Any]]) -> None:
     """Splits combine only if they ran the same comparison on different splits."""
     first = summaries[0]
+    names = list(first["systems"])
+    for s in summaries[1:]:
+        if sorted(s["systems"]) != sorted(names):
+            raise ValueError(f"splits ran different systems: {sorted(s['systems'])} vs {names}")
     for key in ("tenants", "budget_s", "slots", "test_fraction"):
         for s in summaries[1:]:
             if s[key] != first[key]:
@@ -95,11 +99,8 @@ def combine_repeats(
     summary's systems."""
     if not summaries:
         raise ValueError("no bench-live runs to combine")
-    names = list(summaries[0]["systems"])
-    for s in summaries[1:]:
-        if sorted(s["systems"]) != sorted(names):
-            raise ValueError(f"splits ran different systems: {sorted(s['systems'])} vs {names}")
     _check_comparable(summaries)
+    names = list(summaries[0]["systems"])
     ref = names[0]
     systems: dict[str, Any] = {}
     for name in names:

@@ -201,13 +201,14 @@ def log_to_mlflow(
         raise RuntimeError("--mlflow needs mlflow: pip install 'tenantml[service]'") from e
     from mlflow.entities import Metric
 
+    from mlflow_plugin.tracking import ensure_experiment
+
     _, agg = summarize(summary["dataset"], proto, results)
     client = mlflow.MlflowClient()
     # An explicit experiment, not `mlflow.set_experiment`: that one is process-wide and would
     # steer the next `start_run` of this process (a scheduler's, a job's) to this experiment.
     experiment = f"bench-{summary['dataset']}"
-    exp = client.get_experiment_by_name(experiment)
-    exp_id = exp.experiment_id if exp is not None else client.create_experiment(experiment)
+    exp_id = ensure_experiment(client, experiment)
     for name, stats in summary["policies"].items():
         with mlflow.start_run(run_name=name, experiment_id=exp_id) as run:
             mlflow.log_params(
