@@ -121,15 +121,18 @@ class TenantPyfunc(PythonModel):
 
 def pip_requirements() -> list[str]:
     """Pinned to what runs here; passing them skips MLflow's slow requirement inference. The
-    versions come from the installed distributions: a tabular job imports no torch for them."""
-    from importlib.metadata import version
+    versions come from the installed distributions: a tabular job imports no torch for them,
+    and where torch is not installed (the service without the ``ml`` extra trains tabular
+    arms only) it is left out rather than failing every job."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    return [
-        f"torch=={version('torch').split('+')[0]}",
-        f"scikit-learn=={version('scikit-learn')}",
-        f"mlflow=={mlflow.__version__}",
-        "tenantml",
-    ]
+    pins = []
+    for dist in ("torch", "scikit-learn"):
+        try:
+            pins.append(f"{dist}=={version(dist).split('+')[0]}")
+        except PackageNotFoundError:
+            continue
+    return [*pins, f"mlflow=={mlflow.__version__}", "tenantml"]
 
 
 def log_trained_model(

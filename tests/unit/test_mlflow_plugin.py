@@ -37,6 +37,28 @@ def test_signature_from_schema() -> None:
     assert '"shape": [-1, 4, 4, 1]' in rec["outputs"]
 
 
+def test_pip_requirements_without_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A service installed without the ``ml`` extra (no torch) still logs tabular models: the
+    torch pin is left out, not raised."""
+    import importlib.metadata
+
+    from mlflow_plugin.pyfunc import pip_requirements
+
+    real = importlib.metadata.version
+
+    def no_torch(dist: str) -> str:
+        if dist == "torch":
+            raise importlib.metadata.PackageNotFoundError(dist)
+        return real(dist)
+
+    with_torch = pip_requirements()
+    assert with_torch[0].startswith("torch==") and "+" not in with_torch[0]
+    monkeypatch.setattr(importlib.metadata, "version", no_torch)
+    reqs = pip_requirements()
+    assert not any(r.startswith("torch") for r in reqs)
+    assert reqs == with_torch[1:]
+
+
 def test_job_run_model_and_best_alias(tracking: MlflowClient, wine: ExampleStore) -> None:
     exp = ensure_tenant_experiment(tracking, "wine", str(wine.schema("wine")), ["svm", "knn"])
     assert ensure_tenant_experiment(tracking, "wine", "ignored", []) == exp
