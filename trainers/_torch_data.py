@@ -6,7 +6,7 @@ random shifts by which the torch trainer translates the training images of image
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,7 +17,17 @@ from store import Dataset
 from trainers._data import split
 from trainers.nets import TenantNet
 
-__all__ = ["MAX_SHIFT", "TrainingData", "random_shifts"]
+__all__ = ["MAX_SHIFT", "RESIDENT_MAX_BYTES", "TrainingData", "random_shifts"]
+
+#: The largest training split (inputs and targets, in bytes) that a job keeps on its GPU from
+#: start to end (`TrainingData.keep_on`). Below it, every step indexes the GPU's copy; above it
+#: (or on the CPU), every step copies its rows from host memory, and a copy from pageable host
+#: memory first waits for the stream's queued work (CUDA runtime API, "API synchronization
+#: behavior"): the host cannot queue the next step while the GPU runs this one. On an H100 a
+#: LeNet-5 job on MNIST's 1,500 images made 304 steps/s with such copies, against this 2-core
+#: CPU's 464 (`infra/scripts/time_torch_jobs.py`, docs/live.md "On a GPU"); what keeping the
+#: split on the GPU gains there is not measured yet.
+RESIDENT_MAX_BYTES = 1 << 30
 
 #: Largest random translation of a training image, as a fraction of its height and of its width:
 #: +-0.5 pixel on the 8x8 digits, +-1.75 pixels at MNIST's 28x28, in the range of the small
@@ -47,6 +57,8 @@ class TrainingData:
     x_va: NDArray[Any]
     y_va: NDArray[Any]
     len_va: NDArray[np.int64] | None
+    #: ``x_tr``, ``y_tr`` copied to a GPU by `keep_on` (at most one copy: a job has one device)
+    _resident: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list, repr=False)
 
     @classmethod
     def split(cls, ds: Dataset, val_fraction: float, seed: int, classify: bool) -> TrainingData:
@@ -70,14 +82,30 @@ class TrainingData:
     def n_val(self) -> int:
         return len(self.x_va)
 
+    def keep_on(self, device: torch.device, max_bytes: int = RESIDENT_MAX_BYTES) -> torch.device:
+        """Copy the training split to `device` once, when it is not the CPU and the split's
+        inputs and targets take at most `max_bytes`; returns where `train_batch`'s rows should
+        be: the copy's device (``cuda:0`` for ``cuda``), else the CPU."""
+        if not self._resident:
+            if device.type == "cpu" or self.x_tr.nbytes + self.y_tr.nbytes > max_bytes:
+                return torch.device("cpu")
+            self._resident.append((self.x_tr.to(device), self.y_tr.to(device)))
+        return self._resident[0][0].device
+
     def train_batch(
         self, rows: torch.Tensor, device: torch.device
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Training rows ``rows`` ``(b,)``: inputs ``(b, *S)`` and targets on ``device``, and
-        their lengths ``(b,)`` (on the CPU, where packing wants them) or ``None``."""
+        their lengths ``(b,)`` (on the CPU, where packing wants them) or ``None``. Rows on the
+        device that `keep_on` copied the split to index that copy (nothing crosses from the
+        host); rows on the CPU are copied from host memory."""
+        lengths = None if self.len_tr is None else self.len_tr[rows.cpu()]
+        if self._resident and rows.device == self._resident[0][0].device:
+            x, y = self._resident[0]
+            return x[rows], y[rows], lengths
         xb = self.x_tr[rows].to(device, non_blocking=True)
         yb = self.y_tr[rows].to(device, non_blocking=True)
-        return xb, yb, None if self.len_tr is None else self.len_tr[rows]
+        return xb, yb, lengths
 
     def fit_normalisation(self, net: TenantNet) -> None:
         """Fit ``net``'s input preprocessing to the training inputs and, for tensor outputs,

@@ -287,6 +287,9 @@ class _PreparedJob:
     data: TrainingData
     max_shift: float
     passes: int
+    #: where an epoch's row order goes: the device when the split is kept there
+    #: (`TrainingData.keep_on`), else the CPU
+    rows_device: torch.device
 
 
 class _CostClock:
@@ -359,6 +362,7 @@ def _prepare(job: TrainJob, store: ExampleStore) -> _PreparedJob:
         data=data,
         max_shift=MAX_SHIFT if augmented else 0.0,
         passes=passes_per_epoch(data.n_train, augmented),
+        rows_device=data.keep_on(device),
     )
 
 
@@ -456,6 +460,10 @@ def _train_epoch(
     order, shifts = _epoch_order(
         run.job.seed, rate.index, ck.epoch + 1, run.data.n_train, run.max_shift, run.passes
     )
+    # one copy per epoch, not per step: a step then starts no copy from host memory, which
+    # would wait for the GPU (`trainers._torch_data.RESIDENT_MAX_BYTES`)
+    order = order.to(run.rows_device)
+    shifts = None if shifts is None else shifts.to(run.device)
     rate.net.train()
     start = ck.position
     # the loss sum stays on the device: reading it every step would wait for the GPU
@@ -471,7 +479,7 @@ def _train_epoch(
         factor = lr_factor(ck.epoch * per_epoch + bi, run.job.max_epochs * per_epoch)
         for group in rate.opt.param_groups:
             group["lr"] = rate.lr * factor
-        batch_shifts = None if shifts is None else shifts[s : s + run.batch_size].to(run.device)
+        batch_shifts = None if shifts is None else shifts[s : s + run.batch_size]
         total += rate.stepper.step(*run.data.train_batch(rows, run.device), batch_shifts)
         n_batches += 1
         steps += 1

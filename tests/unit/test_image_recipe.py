@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 import torch
 
 from store import ExampleStore
 from store.schema import DataType, Schema, Tensor
 from trainers import TrainJob, preemption, train
-from trainers._torch_data import MAX_SHIFT, random_shifts
+from trainers._torch_data import MAX_SHIFT, TrainingData, random_shifts
 from trainers.nets import translate_images
 from trainers.torch_trainer import (
     DEFAULT_OPTIMIZER,
@@ -158,3 +159,34 @@ def test_a_job_preempted_inside_an_epoch_resumes_to_the_same_model(
     assert [e.train_loss for e in resumed.curve] == pytest.approx(
         [e.train_loss for e in full.curve]
     )
+
+
+def _split(n: int = 6, lengths: bool = False) -> TrainingData:
+    x = torch.arange(n * 4, dtype=torch.float32).reshape(n, 2, 2)
+    lens = torch.arange(1, n + 1) if lengths else None
+    return TrainingData(True, x, torch.arange(n), lens, np.zeros((1, 2, 2)), np.zeros(1), None)
+
+
+def test_a_training_split_is_kept_on_a_device_only_when_it_fits() -> None:
+    """`keep_on` copies the split to a non-CPU device (here PyTorch's ``meta`` device, which a
+    CPU-only machine has; a GPU takes the same path) once and within the byte cap; on the CPU,
+    or over the cap, rows stay on the CPU and each batch is copied as before."""
+    data = _split()
+    assert data.keep_on(torch.device("cpu")) == torch.device("cpu")
+    big = data.x_tr.nbytes + data.y_tr.nbytes
+    assert data.keep_on(torch.device("meta"), max_bytes=big - 1) == torch.device("cpu")
+    assert data.keep_on(torch.device("meta"), max_bytes=big) == torch.device("meta")
+    assert data.keep_on(torch.device("meta")) == torch.device("meta")  # one copy, kept
+
+    rows = torch.tensor([5, 0, 3])
+    xb, yb, lb = data.train_batch(rows.to("meta"), torch.device("meta"))
+    assert xb.device.type == yb.device.type == "meta" and lb is None
+    assert xb.shape == (3, 2, 2) and yb.shape == (3,)
+    xb, yb, _ = data.train_batch(rows, torch.device("cpu"))  # CPU rows: host memory as before
+    assert torch.equal(xb, data.x_tr[rows]) and torch.equal(yb, torch.tensor([5, 0, 3]))
+
+
+def test_sequence_lengths_stay_on_the_cpu_whatever_the_rows_device() -> None:
+    data = _split(lengths=True)
+    _, _, lb = data.train_batch(torch.tensor([4, 1]), torch.device("cpu"))
+    assert lb is not None and lb.device.type == "cpu" and lb.tolist() == [5, 2]
