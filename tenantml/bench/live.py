@@ -51,9 +51,11 @@ __all__ = [
     "IMAGES",
     "QUARTERS",
     "REAL",
+    "SERVICE_OVERHEAD_S",
     "LiveTenant",
     "SystemRun",
     "combine_runs",
+    "expected_wall_s",
     "load_carried_images",
     "load_carried_tabular",
     "load_tenants",
@@ -75,6 +77,9 @@ INDEPENDENT = "live-independent"
 UNCHAINED = "live-unchained"
 QUARTERS = (0.25, 0.5, 0.75, 1.0)
 CURVE_POINTS = 41  # samples of each curve in curves.csv, t = 0, 1/40, ..., 1
+#: what a service system takes beyond its budget: its start before the clock, its stop, the
+#: scoring of its served models (5-20 s here and on a lent GPU machine)
+SERVICE_OVERHEAD_S = 15.0
 STOP_GRACE_S = 120.0  # the service's stop after SIGINT is waited this long before SIGKILL
 # settings that point a home at servers (tasks.settings): bench-live's homes are embedded
 _SERVER_OVERRIDES = ("TENANTML_TRACKING_URI", "TENANTML_STORE", "PREFECT_API_URL")
@@ -568,6 +573,16 @@ def accuracy_picture(rows: Sequence[dict[str, Any]], budget_s: float) -> bytes:
     return buf.getvalue()
 
 
+def expected_wall_s(systems: Sequence[str], budget_s: float, slots: int = 1) -> float:
+    """About how long one split of the comparison takes: each service system its budget plus
+    `SERVICE_OVERHEAD_S`; FLAML ``sum(QUARTERS) = 2.5`` times ``budget_s * slots``, since its
+    anytime curve refits each tenant with each quarter of its share (`run_flaml`)."""
+    return sum(
+        sum(QUARTERS) * budget_s * slots if s == FLAML else budget_s + SERVICE_OVERHEAD_S
+        for s in systems
+    )
+
+
 def run_bench_live(
     directory: Path,
     out: Path,
@@ -646,6 +661,11 @@ def run_bench_live(
                        test_fraction=test_fraction)  # fmt: skip
         return summary, rows
 
+    wall = expected_wall_s(systems, budget_s, slots) * repeats
+    say(f"about {wall / 60:.0f} min in all ({', '.join(systems)} one after another"
+        + (f", {repeats} splits" if repeats > 1 else "")
+        + ("; flaml refits at each quarter of its share: 2.5 times its budget" if FLAML in systems
+           else "") + ")")  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     if repeats == 1:
         summary, rows = one_split(0, homes[0])

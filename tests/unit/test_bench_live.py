@@ -16,8 +16,10 @@ from typer.testing import CliRunner
 
 from tenantml.bench.live import (
     CURVE_POINTS,
+    SERVICE_OVERHEAD_S,
     LiveTenant,
     SystemRun,
+    expected_wall_s,
     load_tenants,
     summarize,
 )
@@ -290,6 +292,14 @@ def test_repeats_combine_per_split_summaries_paired_by_split() -> None:
     assert both["test_regret_from_first_job"]["mean"] == pytest.approx(np.mean(from_first))
     assert both["from_first_job_minus_fast"]["splits_fast_smaller"] == 1
     assert rotated(["a", "b", "c"], 1) == ["b", "c", "a"] and rotated(["a"], 5) == ["a"]
+
+
+def test_the_expected_wall_clock_counts_flamls_refits() -> None:
+    """A service system takes its budget plus its start and scoring; FLAML 2.5 times its budget
+    (a refit at each quarter of every tenant's share), times the slots it is given."""
+    assert expected_wall_s(["live"], 60) == 60 + SERVICE_OVERHEAD_S
+    assert expected_wall_s(["live", "flaml"], 60) == 60 + SERVICE_OVERHEAD_S + 150
+    assert expected_wall_s(["flaml"], 60, slots=2) == 300
 
 
 def test_cli_names_bad_repeats(tmp_path: Path) -> None:
