@@ -763,7 +763,8 @@ def pause(svc: Service, progress: Progress) -> None:
 
 
 def log_summary(svc: Service, progress: Progress, run: mlflow.ActiveRun) -> dict[str, Any]:
-    """The totals (``gpu_busy_fraction_total``, ``jobs_done``) and the last ``loss.png`` (unless
+    """The totals (``gpu_busy_fraction_total``, ``jobs_done``), the last tick's estimates again
+    from the results recorded since it was decided, and the last ``loss.png`` (unless
     a signal stopped the scheduler: it ends at once) to the scheduler's run, and the flow's
     summary: ``ticks`` and ``jobs`` this scheduler ran, ``last_tick`` (``t``), ``wall_s``,
     ``busy_fraction``, the MLflow ``run_id``, and ``interrupted`` (the signal that stopped it,
@@ -773,6 +774,14 @@ def log_summary(svc: Service, progress: Progress, run: mlflow.ActiveRun) -> dict
     totals = {"gpu_busy_fraction_total": busy, "jobs_done": progress.jobs_done}
     log = functools.partial(mlflow.log_metrics, totals)
     ride_out(log, what="scheduler", settings=svc.settings, patience_s=svc.patience_s)
+    if progress.ticks_done:
+        # The last tick's estimates were made before its jobs reported; logged again at its
+        # step from what they reported since, the history (and `bench-live`'s calibration)
+        # ends at what the service believed when it stopped, not at its last decision.
+        end = tick_metrics(progress.state)
+        log = functools.partial(mlflow.log_metrics, end, step=progress.tick)
+        ride_out(log, what="scheduler", settings=svc.settings, patience_s=svc.patience_s)
+        add_tick(progress.losses, progress.tick, end)
     if progress.ticks_done and not svc.stop.requested:
         _log_loss_picture(svc, progress)
     return {

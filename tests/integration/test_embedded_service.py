@@ -79,6 +79,20 @@ def test_three_tenants_get_a_best_model_and_infer(home: Path) -> None:
     counts = _job_counts(c)
     assert all(v == 1 for v in counts.values())  # one run per job, none twice
     assert sum(1 for (_, _, s) in counts if s == "FINISHED") == out["jobs"]
+    # The last tick's estimates are logged again at its step once its jobs have reported: the
+    # history ends at the service's belief when it stopped, which is what the tick history
+    # (status --plot, bench-live's calibration) reads.
+    from tasks import LOSS_PREFIX, load_tick_history
+
+    run = c.mlflow.get_run(out["run_id"])
+    history = load_tick_history(c.mlflow)
+    for name in data:
+        key = f"{LOSS_PREFIX}{name}"
+        at_last = [m for m in c.mlflow.get_metric_history(run.info.run_id, key)
+                   if m.step == out["last_tick"]]  # fmt: skip
+        assert len(at_last) == 2, (name, at_last)
+        end = max(at_last, key=lambda m: m.timestamp)
+        assert history[key][-1] == (out["last_tick"], end.value), name
 
 
 def test_cli_mirrors_the_sdk(home: Path, tmp_path: Path) -> None:
