@@ -662,8 +662,8 @@ def run_bench_live(
         return summary, rows
 
     wall = expected_wall_s(systems, budget_s, slots) * repeats
-    say(f"about {wall / 60:.0f} min in all ({', '.join(systems)} one after another"
-        + (f", {repeats} splits" if repeats > 1 else "")
+    say(f"about {wall / 60:.0f} min in all ({repeats} split{'s' if repeats > 1 else ''} of "
+        + ", ".join(systems) + (", one system at a time" if len(systems) > 1 else "")
         + ("; flaml refits at each quarter of its share: 2.5 times its budget" if FLAML in systems
            else "") + ")")  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
