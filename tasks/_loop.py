@@ -20,6 +20,7 @@ Each pass:
 
 1. `record_finished_jobs`: jobs the dispatcher reports as ended go through the `record` task
    (``best`` moves if the job beat it), after one `refresh` so their MLflow records are seen;
+   the estimates they change are logged again at the last tick's step (`_log_estimates`);
 2. `wants_tick`: more ticks are wanted and fewer than ``G + P`` jobs are in flight;
 3. `refresh_if_stale`: the `refresh` task again once the state is ``refresh_s`` seconds old
    (new tenants, new examples), not on every pass;
@@ -652,6 +653,8 @@ def record_finished_jobs(svc: Service, progress: Progress) -> None:
         )
     if recorded:  # the changed boards, and those whose `best` `record` may have moved
         publish_leaderboards(svc, progress.state, frozenset(recorded))
+        if progress.ticks_done:
+            _log_estimates(svc, progress, losses or tick_metrics(progress.state))
 
 
 def wants_tick(svc: Service, progress: Progress) -> bool:
@@ -720,6 +723,17 @@ def log_tick(svc: Service, progress: Progress, jobs: list[JobSpec]) -> None:
     print(f"tick {progress.tick}: " + ", ".join(f"{s.tenant}:{s.candidate}" for s in jobs))
 
 
+def _log_estimates(svc: Service, progress: Progress, metrics: dict[str, float]) -> None:
+    """`tick_metrics` from results recorded since the last tick, logged again at its step
+    (waiting out an outage): a tick's estimates are made before its jobs report, so without
+    this the history would end at the service's last decision rather than at what it believes
+    now; a signal ends an embedded `run` without a summary (`bench-live`'s calibration reads
+    the history's last values). The tick history keeps the later value of a step."""
+    log = functools.partial(mlflow.log_metrics, metrics, step=progress.tick)
+    ride_out(log, what="scheduler", settings=svc.settings, patience_s=svc.patience_s)
+    add_tick(progress.losses, progress.tick, metrics)
+
+
 def _log_loss_picture(svc: Service, progress: Progress) -> None:
     """``loss.png`` of `Progress.losses` to the scheduler's run (replacing the last one),
     waiting out an outage."""
@@ -763,8 +777,8 @@ def pause(svc: Service, progress: Progress) -> None:
 
 
 def log_summary(svc: Service, progress: Progress, run: mlflow.ActiveRun) -> dict[str, Any]:
-    """The totals (``gpu_busy_fraction_total``, ``jobs_done``), the last tick's estimates again
-    from the results recorded since it was decided, and the last ``loss.png`` (unless
+    """The totals (``gpu_busy_fraction_total``, ``jobs_done``), the estimates again
+    (`_log_estimates`), and the last ``loss.png`` (unless
     a signal stopped the scheduler: it ends at once) to the scheduler's run, and the flow's
     summary: ``ticks`` and ``jobs`` this scheduler ran, ``last_tick`` (``t``), ``wall_s``,
     ``busy_fraction``, the MLflow ``run_id``, and ``interrupted`` (the signal that stopped it,
@@ -775,13 +789,7 @@ def log_summary(svc: Service, progress: Progress, run: mlflow.ActiveRun) -> dict
     log = functools.partial(mlflow.log_metrics, totals)
     ride_out(log, what="scheduler", settings=svc.settings, patience_s=svc.patience_s)
     if progress.ticks_done:
-        # The last tick's estimates were made before its jobs reported; logged again at its
-        # step from what they reported since, the history (and `bench-live`'s calibration)
-        # ends at what the service believed when it stopped, not at its last decision.
-        end = tick_metrics(progress.state)
-        log = functools.partial(mlflow.log_metrics, end, step=progress.tick)
-        ride_out(log, what="scheduler", settings=svc.settings, patience_s=svc.patience_s)
-        add_tick(progress.losses, progress.tick, end)
+        _log_estimates(svc, progress, tick_metrics(progress.state))
     if progress.ticks_done and not svc.stop.requested:
         _log_loss_picture(svc, progress)
     return {

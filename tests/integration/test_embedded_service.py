@@ -79,7 +79,7 @@ def test_three_tenants_get_a_best_model_and_infer(home: Path) -> None:
     counts = _job_counts(c)
     assert all(v == 1 for v in counts.values())  # one run per job, none twice
     assert sum(1 for (_, _, s) in counts if s == "FINISHED") == out["jobs"]
-    # The last tick's estimates are logged again at its step once its jobs have reported: the
+    # A tick's estimates are logged again at its step as its jobs report, and at the end: the
     # history ends at the service's belief when it stopped, which is what the tick history
     # (status --plot, bench-live's calibration) reads.
     from tasks import LOSS_PREFIX, load_tick_history
@@ -90,7 +90,7 @@ def test_three_tenants_get_a_best_model_and_infer(home: Path) -> None:
         key = f"{LOSS_PREFIX}{name}"
         at_last = [m for m in c.mlflow.get_metric_history(run.info.run_id, key)
                    if m.step == out["last_tick"]]  # fmt: skip
-        assert len(at_last) == 2, (name, at_last)
+        assert len(at_last) >= 2, (name, at_last)  # the tick's, the end's, any between
         end = max(at_last, key=lambda m: m.timestamp)
         assert history[key][-1] == (out["last_tick"], end.value), name
 
