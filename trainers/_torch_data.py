@@ -83,11 +83,14 @@ class TrainingData:
         return len(self.x_va)
 
     def keep_on(self, device: torch.device, max_bytes: int = RESIDENT_MAX_BYTES) -> torch.device:
-        """Copy the training split to `device` once, when it is not the CPU and the split's
-        inputs and targets take at most `max_bytes`; returns where `train_batch`'s rows should
-        be: the copy's device (``cuda:0`` for ``cuda``), else the CPU."""
+        """Copy the training split to `device` once, when it is not the CPU, the split's inputs
+        and targets take at most `max_bytes`, and it has no sequence lengths (packing wants
+        them on the CPU, so a sequence batch's rows would come back every step); returns where
+        `train_batch`'s rows should be: the copy's device (``cuda:0`` for ``cuda``), else the
+        CPU."""
         if not self._resident:
-            if device.type == "cpu" or self.x_tr.nbytes + self.y_tr.nbytes > max_bytes:
+            too_big = self.x_tr.nbytes + self.y_tr.nbytes > max_bytes
+            if device.type == "cpu" or too_big or self.len_tr is not None:
                 return torch.device("cpu")
             self._resident.append((self.x_tr.to(device), self.y_tr.to(device)))
         return self._resident[0][0].device

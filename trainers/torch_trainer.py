@@ -287,9 +287,6 @@ class _PreparedJob:
     data: TrainingData
     max_shift: float
     passes: int
-    #: where an epoch's row order goes: the device when the split is kept there
-    #: (`TrainingData.keep_on`), else the CPU
-    rows_device: torch.device
 
 
 class _CostClock:
@@ -362,7 +359,6 @@ def _prepare(job: TrainJob, store: ExampleStore) -> _PreparedJob:
         data=data,
         max_shift=MAX_SHIFT if augmented else 0.0,
         passes=passes_per_epoch(data.n_train, augmented),
-        rows_device=data.keep_on(device),
     )
 
 
@@ -461,8 +457,9 @@ def _train_epoch(
         run.job.seed, rate.index, ck.epoch + 1, run.data.n_train, run.max_shift, run.passes
     )
     # one copy per epoch, not per step: a step then starts no copy from host memory, which
-    # would wait for the GPU (`trainers._torch_data.RESIDENT_MAX_BYTES`)
-    order = order.to(run.rows_device)
+    # would wait for the GPU (`trainers._torch_data.RESIDENT_MAX_BYTES`); the split itself
+    # goes to the GPU in the first epoch, on the job's cost clock like the rest of its work
+    order = order.to(run.data.keep_on(run.device))
     shifts = None if shifts is None else shifts.to(run.device)
     rate.net.train()
     start = ck.position

@@ -186,7 +186,10 @@ def test_a_training_split_is_kept_on_a_device_only_when_it_fits() -> None:
     assert torch.equal(xb, data.x_tr[rows]) and torch.equal(yb, torch.tensor([5, 0, 3]))
 
 
-def test_sequence_lengths_stay_on_the_cpu_whatever_the_rows_device() -> None:
+def test_sequence_splits_stay_in_host_memory_with_their_lengths() -> None:
+    """Packing wants a sequence batch's lengths on the CPU: a split with lengths is not kept on
+    a device (its rows would come back every step), and its lengths come with each batch."""
     data = _split(lengths=True)
+    assert data.keep_on(torch.device("meta")) == torch.device("cpu")
     _, _, lb = data.train_batch(torch.tensor([4, 1]), torch.device("cpu"))
     assert lb is not None and lb.device.type == "cpu" and lb.tolist() == [5, 2]
