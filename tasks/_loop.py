@@ -710,7 +710,8 @@ def dispatch_tick(svc: Service, progress: Progress, jobs: list[JobSpec]) -> None
 
 def log_tick(svc: Service, progress: Progress, jobs: list[JobSpec]) -> None:
     """Step 6: the tick's metrics (each tenant's loss estimate, the regret estimate, best
-    accuracies, ``gpu_busy_fraction``) to the scheduler's run at step ``t``, waiting out an
+    accuracies, ``gpu_busy_fraction``) to the scheduler's run at step ``t`` (the estimates are
+    logged there again as the tick's jobs report: `_log_estimates`), waiting out an
     outage; ``loss.png`` drawn again if it is `PLOT_EVERY_S` old (not after a stop request:
     stopping comes first); one log line naming the tick's jobs."""
     metrics = tick_metrics(progress.state)

@@ -2,7 +2,10 @@
 
 The scheduler logs it as ``loss.png`` to its MLflow run (`tasks._loop.log_tick`), and
 ``tenantml status --plot FILE.png`` draws the same picture from the metrics MLflow keeps. Both
-read the per-tick metrics of `tasks._service.tick_metrics`, logged at step ``t`` (the tick):
+read the per-tick metrics of `tasks._service.tick_metrics`, logged at step ``t`` (the tick)
+when tick t is decided and again, at the same step, whenever its jobs' results change them and
+when the scheduler ends by itself (`tasks._loop._log_estimates`): a step's last value is the
+belief just before the next tick, which is the one kept:
 
 * ``loss_estimate.<tenant>``: the tenant's estimated accuracy loss (`policy.loss_estimates`:
   the posterior expected gain of training all its untried models over its best; 0 once all
@@ -11,7 +14,8 @@ read the per-tick metrics of `tasks._service.tick_metrics`, logged at step ``t``
 
 A `TickHistory` maps each metric to its ``(tick, value)`` points, ticks ascending. Tick numbers
 carry on across scheduler runs (restarts), so the history of an installation is the union of its
-scheduler runs' histories; where two runs logged the same tick, the later run's value is kept.
+scheduler runs' histories; where a tick was logged more than once (by one run or two), the
+latest value is kept.
 
 Drawn with matplotlib's object-oriented API on the Agg canvas: no pyplot, no global backend,
 safe in threads; about 0.1 s for a few hundred ticks.

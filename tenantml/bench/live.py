@@ -662,7 +662,8 @@ def run_bench_live(
         return summary, rows
 
     wall = expected_wall_s(systems, budget_s, slots) * repeats
-    say(f"about {wall / 60:.0f} min in all ({repeats} split{'s' if repeats > 1 else ''} of "
+    took = f"{wall / 60:.0f} min" if wall >= 120 else f"{wall:.0f} s"
+    say(f"about {took} in all ({repeats} split{'s' if repeats > 1 else ''} of "
         + ", ".join(systems) + (", one system at a time" if len(systems) > 1 else "")
         + ("; flaml refits at each quarter of its share: 2.5 times its budget" if FLAML in systems
            else "") + ")")  # fmt: skip
