@@ -5,18 +5,23 @@ LeNet-5 job on 1,500 MNIST images was still running 33 s after it started on an 
 script times such jobs outside the service, on the tenants `bench-live images` feeds (the same
 seeded, stratified train parts of digits and MNIST), through ``trainers.train`` with the
 service's defaults (the learning-rate grid, ``max_epochs=10``, a checkpoint after every epoch),
-and splits each job's wall clock into:
+and reports for each job:
 
-* ``first_epoch_s``: the first epoch of the first rate (device start, cuDNN's autotuning of each
-  new batch shape, the first kernels' compilation),
-* ``epoch_s``: the median later epoch,
+* ``first_epoch_s``: the wall clock to the end of the first epoch of the first rate (the job's
+  data, device start, cuDNN's autotuning of each new batch shape, the first kernels), with its
+  validation and checkpoint,
+* ``epoch_s``: the median later epoch, its validation and checkpoint included,
 * ``checkpoint_s``: writing the checkpoints (``ExampleStore.put_checkpoint``), summed,
-* ``steps``, ``steps_per_s``: optimizer steps (``TrainResult.steps``) per second of training.
+* ``steps``, ``steps_per_s``: optimizer steps (``TrainResult.steps``) per second of the job's
+  wall clock less its checkpoint writes (so the first epoch's start-up and the validations
+  count in).
 
-Each (tenant, arm) runs twice in one process (``--repeats``); the second job finds the device
-started and cuDNN's plans made, so the difference between the two is the start-up a slot pays
-once per process. Run it once with a GPU and once with ``CUDA_VISIBLE_DEVICES=`` on the same
-machine to compare the two on equal jobs.
+Each (tenant, arm) runs ``--repeats`` times in one process, with seeds 0, 1, ... (a job of the
+same seed would resume from the first one's checkpoint); the first job of the process pays the
+device's start, every arm's first job its batch shapes' autotuning, so the first and second
+job of the first pair differ by both. The service's planner may also give a job a time limit
+(``TrainJob.time_budget_s``); these jobs have none. Run it once with a GPU and once with
+``CUDA_VISIBLE_DEVICES=`` on the same machine to compare the two on equal jobs.
 
 Usage: ``python infra/scripts/time_torch_jobs.py [--arms lenet squeezenet ...] [--tenants digits
 mnist] [--repeats 2] [--out PATH.json]``.
