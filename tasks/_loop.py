@@ -623,7 +623,10 @@ def record_finished_jobs(svc: Service, progress: Progress) -> None:
     progress.finished.extend(svc.dispatcher.poll())
     if progress.finished:  # published once, below, after `record` may have moved `best`
         _refresh(svc, progress, publish=False)
-    losses = tick_metrics(progress.state) if progress.finished and _listeners else {}
+    # the estimates after these results: for the listeners' lines and, once a tick was logged,
+    # for its step again (`_log_estimates`); computed once for both
+    wanted = progress.finished and (_listeners or progress.ticks_done)
+    losses = tick_metrics(progress.state) if wanted else {}
     recorded = {d.spec.tenant for d in progress.finished}
     while progress.finished:
         done = progress.finished[0]
@@ -654,7 +657,7 @@ def record_finished_jobs(svc: Service, progress: Progress) -> None:
     if recorded:  # the changed boards, and those whose `best` `record` may have moved
         publish_leaderboards(svc, progress.state, frozenset(recorded))
         if progress.ticks_done:
-            _log_estimates(svc, progress, losses or tick_metrics(progress.state))
+            _log_estimates(svc, progress, losses)
 
 
 def wants_tick(svc: Service, progress: Progress) -> bool:
