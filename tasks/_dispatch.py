@@ -32,12 +32,17 @@ __all__ = ["DeploymentDispatcher", "Dispatcher", "Done", "LocalDispatcher"]
 @dataclass(frozen=True)
 class Done:
     """A job that ended: `ok` (its run completed), `seconds` since its last start, and the
-    back-end's `detail` on how it ended (an exception, or the flow run's final state)."""
+    back-end's `detail` on how it ended (an exception, or the flow run's final state).
+
+    `early`: a job of a chained run still going, seen FINISHED in MLflow (the scheduler's
+    `tasks._loop.finished_in_chains`, not a back-end): the run reports it again when it ends.
+    """
 
     spec: JobSpec
     ok: bool
     seconds: float
     detail: str = ""
+    early: bool = False
 
 
 class Dispatcher(Protocol):

@@ -20,7 +20,9 @@ Each pass:
 
 1. `record_finished_jobs`: jobs the dispatcher reports as ended go through the `record` task
    (``best`` moves if the job beat it), after one `refresh` so their MLflow records are seen;
-   the estimates they change are logged again at the last tick's step (`_log_estimates`);
+   a chained run's jobs are taken one by one as MLflow shows them finished (`finished_in_chains`,
+   at most ``refresh_s`` late), not all when the run ends; the estimates they change are logged
+   again at the last tick's step (`_log_estimates`);
 2. `wants_tick`: more ticks are wanted and fewer than ``G + P`` jobs are in flight;
 3. `refresh_if_stale`: the `refresh` task again once the state is ``refresh_s`` seconds old
    (new tenants, new examples), not on every pass;
@@ -103,6 +105,7 @@ __all__ = [
     "connect",
     "decide_tick",
     "dispatch_tick",
+    "finished_in_chains",
     "listen",
     "log_summary",
     "log_tick",
@@ -388,7 +391,10 @@ class Progress:
 
     `state`: the last `refresh` (at `refreshed`, ``time.monotonic``); `tick`: the last tick's
     number ``t``; `ticks_done`, `jobs_done`: this scheduler's own counts; `train_s`: the recorded
-    jobs' own training seconds; `finished`: jobs polled as ended and not yet recorded; `outage`:
+    jobs' own training seconds; `finished`: jobs polled as ended and not yet recorded; `told`:
+    jobs of chained runs still going that were taken from MLflow as they finished
+    (`finished_in_chains`: told to the listeners, counted and in the estimates; `record` waits
+    for their run's end, when the back-end reports them again); `outage`:
     the backoff of the current outage, if any; `started`: when the scheduler's run began;
     `losses`: the loss metrics per tick (`tasks._plot`), earlier schedulers' first, and
     `plotted`: when ``loss.png`` was last drawn (``time.monotonic``), or the start: the first
@@ -405,6 +411,7 @@ class Progress:
     jobs_done: int = 0
     train_s: float = 0.0
     finished: list[Done] = field(default_factory=list)
+    told: set[tuple[str, str]] = field(default_factory=set)
     started: float = field(default_factory=time.monotonic)
     losses: TickHistory = field(default_factory=dict)
     plotted: float = field(default_factory=time.monotonic)
@@ -616,13 +623,25 @@ def _record_of(state: ServiceState, spec: JobSpec) -> JobRecord | None:
 
 
 def record_finished_jobs(svc: Service, progress: Progress) -> None:
-    """Step 1: poll the dispatcher; if jobs ended, `refresh`, then for each one a log line, the
-    `record` task (moves ``best`` if it improved) and a `JobFinished` to the listeners. A job
-    leaves `Progress.finished` only once recorded, so a pass cut short by an outage records it
-    on the next one."""
+    """Step 1: poll the dispatcher; if jobs ended, or a chained run is going and the state is
+    ``refresh_s`` old, `refresh`, and take the chained jobs that have finished meanwhile
+    (`finished_in_chains`); then for each job a log line, the `record` task (moves ``best`` if
+    it improved) and a `JobFinished` to the listeners. A job leaves `Progress.finished` only
+    once recorded, so a pass cut short by an outage records it on the next one.
+
+    A job taken early is told and counted then, and recorded when its run ends: its flow run
+    moves ``best`` itself right after the job (`flows.train`), and `record` beside it, from
+    this thread, could interleave with the flow's (both read the best, then move it)."""
     progress.finished.extend(svc.dispatcher.poll())
-    if progress.finished:  # published once, below, after `record` may have moved `best`
-        _refresh(svc, progress, publish=False)
+    stale = time.monotonic() - progress.refreshed >= svc.options.refresh_s
+    refreshed = bool(progress.finished) or (
+        stale and any(run.then for run in svc.dispatcher.in_flight)
+    )
+    if refreshed:
+        _refresh(svc, progress, publish=False)  # published once, below
+        progress.finished += finished_in_chains(
+            progress.state, svc.dispatcher.in_flight, progress.told
+        )
     # the estimates after these results: for the listeners' lines and, once a tick was logged,
     # for its step again (`_log_estimates`); computed once for both
     wanted = progress.finished and (_listeners or progress.ticks_done)
@@ -631,13 +650,21 @@ def record_finished_jobs(svc: Service, progress: Progress) -> None:
     while progress.finished:
         done = progress.finished[0]
         rec = _record_of(progress.state, done.spec)
+        key = (done.spec.tenant, done.spec.job_id)
+        if key in progress.told and not done.early:  # its run ended: told already, record now
+            if rec is not None:
+                record(svc.client, rec)
+            progress.told.discard(key)
+            progress.finished.pop(0)
+            continue
         status = "ok" if done.ok else f"failed ({done.detail})"
         print(
             f"job {done.spec.tenant}/{done.spec.job_id} {status} in "
             f"{done.seconds:.1f} s, accuracy {rec.accuracy if rec else None}"
         )
         if rec is not None:
-            record(svc.client, rec)
+            if not done.early:
+                record(svc.client, rec)
             progress.train_s += rec.cost_s or 0.0
         progress.finished.pop(0)
         progress.jobs_done += 1
@@ -658,6 +685,34 @@ def record_finished_jobs(svc: Service, progress: Progress) -> None:
         publish_leaderboards(svc, progress.state, frozenset(recorded))
         if progress.ticks_done:
             _log_estimates(svc, progress, losses)
+    elif refreshed:  # what `refresh_if_stale` would have published (a weight changed, ...)
+        publish_leaderboards(svc, progress.state)
+
+
+def finished_in_chains(
+    state: ServiceState, in_flight: list[JobSpec], told: set[tuple[str, str]]
+) -> list[Done]:
+    """The jobs of chained runs still in flight whose MLflow runs are FINISHED in `state`, each
+    once (its ``(tenant, job_id)`` joins `told`), as early `Done`s timed by their MLflow run.
+
+    A chained run reports its jobs together when it ends, up to ``chain_s`` (10 s) after the
+    first finished: without this the scheduler's estimates, the tenants' boards and the job
+    lines lagged by as much, and a service stopped inside a chain (every short `bench-live`
+    run) logged its estimates from before the chain."""
+    by_key = {(r.tenant, r.job_id): r for r in state.records}
+    out = []
+    for run in in_flight:
+        if not run.then:
+            continue
+        for job in run.chain():
+            key = (job.tenant, job.job_id)
+            rec = by_key.get(key)
+            if key in told or rec is None or rec.status != "FINISHED":
+                continue
+            told.add(key)
+            seconds = (rec.end_time or rec.start_time) - rec.start_time
+            out.append(Done(job, True, seconds, early=True))
+    return out
 
 
 def wants_tick(svc: Service, progress: Progress) -> bool:

@@ -277,6 +277,38 @@ def test_a_signal_stops_run_with_one_line_and_the_next_run_resumes_its_jobs(
     assert len(ids) == len(set(ids))  # resumed, not run twice
 
 
+def test_a_chains_jobs_are_told_as_they_finish_and_counted_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chained run's jobs reach the listeners (and the scheduler's estimates) as MLflow shows
+    each finished, not together when the run ends; each is told and counted once. Sleep jobs of
+    1.5 s, four to a chain: the first is told while the later ones still train."""
+    from mlflow_plugin.tracking import job_records, tenant_experiments
+    from tasks import JobFinished, SchedulerEvent
+    from tenantml.client import Client
+
+    monkeypatch.setenv("TENANTML_HOME", str(tmp_path / "told-home"))
+    c = Client(tmp_path / "told-home")
+    d = _tenant_data("wine")
+    c.submit("wine", d.schema)
+    c.feed("wine", d.inputs, d.labels)
+    told: list[str] = []
+    unfinished_at_first: list[int] = []
+
+    def on_progress(event: SchedulerEvent) -> None:
+        if isinstance(event, JobFinished):
+            told.append(event.job_id)
+            if len(told) == 1:
+                recs = job_records(c.mlflow, tenant_experiments(c.mlflow).values())
+                unfinished_at_first.append(4 - sum(r.status == "FINISHED" for r in recs))
+
+    out = c.run(ticks=1, on_progress=on_progress, policy="roundrobin", sleep_s=1.5,
+                chain_s=6.5, refresh_s=0.2, poll_s=0.1)  # fmt: skip
+    assert out["jobs"] == 4 and len(told) == len(set(told)) == 4, (out, told)
+    assert unfinished_at_first[0] >= 1, unfinished_at_first
+    assert sorted(told) == sorted(k[1] for k in _job_counts(c))
+
+
 def test_a_chain_trains_its_jobs_in_one_flow_run_and_a_resend_skips_the_finished(
     tmp_path: Path,
 ) -> None:

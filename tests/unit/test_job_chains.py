@@ -268,3 +268,32 @@ def test_seer_jobs_are_not_chained() -> None:
         _state(_tenants(), []), in_flight=[], tick=1, chain_s=60.0, seer_budget_x=4.0
     )
     assert run.then == ()
+
+
+def test_a_chains_finished_jobs_are_taken_before_its_run_ends_and_once() -> None:
+    """The scheduler takes a chained run's jobs as MLflow shows them FINISHED (`Done.early`,
+    timed by their MLflow run), each once; running, failed and unchained jobs wait for the
+    back-end's report."""
+    from tasks._loop import finished_in_chains
+
+    tenants = _tenants()
+    [run] = Planner("roundrobin", slots=1).decide(
+        _state(tenants, []), in_flight=[], tick=1, chain_s=4.0, sleep_s=1.0
+    )
+    first, second, third, *_ = run.chain()
+    single = JobSpec("c", "svm", 1, "svm-s1", 1, "roundrobin", None, 1)
+
+    def rec(job: JobSpec, status: str) -> Any:
+        r = _record(job.tenant, job.candidate, status)
+        return dataclasses.replace(r, job_id=job.job_id, start_time=10.0, end_time=12.5)
+
+    records = [rec(first, "FINISHED"), rec(second, "FAILED"), rec(third, "RUNNING"),
+               rec(single, "FINISHED")]  # fmt: skip
+    told: set[tuple[str, str]] = set()
+    [done] = finished_in_chains(_state(tenants, records), [run, single], told)
+    assert done.spec == first and done.ok and done.early and done.seconds == 2.5
+    assert told == {(first.tenant, first.job_id)}
+    assert finished_in_chains(_state(tenants, records), [run, single], told) == []  # once
+    records[2] = rec(third, "FINISHED")
+    [later] = finished_in_chains(_state(tenants, records), [run], told)
+    assert later.spec == third and len(told) == 2
