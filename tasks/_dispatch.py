@@ -35,7 +35,8 @@ class Done:
     back-end's `detail` on how it ended (an exception, or the flow run's final state).
 
     `early`: a job of a chained run still going, seen FINISHED in MLflow (the scheduler's
-    `tasks._loop.finished_in_chains`, not a back-end): the run reports it again when it ends.
+    `tasks._loop.finished_in_chains`, not a back-end): the run reports it again when it ends;
+    its `seconds` are its MLflow run's (a resumed job's earlier attempts included).
     """
 
     spec: JobSpec

@@ -77,7 +77,7 @@ from tasks._dispatch import DeploymentDispatcher, Dispatcher, Done, LocalDispatc
 from tasks._plot import TickHistory, add_tick, load_tick_history, loss_picture
 from tasks._prefect import decide, record, refresh
 from tasks._seer import seer_options_from_params
-from tasks._service import PRIORS, JobSpec, Planner, ServiceState, count_jobs, tick_metrics
+from tasks._service import PRIORS, JobSpec, Planner, ServiceState, tick_metrics
 from tasks.outage import (
     Backoff,
     default_patience_s,
@@ -118,6 +118,7 @@ __all__ = [
     "scheduler_run",
     "should_stop",
     "stop_on_signals",
+    "untold_jobs",
     "wait_out_outage",
     "wants_tick",
 ]
@@ -145,9 +146,11 @@ class JobDispatched:
 
 @dataclass(frozen=True)
 class JobFinished:
-    """A job that ended and was recorded: `ok`, or failed with the back-end's `detail`; its
-    `accuracy` and `cost_s` (its own training seconds) from its MLflow record (None where the
-    record has none), and its tenant's loss estimate with it (`tasks._plot`)."""
+    """A job that ended: `ok`, or failed with the back-end's `detail`; its `accuracy` and
+    `cost_s` (its own training seconds) from its MLflow record (None where the record has
+    none), and its tenant's loss estimate with it (`tasks._plot`). Told when its run ends and
+    the scheduler has recorded it, or for a job of a chained run still going, as MLflow shows
+    it finished (`finished_in_chains`; its flow run moves ``best`` itself)."""
 
     tenant: str
     model: str
@@ -162,7 +165,8 @@ class JobFinished:
 @dataclass(frozen=True)
 class Stopping:
     """SIGINT or SIGTERM (`signal`, e.g. ``"SIGINT"``) asked the scheduler to stop, with
-    `in_flight` jobs sent and not ended, in the scheduler run `run_id` (None before it began).
+    `in_flight` jobs sent and not ended (a chained run's jobs already told as finished left
+    out), in the scheduler run `run_id` (None before it began).
     Sent from the signal handler, in the main thread: a listener may end the process there
     (the embedded CLI does; the jobs' runs stay RUNNING and resume on the next scheduler)."""
 
@@ -195,7 +199,8 @@ def _emit(event: SchedulerEvent) -> None:
 class StopRequest:
     """SIGINT or SIGTERM asking the scheduler of this process to stop (one per process, as
     signals are: `STOP`). Armed by `stop_on_signals`; `signal` names the first signal, and the
-    dispatcher and MLflow run it watches give `Stopping` its count and run id."""
+    dispatcher and MLflow run it watches give `Stopping` its count and run id (less the jobs
+    in `told`: the scheduler's `Progress.told`, finished in runs still going)."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
@@ -203,6 +208,7 @@ class StopRequest:
         self.signal: str | None = None
         self.dispatcher: Dispatcher | None = None
         self.run_id: str | None = None
+        self.told: set[tuple[str, str]] = set()
 
     @property
     def requested(self) -> bool:
@@ -229,13 +235,14 @@ class StopRequest:
         self.signal = name
         self._event.set()
         self._wake.set()
-        in_flight = count_jobs(self.dispatcher.in_flight) if self.dispatcher is not None else 0
-        _emit(Stopping(name, in_flight, self.run_id))
+        in_flight = self.dispatcher.in_flight if self.dispatcher is not None else []
+        _emit(Stopping(name, untold_jobs(in_flight, self.told), self.run_id))
 
     def reset(self) -> None:
         self._event.clear()
         self._wake.clear()
         self.signal, self.dispatcher, self.run_id = None, None, None
+        self.told = set()
 
 
 STOP = StopRequest()
@@ -390,11 +397,12 @@ class Progress:
     """What this scheduler has seen and done; mutated by the steps of each pass.
 
     `state`: the last `refresh` (at `refreshed`, ``time.monotonic``); `tick`: the last tick's
-    number ``t``; `ticks_done`, `jobs_done`: this scheduler's own counts; `train_s`: the recorded
-    jobs' own training seconds; `finished`: jobs polled as ended and not yet recorded; `told`:
-    jobs of chained runs still going that were taken from MLflow as they finished
-    (`finished_in_chains`: told to the listeners, counted and in the estimates; `record` waits
-    for their run's end, when the back-end reports them again); `outage`:
+    number ``t``; `ticks_done`, `jobs_done`: this scheduler's own counts; `train_s`: the
+    finished jobs' own training seconds; `finished`: jobs that ended and are not yet told
+    (`JobFinished`) or, once their run ended, not yet recorded; `told`: jobs of chained runs
+    still going that were taken from MLflow as they finished (`finished_in_chains`: told,
+    counted and in the estimates then; recorded when the back-end reports them with their run),
+    and jobs of an adopted run that finished before this scheduler; `outage`:
     the backoff of the current outage, if any; `started`: when the scheduler's run began;
     `losses`: the loss metrics per tick (`tasks._plot`), earlier schedulers' first, and
     `plotted`: when ``loss.png`` was last drawn (``time.monotonic``), or the start: the first
@@ -535,14 +543,20 @@ def resume_orphans(svc: Service) -> Progress:
     patience = svc.patience_s
     held = ride_out(svc.dispatcher.left_going, what="scheduler", settings=svc.settings,
                     patience_s=patience)  # fmt: skip
+    # jobs of an adopted chained run that finished before this scheduler: recorded when the
+    # run ends, never told or counted by this one (the earlier scheduler may have told them)
+    told: set[tuple[str, str]] = set()
+    finished = {(r.tenant, r.job_id) for r in state.records if r.status == "FINISHED"}
     for spec, flow_run_id in held:
         jobs = {(j.tenant, j.job_id) for j in spec.chain()}  # a chained run: all its jobs
         if jobs & taken or not svc.dispatcher.adopt(spec, flow_run_id):
             continue
         taken |= jobs
+        told |= jobs & finished
         last_tick = max(last_tick, spec.tick)
         for chained in spec.chain():
-            _resumed(chained)
+            if (chained.tenant, chained.job_id) not in finished:
+                _resumed(chained)
     for job in state.running():
         if (job.tenant, job.job_id) in taken:
             continue
@@ -550,7 +564,9 @@ def resume_orphans(svc: Service) -> Progress:
         if not (job.flow_run_id and svc.dispatcher.adopt(spec, job.flow_run_id)):
             svc.dispatcher.submit(spec)
         _resumed(spec)
-    return Progress(state, refreshed, last_tick, Backoff(svc.patience_s))
+    progress = Progress(state, refreshed, last_tick, Backoff(svc.patience_s), told=told)
+    svc.stop.told = progress.told  # `Stopping` counts the jobs left going
+    return progress
 
 
 def _resumed(spec: JobSpec) -> None:
@@ -627,15 +643,18 @@ def record_finished_jobs(svc: Service, progress: Progress) -> None:
     ``refresh_s`` old, `refresh`, and take the chained jobs that have finished meanwhile
     (`finished_in_chains`); then for each job a log line, the `record` task (moves ``best`` if
     it improved) and a `JobFinished` to the listeners. A job leaves `Progress.finished` only
-    once recorded, so a pass cut short by an outage records it on the next one.
+    once told (and, once its run ended, recorded), so a pass cut short by an outage does it on
+    the next one.
 
     A job taken early is told and counted then, and recorded when its run ends: its flow run
-    moves ``best`` itself right after the job (`flows.train`), and `record` beside it, from
-    this thread, could interleave with the flow's (both read the best, then move it)."""
+    moves ``best`` itself right after the job (`flows.train`), and the scheduler's `record` (an
+    idempotent check) waits, so that it never reads and moves ``best`` beside its own run's
+    flow (`promote_if_better` reads the best, then moves it). Runs of other slots can still
+    interleave with it, as before."""
     progress.finished.extend(svc.dispatcher.poll())
     stale = time.monotonic() - progress.refreshed >= svc.options.refresh_s
     refreshed = bool(progress.finished) or (
-        stale and any(run.then for run in svc.dispatcher.in_flight)
+        stale and untold_jobs(svc.dispatcher.in_flight, progress.told, chained=True) > 0
     )
     if refreshed:
         _refresh(svc, progress, publish=False)  # published once, below
@@ -713,6 +732,15 @@ def finished_in_chains(
             seconds = (rec.end_time or rec.start_time) - rec.start_time
             out.append(Done(job, True, seconds, early=True))
     return out
+
+
+def untold_jobs(
+    in_flight: list[JobSpec], told: set[tuple[str, str]], *, chained: bool = False
+) -> int:
+    """The jobs of the runs `in_flight` not in `told` (those of chained runs only, with
+    `chained`): the jobs still going, for `Stopping` and the summary's ``in_flight``."""
+    runs = [run for run in in_flight if run.then or not chained]
+    return sum((j.tenant, j.job_id) not in told for run in runs for j in run.chain())
 
 
 def wants_tick(svc: Service, progress: Progress) -> bool:
@@ -859,7 +887,7 @@ def log_summary(svc: Service, progress: Progress, run: mlflow.ActiveRun) -> dict
         "busy_fraction": busy,
         "run_id": run.info.run_id,
         "interrupted": svc.stop.signal,
-        "in_flight": count_jobs(svc.dispatcher.in_flight),
+        "in_flight": untold_jobs(svc.dispatcher.in_flight, progress.told),
     }
 
 

@@ -302,9 +302,10 @@ def test_a_chains_jobs_are_told_as_they_finish_and_counted_once(
                 recs = job_records(c.mlflow, tenant_experiments(c.mlflow).values())
                 unfinished_at_first.append(4 - sum(r.status == "FINISHED" for r in recs))
 
-    out = c.run(ticks=1, on_progress=on_progress, policy="roundrobin", sleep_s=1.5,
+    out = c.run(ticks=1, on_progress=on_progress, policy="roundrobin", slots=1, sleep_s=1.5,
                 chain_s=6.5, refresh_s=0.2, poll_s=0.1)  # fmt: skip
     assert out["jobs"] == 4 and len(told) == len(set(told)) == 4, (out, told)
+    assert out["in_flight"] == 0
     assert unfinished_at_first[0] >= 1, unfinished_at_first
     assert sorted(told) == sorted(k[1] for k in _job_counts(c))
 

@@ -221,7 +221,8 @@ def test_a_refused_pick_keeps_its_turn() -> None:
 def test_a_restarted_scheduler_adopts_a_held_chain_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A chain's run that Prefect still holds is adopted whole: its job RUNNING in MLflow is not
     also adopted (or sent) on its own, which would track one flow run twice and, if it failed,
-    train that job twice at once."""
+    train that job twice at once. Its job that finished before is not told or counted again
+    (it is in `Progress.told`: recorded when the run ends) nor shown as resumed."""
     from types import SimpleNamespace
 
     import tasks._loop as steps
@@ -229,11 +230,12 @@ def test_a_restarted_scheduler_adopts_a_held_chain_once(monkeypatch: pytest.Monk
     [run] = Planner("roundrobin", slots=1).decide(
         _state(_tenants(), []), in_flight=[], tick=1, chain_s=3.0, sleep_s=1.0
     )
-    member = run.then[0]
+    head, member = run.chain()[:2]
     training = dataclasses.replace(
         _record(member.tenant, member.candidate, "RUNNING", 0.0), flow_run_id="fr-1"
     )
-    state = _state(_tenants(), [training])
+    trained = dataclasses.replace(_record(head.tenant, head.candidate), job_id=head.job_id)
+    state = _state(_tenants(), [trained, training])
     monkeypatch.setattr(steps, "refresh", lambda *args, **kwargs: state)
     monkeypatch.setattr(steps, "redo_promotions", lambda svc, state: None)
 
@@ -257,9 +259,14 @@ def test_a_restarted_scheduler_adopts_a_held_chain_once(monkeypatch: pytest.Monk
     d = Dispatcher()
     settings = SimpleNamespace(capacity_prices=None)
     svc = SimpleNamespace(client=None, store=None, settings=settings, patience_s=1.0, slots=1,
-                          options=SimpleNamespace(prior="learnt"), dispatcher=d)  # fmt: skip
-    steps.resume_orphans(svc)  # type: ignore[arg-type]
+                          options=SimpleNamespace(prior="learnt"), dispatcher=d,
+                          stop=steps.StopRequest())  # fmt: skip
+    events: list[Any] = []
+    with steps.listen(events.append):
+        progress = steps.resume_orphans(svc)  # type: ignore[arg-type]
     assert d.adopted == [(run.job_id, "fr-1")] and d.sent == []
+    assert progress.told == {(head.tenant, head.job_id)} and svc.stop.told is progress.told
+    assert [e.job_id for e in events] == [j.job_id for j in run.chain()[1:]]  # resumed
 
 
 def test_seer_jobs_are_not_chained() -> None:
@@ -274,7 +281,7 @@ def test_a_chains_finished_jobs_are_taken_before_its_run_ends_and_once() -> None
     """The scheduler takes a chained run's jobs as MLflow shows them FINISHED (`Done.early`,
     timed by their MLflow run), each once; running, failed and unchained jobs wait for the
     back-end's report."""
-    from tasks._loop import finished_in_chains
+    from tasks._loop import finished_in_chains, untold_jobs
 
     tenants = _tenants()
     [run] = Planner("roundrobin", slots=1).decide(
@@ -297,3 +304,8 @@ def test_a_chains_finished_jobs_are_taken_before_its_run_ends_and_once() -> None
     records[2] = rec(third, "FINISHED")
     [later] = finished_in_chains(_state(tenants, records), [run], told)
     assert later.spec == third and len(told) == 2
+    # What a stop leaves going: the jobs not told (the single run's one too, unless `chained`).
+    n = len(run.chain())
+    assert untold_jobs([run, single], told) == n - 2 + 1
+    assert untold_jobs([run, single], told, chained=True) == n - 2
+    assert untold_jobs([single], set(), chained=True) == 0
