@@ -662,18 +662,18 @@ def record_finished_jobs(svc: Service, progress: Progress) -> None:
             progress.state, svc.dispatcher.in_flight, progress.told
         )
     # the estimates after these results: for the listeners' lines and, once a tick was logged,
-    # for its step again (`_log_estimates`); computed once for both
-    wanted = progress.finished and (_listeners or progress.ticks_done)
-    losses = tick_metrics(progress.state) if wanted else {}
+    # for its step again (`_log_estimates`); computed once for both, and not for jobs told
+    # already (their run's end only records them: the estimates did not change)
+    news = not all(_told_before(progress, d) for d in progress.finished)
+    losses = tick_metrics(progress.state) if news and (_listeners or progress.ticks_done) else {}
     recorded = {d.spec.tenant for d in progress.finished}
     while progress.finished:
         done = progress.finished[0]
         rec = _record_of(progress.state, done.spec)
-        key = (done.spec.tenant, done.spec.job_id)
-        if key in progress.told and not done.early:  # its run ended: told already, record now
+        if _told_before(progress, done):  # its run ended: record it now
             if rec is not None:
                 record(svc.client, rec)
-            progress.told.discard(key)
+            progress.told.discard((done.spec.tenant, done.spec.job_id))
             progress.finished.pop(0)
             continue
         status = "ok" if done.ok else f"failed ({done.detail})"
@@ -702,10 +702,15 @@ def record_finished_jobs(svc: Service, progress: Progress) -> None:
         )
     if recorded:  # the changed boards, and those whose `best` `record` may have moved
         publish_leaderboards(svc, progress.state, frozenset(recorded))
-        if progress.ticks_done:
+        if progress.ticks_done and news:
             _log_estimates(svc, progress, losses)
     elif refreshed:  # what `refresh_if_stale` would have published (a weight changed, ...)
         publish_leaderboards(svc, progress.state)
+
+
+def _told_before(progress: Progress, done: Done) -> bool:
+    """`done` is its run's report of a job already told early (`finished_in_chains`)."""
+    return not done.early and (done.spec.tenant, done.spec.job_id) in progress.told
 
 
 def finished_in_chains(
