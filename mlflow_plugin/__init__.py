@@ -15,7 +15,13 @@ if TYPE_CHECKING:
     from mlflow_plugin.context import TenantRunContext, context_env
     from mlflow_plugin.jobrun import JobRun
     from mlflow_plugin.pyfunc import TenantPyfunc, log_trained_model, pyfunc_input, signature_for
-    from mlflow_plugin.registry import BEST, BestModel, best_model, promote_if_better
+    from mlflow_plugin.registry import (
+        BEST,
+        BestModel,
+        best_model,
+        promote_if_better,
+        settle_best,
+    )
     from mlflow_plugin.tracking import (
         SCHEDULER_EXPERIMENT,
         JobRecord,
@@ -39,6 +45,7 @@ _HOME = {
     "BestModel": "registry",
     "best_model": "registry",
     "promote_if_better": "registry",
+    "settle_best": "registry",
     "SCHEDULER_EXPERIMENT": "tracking",
     "JobRecord": "tracking",
     "end_job_run": "tracking",
@@ -65,6 +72,7 @@ __all__ = [
     "log_trained_model",
     "promote_if_better",
     "pyfunc_input",
+    "settle_best",
     "signature_for",
     "start_job_run",
     "tenant_experiments",

@@ -648,9 +648,9 @@ def record_finished_jobs(svc: Service, progress: Progress) -> None:
 
     A job taken early is told and counted then, and recorded when its run ends: its flow run
     moves ``best`` itself right after the job (`flows.train`), and the scheduler's `record` (an
-    idempotent check) waits, so that it never reads and moves ``best`` beside its own run's
-    flow (`promote_if_better` reads the best, then moves it). Runs of other slots can still
-    interleave with it, as before."""
+    idempotent check) waits, so that it does not register and move ``best`` beside its own
+    run's flow. Moves that do meet (runs of two slots finishing together) end on the most
+    accurate version (`mlflow_plugin.registry.settle_best`)."""
     progress.finished.extend(svc.dispatcher.poll())
     stale = time.monotonic() - progress.refreshed >= svc.options.refresh_s
     refreshed = bool(progress.finished) or (

@@ -562,7 +562,8 @@ class Planner:
         """New jobs for the free slots: the policy's picks on the tenants' latest snapshots.
 
         `in_flight`: the runs sent and not ended, one spec each (with its chained jobs); at most
-        `capacity` runs are in flight, and every job in them is pending for the policy.
+        `capacity` runs are in flight, and every job in them is pending for the policy until
+        `state` holds it FINISHED (a chain's earlier jobs, before its run ends).
 
         ``seer_budget_x``: torch models get a SEER job instead of the learning-rate grid, with
         the policy's cost estimate as deadline and ``seer_budget_x`` x that in GPU-minutes
@@ -586,11 +587,13 @@ class Planner:
         if not state.tenants or len(in_flight) >= self.capacity:
             return []
         ti, mi = state.index()
+        # a chained job MLflow shows FINISHED is a result in `state` already, not pending too
+        known = {(r.tenant, r.job_id) for r in state.records if r.status == "FINISHED"}
         pending = tuple(
             Assignment(ti[j.tenant], mi[j.candidate])
             for run in in_flight
             for j in run.chain()
-            if j.tenant in ti and j.candidate in mi
+            if j.tenant in ti and j.candidate in mi and (j.tenant, j.job_id) not in known
         )
         loop = self._sync(state, pending)
         # Tenants with too few examples to train cannot be scheduled yet.

@@ -140,6 +140,25 @@ def test_finished_jobs_leave_the_policys_pending() -> None:
     }
 
 
+def test_a_chains_finished_jobs_are_results_not_pending() -> None:
+    """A job of a chain still in flight that MLflow shows FINISHED is in the policy's history;
+    it is no longer also pending (hallucinated at its posterior mean)."""
+    from policy import Assignment
+
+    planner = Planner("roundrobin", slots=2)
+    tenants = _tenants()
+    [run, _] = planner.decide(_state(tenants, []), in_flight=[], tick=1, chain_s=3.0, sleep_s=1.0)
+    first, *rest = run.chain()
+    done = dataclasses.replace(_record(first.tenant, first.candidate), job_id=first.job_id)
+    state = _state(tenants, [done])
+    ti, mi = state.index()
+    [new] = planner.decide(state, in_flight=[run], tick=2, chain_s=3.0, sleep_s=1.0)
+    assert planner.loop is not None
+    assert planner.loop.pending == tuple(
+        Assignment(ti[j.tenant], mi[j.candidate]) for j in (*rest, *new.chain())
+    )
+
+
 def test_a_chain_survives_a_flow_runs_json_parameters() -> None:
     [run] = Planner("roundrobin", slots=1).decide(
         _state(_tenants(), []), in_flight=[], tick=1, chain_s=3.0, sleep_s=1.0

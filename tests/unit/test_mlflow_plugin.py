@@ -10,6 +10,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from mlflow_plugin import (
+    BestModel,
     TenantRunContext,
     best_model,
     context_env,
@@ -100,6 +101,53 @@ def test_job_run_model_and_best_alias(tracking: MlflowClient, wine: ExampleStore
     assert (np.asarray(pred) == np.asarray(d.labels[:30])).mean() >= 0.8
     with pytest.raises(Exception, match="shape"):
         model.predict(np.zeros((2, 5), dtype=np.float32))
+
+
+def test_best_settles_on_the_most_accurate_version_when_two_jobs_race(
+    tracking: MlflowClient, wine: ExampleStore
+) -> None:
+    """Two jobs of one tenant that both beat the best they read (two slots finishing together)
+    end with ``best`` on the more accurate, whichever moves it last; it never moves down."""
+    from mlflow_plugin.registry import _register, settle_best
+
+    exp = ensure_tenant_experiment(tracking, "race", str(wine.schema("wine")), ["knn"])
+    r = train(TrainJob("wine", "knn"), wine)
+    runs: dict[str, tuple[str, str]] = {}
+    for job in ("old", "a", "b", "c"):
+        run_id = start_job_run(tracking, exp, tenant="race", job_id=job, params={}, tags={})
+        with mlflow.start_run(run_id=run_id):
+            runs[job] = (run_id, log_trained_model(r.model))
+        end_job_run(tracking, run_id, ok=True)
+
+    def promote(job: str, accuracy: float) -> object:
+        run_id, uri = runs[job]
+        return promote_if_better(
+            tracking, "race", model_uri=uri, run_id=run_id, accuracy=accuracy,
+            candidate="knn", job_id=job, snapshot=1,
+        )  # fmt: skip
+
+    assert promote("old", 0.80) is not None
+    old = best_model(tracking, "race")
+    # job a (0.85) read the best (0.80) and registered its version, but has not moved it yet
+    run_a, uri_a = runs["a"]
+    v_a = _register(tracking, "race", uri_a, run_a, 0.85, "knn", "a", 1, old)
+    # job b (0.83) beats the 0.80 it reads; moving last, it must not leave best on itself
+    moved = promote("b", 0.83)
+    assert isinstance(moved, BestModel) and (moved.job_id, moved.version) == ("a", v_a)
+    assert best_model(tracking, "race") == moved
+    assert settle_best(tracking, "race") == moved  # job a's own move: nothing to change
+    # the outcome of the race before: b's version under best; a settle repairs it
+    (v_b,) = tracking.search_model_versions(f"name = 'race' and run_id = '{runs['b'][0]}'")
+    tracking.set_registered_model_alias("race", "best", str(v_b.version))
+    assert settle_best(tracking, "race") == moved
+    # a tie keeps the current best; a worse job neither registers nor moves it
+    run_c, uri_c = runs["c"]
+    _register(tracking, "race", uri_c, run_c, 0.85, "knn", "c", 1, moved)
+    assert settle_best(tracking, "race") == moved
+    versions = len(tracking.search_model_versions("name = 'race'"))
+    assert promote("old", 0.80) is None
+    assert len(tracking.search_model_versions("name = 'race'")) == versions
+    assert best_model(tracking, "race") == moved
 
 
 def test_run_context_provider_installed_and_direct(tracking: MlflowClient) -> None:
