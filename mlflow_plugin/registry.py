@@ -4,6 +4,7 @@ job, candidate, snapshot, accuracy), so the leaderboard and `infer` need nothing
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
@@ -24,6 +25,14 @@ class BestModel:
     job_id: str
 
 
+def _accuracy(tags: dict[str, str]) -> float:
+    """A version's ``tenantml.accuracy`` tag; NaN when missing or not a number."""
+    try:
+        return float(tags.get("tenantml.accuracy", "nan"))
+    except ValueError:
+        return math.nan
+
+
 def best_model(client: MlflowClient, tenant: str) -> BestModel | None:
     """The version under alias ``best`` of `tenant`'s registered model, if any."""
     try:
@@ -33,7 +42,7 @@ def best_model(client: MlflowClient, tenant: str) -> BestModel | None:
     t = mv.tags
     return BestModel(
         str(mv.version),
-        float(t.get("tenantml.accuracy", "nan")),
+        _accuracy(t),
         str(mv.run_id),
         t.get("tenantml.candidate", ""),
         t.get("tenantml.job_id", ""),
@@ -61,60 +70,40 @@ def promote_if_better(
     """Register the job's model and move ``best`` to it if it beats the current best.
 
     Idempotent per job: a version already registered for `job_id` is reused, never duplicated.
-    Returns the best after the move (`settle_best`: this job's version, or a more accurate one
-    that another job registered meanwhile), or None when the job did not beat the best it read.
+    Returns the new best when it is this job's model; None when the job did not beat the best
+    it read, or when another job's more accurate model, registered meanwhile, is the best once
+    ``best`` has settled (`settle_best`).
     """
     current = best_model(client, tenant)
     if not beats(accuracy, current):
         return None
-    _register(client, tenant, model_uri, run_id, accuracy, candidate, job_id, snapshot, current)
-    return settle_best(client, tenant)
-
-
-def _register(
-    client: MlflowClient,
-    tenant: str,
-    model_uri: str,
-    run_id: str,
-    accuracy: float,
-    candidate: str,
-    job_id: str,
-    snapshot: int,
-    current: BestModel | None,
-) -> str:
-    """The version of `run_id`'s model in `tenant`'s registered model (created if missing),
-    tagged with its lineage and accuracy; an existing one is reused."""
     try:
         client.get_registered_model(tenant)
     except MlflowException:
         client.create_registered_model(tenant, tags={"tenantml.tenant": tenant})
-    existing = client.search_model_versions(f"name = '{tenant}' and run_id = '{run_id}'")
-    if existing:
-        return str(existing[0].version)
-    tags = {
-        "tenantml.accuracy": repr(float(accuracy)),
-        "tenantml.candidate": candidate,
-        "tenantml.job_id": job_id,
-        "tenantml.snapshot": str(snapshot),
-        "tenantml.previous_best": current.version if current else "",
-    }
-    # MLflow 3 logged models (models:/m-...) register with their model id as well.
-    logged = model_uri.startswith("models:/m-")
-    model_id = model_uri.removeprefix("models:/") if logged else None
-    mv = client.create_model_version(tenant, model_uri, run_id=run_id, tags=tags, model_id=model_id)
-    return str(mv.version)
+    if not client.search_model_versions(f"name = '{tenant}' and run_id = '{run_id}'"):
+        tags = {
+            "tenantml.accuracy": repr(float(accuracy)),
+            "tenantml.candidate": candidate,
+            "tenantml.job_id": job_id,
+            "tenantml.snapshot": str(snapshot),
+            "tenantml.previous_best": current.version if current else "",
+        }
+        # MLflow 3 logged models (models:/m-...) register with their model id as well.
+        logged = model_uri.startswith("models:/m-")
+        model_id = model_uri.removeprefix("models:/") if logged else None
+        client.create_model_version(tenant, model_uri, run_id=run_id, tags=tags, model_id=model_id)
+    best = settle_best(client, tenant)
+    return best if best is not None and best.run_id == run_id else None
 
 
-#: rounds of `settle_best`'s move-and-check; each round is needed only when another job moved
-#: ``best`` between this one's read and move
-SETTLE_ROUNDS = 4
+#: a bound on `settle_best`'s rounds, never reached in practice: a round moves ``best`` again
+#: only when another job registered or moved it since this one's last list, and once jobs stop
+#: registering, each mover has at most one stale move left (with a cap of 4, four jobs ending
+#: together could still leave ``best`` on the less accurate of two)
+SETTLE_ROUNDS = 32
 
-
-def _accuracy(tags: dict[str, str]) -> float:
-    try:
-        return float(tags.get("tenantml.accuracy", "nan"))
-    except ValueError:
-        return math.nan
+_log = logging.getLogger(__name__)
 
 
 def settle_best(client: MlflowClient, tenant: str) -> BestModel | None:
@@ -126,8 +115,10 @@ def settle_best(client: MlflowClient, tenant: str) -> BestModel | None:
     move ``best`` last. Here each mover lists the versions *after* registering its own and moves
     ``best`` to the most accurate (strictly, `beats`: on a tie the current best stays, else the
     earliest version), then reads again until the alias and the list agree: the last mover sees
-    every version registered before its check. ``best`` still never moves down, and a best of
-    unknown accuracy (NaN) is kept.
+    every version registered before its check. ``best`` ends on the most accurate version (a
+    stale move can lower it for a moment; its mover's next round repairs it), and a best of
+    unknown accuracy (NaN) is kept. An operator who moves ``best`` back by hand is overruled by
+    the next settle: to retire a version, delete it.
     """
     for _ in range(SETTLE_ROUNDS):
         current = best_model(client, tenant)
@@ -142,4 +133,5 @@ def settle_best(client: MlflowClient, tenant: str) -> BestModel | None:
         if top is None or not beats(top[0], current):
             return current
         client.set_registered_model_alias(tenant, BEST, str(-top[1]))
+    _log.warning("best of %s still moving after %d rounds; left as it is", tenant, SETTLE_ROUNDS)
     return best_model(client, tenant)

@@ -563,7 +563,8 @@ class Planner:
 
         `in_flight`: the runs sent and not ended, one spec each (with its chained jobs); at most
         `capacity` runs are in flight, and every job in them is pending for the policy until
-        `state` holds it FINISHED (a chain's earlier jobs, before its run ends).
+        `state` holds it FINISHED (a chain's earlier jobs, or a job whose flow run is still
+        recording): then it is a result.
 
         ``seer_budget_x``: torch models get a SEER job instead of the learning-rate grid, with
         the policy's cost estimate as deadline and ``seer_budget_x`` x that in GPU-minutes
@@ -587,7 +588,7 @@ class Planner:
         if not state.tenants or len(in_flight) >= self.capacity:
             return []
         ti, mi = state.index()
-        # a chained job MLflow shows FINISHED is a result in `state` already, not pending too
+        # a job MLflow shows FINISHED is a result in `state` already, not pending too
         known = {(r.tenant, r.job_id) for r in state.records if r.status == "FINISHED"}
         pending = tuple(
             Assignment(ti[j.tenant], mi[j.candidate])

@@ -157,6 +157,7 @@ def test_a_chains_finished_jobs_are_results_not_pending() -> None:
     assert planner.loop.pending == tuple(
         Assignment(ti[j.tenant], mi[j.candidate]) for j in (*rest, *new.chain())
     )
+    assert (first.tenant, first.candidate) not in {(j.tenant, j.candidate) for j in new.chain()}
 
 
 def test_a_chain_survives_a_flow_runs_json_parameters() -> None:

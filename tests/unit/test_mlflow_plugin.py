@@ -107,47 +107,75 @@ def test_best_settles_on_the_most_accurate_version_when_two_jobs_race(
     tracking: MlflowClient, wine: ExampleStore
 ) -> None:
     """Two jobs of one tenant that both beat the best they read (two slots finishing together)
-    end with ``best`` on the more accurate, whichever moves it last; it never moves down."""
-    from mlflow_plugin.registry import _register, settle_best
+    end with ``best`` on the more accurate, whichever moves it last; it never ends lower."""
+    from mlflow_plugin import settle_best
 
     exp = ensure_tenant_experiment(tracking, "race", str(wine.schema("wine")), ["knn"])
     r = train(TrainJob("wine", "knn"), wine)
     runs: dict[str, tuple[str, str]] = {}
-    for job in ("old", "a", "b", "c"):
+    for job in ("old", "a", "b", "c", "d", "e", "f"):
         run_id = start_job_run(tracking, exp, tenant="race", job_id=job, params={}, tags={})
         with mlflow.start_run(run_id=run_id):
             runs[job] = (run_id, log_trained_model(r.model))
         end_job_run(tracking, run_id, ok=True)
 
-    def promote(job: str, accuracy: float) -> object:
+    def promote(job: str, accuracy: float, client: object = tracking) -> BestModel | None:
         run_id, uri = runs[job]
         return promote_if_better(
-            tracking, "race", model_uri=uri, run_id=run_id, accuracy=accuracy,
+            client, "race", model_uri=uri, run_id=run_id, accuracy=accuracy,
             candidate="knn", job_id=job, snapshot=1,
         )  # fmt: skip
 
-    assert promote("old", 0.80) is not None
-    old = best_model(tracking, "race")
-    # job a (0.85) read the best (0.80) and registered its version, but has not moved it yet
-    run_a, uri_a = runs["a"]
-    v_a = _register(tracking, "race", uri_a, run_a, 0.85, "knn", "a", 1, old)
-    # job b (0.83) beats the 0.80 it reads; moving last, it must not leave best on itself
-    moved = promote("b", 0.83)
-    assert isinstance(moved, BestModel) and (moved.job_id, moved.version) == ("a", v_a)
-    assert best_model(tracking, "race") == moved
-    assert settle_best(tracking, "race") == moved  # job a's own move: nothing to change
+    def register(job: str, accuracy: float) -> str:  # what promote_if_better does before a move
+        tags = {"tenantml.accuracy": repr(accuracy), "tenantml.job_id": job}
+        run_id, uri = runs[job]
+        model_id = uri.removeprefix("models:/")  # an MLflow 3 logged model, as promote_if_better
+        mv = tracking.create_model_version("race", uri, run_id=run_id, tags=tags, model_id=model_id)
+        return str(mv.version)
+
+    old = promote("old", 0.80)
+    assert old is not None and old.job_id == "old"
+    # job a (0.85) read the best (0.80) and registered its version, but has not moved it yet;
+    # job b (0.83) beats the 0.80 it reads and moves last: best must not stay on b
+    v_a = register("a", 0.85)
+    assert promote("b", 0.83) is None  # b's model is not the one served
+    best = best_model(tracking, "race")
+    assert best is not None and (best.job_id, best.version) == ("a", v_a)
+    assert settle_best(tracking, "race") == best  # job a's own move: nothing to change
     # the outcome of the race before: b's version under best; a settle repairs it
     (v_b,) = tracking.search_model_versions(f"name = 'race' and run_id = '{runs['b'][0]}'")
     tracking.set_registered_model_alias("race", "best", str(v_b.version))
-    assert settle_best(tracking, "race") == moved
-    # a tie keeps the current best; a worse job neither registers nor moves it
-    run_c, uri_c = runs["c"]
-    _register(tracking, "race", uri_c, run_c, 0.85, "knn", "c", 1, moved)
-    assert settle_best(tracking, "race") == moved
+    assert settle_best(tracking, "race") == best
+    # tied on top: the current best stays; moved back by hand, best goes to the earliest of them
+    register("c", 0.85)
+    assert settle_best(tracking, "race") == best
+    tracking.set_registered_model_alias("race", "best", old.version)
+    assert settle_best(tracking, "race") == best
+
+    class Racing:
+        """The tracking client, with job f (0.90) promoted by another process right after this
+        one's first list of versions: this one's move is then stale."""
+
+        raced = False
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(tracking, name)
+
+        def search_model_versions(self, filter_string: str) -> object:
+            seen = tracking.search_model_versions(filter_string)
+            if filter_string == "name = 'race'" and not self.raced:
+                self.raced = True
+                assert promote("f", 0.90) is not None
+            return seen
+
+    assert promote("e", 0.87, Racing()) is None  # moved best to e, saw f, moved it back
+    best = best_model(tracking, "race")
+    assert best is not None and best.job_id == "f"
+    # a job no better than the best neither registers nor moves it
     versions = len(tracking.search_model_versions("name = 'race'"))
-    assert promote("old", 0.80) is None
+    assert promote("d", 0.90) is None
     assert len(tracking.search_model_versions("name = 'race'")) == versions
-    assert best_model(tracking, "race") == moved
+    assert best_model(tracking, "race") == best
 
 
 def test_run_context_provider_installed_and_direct(tracking: MlflowClient) -> None:
