@@ -303,7 +303,7 @@ def run_cmd(
             + (
                 f"now best (version {out['best_version']})"
                 if out["best_version"]
-                else "the tenant's best stays"
+                else "the tenant's best is another model"
             ),
             markup=False,
         )
