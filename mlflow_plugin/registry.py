@@ -23,6 +23,14 @@ class BestModel:
     run_id: str
     candidate: str
     job_id: str
+    #: the tenant's data snapshot the model was trained and measured on (0: not recorded)
+    snapshot: int = 0
+
+
+def _snapshot(tags: dict[str, str]) -> int:
+    """A version's ``tenantml.snapshot`` tag; 0 when missing or not a number."""
+    text = tags.get("tenantml.snapshot", "")
+    return int(text) if text.isdigit() else 0
 
 
 def _accuracy(tags: dict[str, str]) -> float:
@@ -46,14 +54,25 @@ def best_model(client: MlflowClient, tenant: str) -> BestModel | None:
         str(mv.run_id),
         t.get("tenantml.candidate", ""),
         t.get("tenantml.job_id", ""),
+        _snapshot(t),
     )
 
 
-def beats(accuracy: float, current: BestModel | None) -> bool:
-    """Whether a model of `accuracy` would become the best over `current` (None: no best yet):
-    strictly more accurate. The one rule `promote_if_better` moves ``best`` by, so ``best``
-    only moves up (a best of unknown accuracy, NaN, is never replaced)."""
-    return current is None or accuracy > current.accuracy
+def beats(accuracy: float, current: BestModel | None, snapshot: int = 0) -> bool:
+    """Whether a model of `accuracy`, trained on the tenant's data `snapshot`, would become the
+    best over `current` (None: no best yet). On the same snapshot: strictly more accurate, so
+    ``best`` only moves up there (a best of unknown accuracy, NaN, is never replaced). A model
+    of a newer snapshot (the tenant fed or refined its data since) replaces a best of an older
+    one whatever the two accuracies, which were measured on different data: the older says
+    nothing of how its model does on the data now, and the most accurate of many measurements on
+    a smaller validation split is the one most likely to overstate. So ``best`` is the most
+    accurate model on the newest snapshot that has one, and an older snapshot's job that ends
+    late never replaces it. The one rule `promote_if_better` moves ``best`` by."""
+    if current is None:
+        return True
+    if snapshot != current.snapshot:
+        return snapshot > current.snapshot
+    return accuracy > current.accuracy
 
 
 def promote_if_better(
@@ -75,7 +94,7 @@ def promote_if_better(
     ``best`` has settled (`settle_best`).
     """
     current = best_model(client, tenant)
-    if not beats(accuracy, current):
+    if not beats(accuracy, current, snapshot):
         return None
     try:
         client.get_registered_model(tenant)
@@ -107,7 +126,8 @@ _log = logging.getLogger(__name__)
 
 
 def settle_best(client: MlflowClient, tenant: str) -> BestModel | None:
-    """Point ``best`` at the most accurate registered version of `tenant`'s model and return it.
+    """Point ``best`` at the most accurate registered version of `tenant`'s model on the newest
+    data snapshot that has one (`beats`) and return it.
 
     A version is registered only when its job beat the best it read, and MLflow has no
     compare-and-set for an alias, so two jobs of one tenant finishing together (two slots, or
@@ -115,23 +135,21 @@ def settle_best(client: MlflowClient, tenant: str) -> BestModel | None:
     move ``best`` last. Here each mover lists the versions *after* registering its own and moves
     ``best`` to the most accurate (strictly, `beats`: on a tie the current best stays, else the
     earliest version), then reads again until the alias and the list agree: the last mover sees
-    every version registered before its check. ``best`` ends on the most accurate version (a
-    stale move can lower it for a moment; its mover's next round repairs it), and a best of
-    unknown accuracy (NaN) is kept. An operator who moves ``best`` back by hand is overruled by
-    the next settle: to retire a version, delete it.
+    every version registered before its check. ``best`` ends on that version (a stale move can
+    lower it for a moment; its mover's next round repairs it), and a best of unknown accuracy
+    (NaN) is kept until a newer snapshot has a model. An operator who moves ``best`` back by
+    hand is overruled by the next settle: to retire a version, delete it.
     """
     for _ in range(SETTLE_ROUNDS):
         current = best_model(client, tenant)
-        if current is not None and math.isnan(current.accuracy):
-            return current
-        top: tuple[float, int] | None = None
+        top: tuple[int, float, int] | None = None  # (snapshot, accuracy, -version)
         for mv in client.search_model_versions(f"name = '{tenant}'"):
             acc = _accuracy(mv.tags)
-            key = (acc, -int(mv.version))
+            key = (_snapshot(mv.tags), acc, -int(mv.version))
             if not math.isnan(acc) and (top is None or key > top):
                 top = key
-        if top is None or not beats(top[0], current):
+        if top is None or not beats(top[1], current, top[0]):
             return current
-        client.set_registered_model_alias(tenant, BEST, str(-top[1]))
+        client.set_registered_model_alias(tenant, BEST, str(-top[2]))
     _log.warning("best of %s still moving after %d rounds; left as it is", tenant, SETTLE_ROUNDS)
     return best_model(client, tenant)

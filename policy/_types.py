@@ -147,6 +147,11 @@ class Observation:
     ``completed=False``: the job was stopped at its time limit (costs predicted, not known) and
     produced no model; ``quality`` is then 0 (no improvement for anyone taking a best) and
     ``cost`` is the time it ran, a lower bound of its true cost. The arm counts as tried.
+
+    ``stale=True``: the job trained on an earlier version of the tenant's data (a live tenant
+    fed or refined since): evidence about how the model does on the data now, within
+    ``policy._book.STALE_VAR``, but the arm is not tried on the current data and the quality
+    is not the tenant's best on it (`policy._book.TenantBook`).
     """
 
     tenant: int
@@ -155,6 +160,7 @@ class Observation:
     cost: float
     finished_at: float = 0.0
     completed: bool = True
+    stale: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -499,12 +499,13 @@ def connect(options: SchedulerOptions, run_train: Callable[[dict[str, Any]], Any
 
 
 def redo_promotions(svc: Service, state: ServiceState) -> None:
-    """Each tenant's most accurate FINISHED job through the `record` task: a crash between a
-    job's end and its promotion may have left ``best`` behind; otherwise promoting is a no-op."""
+    """Each tenant's most accurate FINISHED job on its newest snapshot through the `record`
+    task: a crash between a job's end and its promotion may have left ``best`` behind;
+    otherwise promoting is a no-op."""
     for tenant in state.tenants:
         ok = [r for r in state.records if r.tenant == tenant.name and r.status == "FINISHED"]
         if ok:
-            record(svc.client, max(ok, key=lambda r: r.accuracy or 0.0))
+            record(svc.client, max(ok, key=lambda r: (r.snapshot or 0, r.accuracy or 0.0)))
 
 
 def _orphan_spec(svc: Service, job: JobRecord, slot: int, last_tick: int) -> JobSpec:

@@ -166,8 +166,12 @@ class ServiceState:
     def history(self) -> History:
         """FINISHED jobs are observations; FAILED ones count as tried with no model. A job of a
         model outside the tenant's candidates (`load_state` keeps those it ran; a state built
-        otherwise may not) is left out rather than refused by the policy."""
+        otherwise may not) is left out rather than refused by the policy. A job on an earlier
+        snapshot of its tenant (fed or refined since) is `Observation.stale`: what the model
+        did there informs the policy, but the model may be trained again on the data as they
+        are now, and its accuracy there is not the tenant's best on them."""
         ti, mi = self.index()
+        snapshots = [t.snapshot for t in self.tenants]
         available = self.problem.available
         log = []
         for r in self.records:
@@ -189,9 +193,9 @@ class ServiceState:
                 cost = max(cost, r.end_time - r.start_time)  # an older record: its span
             if self.usd_per_s is not None:
                 cost *= self.usd_per_s[mi[r.candidate]]
-            log.append(
-                Observation(ti[r.tenant], mi[r.candidate], quality, cost, r.end_time or 0.0, ok)
-            )
+            i = ti[r.tenant]
+            stale = r.snapshot is not None and r.snapshot < snapshots[i]
+            log.append(Observation(i, mi[r.candidate], quality, cost, r.end_time or 0.0, ok, stale))
         return History(tuple(log))
 
     def running(self) -> list[JobRecord]:
@@ -505,10 +509,11 @@ class Planner:
         self._seen: set[str] = set()
 
     def _sync(self, state: ServiceState, pending: tuple[Assignment, ...]) -> SchedulerLoop:
-        # a tenant's models (`submit --models`) or weight changed: a new loop, from the history
+        # a tenant's models (`submit --models`), weight or snapshot (fed or refined: its jobs
+        # so far become stale) changed: a new loop, from the history
         p = state.problem
         key = (
-            tuple(t.name for t in state.tenants),
+            tuple((t.name, t.snapshot) for t in state.tenants),
             state.catalogue,
             p.available.tobytes(),
             None if p.weights is None else np.asarray(p.weights).tobytes(),
@@ -789,22 +794,24 @@ def run_job(
                 accuracy, cost, epochs = result.accuracy, result.cost_s, result.epochs
             ended = time.time()
         # The next job on this slot trains already while this one logs its model.
-        skip = None if result is None else _unservable(client, spec.tenant, accuracy)
+        skip = None if result is None else _unservable(client, spec.tenant, accuracy, spec.snapshot)
         run.log_result(accuracy, cost, epochs, ended_at=ended, trained=result, skip_model=skip)
     return run.record()
 
 
-def _unservable(client: MlflowClient, tenant: str, accuracy: float) -> str | None:
-    """Why a model of `accuracy` will never be `tenant`'s ``best`` (None: it may be): it does
-    not beat the current best, and ``best`` only moves up (`mlflow_plugin.registry.beats`,
-    the rule `promote_if_better` moves it by). Such a model is not logged: logging one (MLflow
-    3 saves it, loads it again to check its input example, and links the run's metrics to it)
-    took 0.4 s per second of training in a `bench-live real` run's profile, and 68% of its
-    jobs (738 of 1,080) did not improve their tenant."""
+def _unservable(client: MlflowClient, tenant: str, accuracy: float, snapshot: int) -> str | None:
+    """Why a model of `accuracy` on data `snapshot` will never be `tenant`'s ``best`` (None: it
+    may be): it does not beat the current best, and on one snapshot ``best`` only moves up
+    (`mlflow_plugin.registry.beats`, the rule `promote_if_better` moves it by). Such a model
+    is not logged: logging one (MLflow 3 saves it, loads it again to check its input example,
+    and links the run's metrics to it) took 0.4 s per second of training in a `bench-live
+    real` run's profile, and 68% of its jobs (738 of 1,080) did not improve their tenant."""
     best = _patiently(lambda: best_model(client, tenant))
-    if beats(accuracy, best):
+    if beats(accuracy, best, snapshot):
         return None
     assert best is not None
+    if snapshot < best.snapshot:
+        return f"snapshot {snapshot} is older than best v{best.version}'s ({best.snapshot})"
     return f"accuracy {accuracy:.4f} does not beat best v{best.version} ({best.accuracy:.4f})"
 
 

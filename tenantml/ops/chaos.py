@@ -503,8 +503,11 @@ def _check(svc: _Service, rep: ChaosReport) -> None:
     for tenant in {r.tenant for r in recs}:
         ok = [r for r in recs if r.tenant == tenant and r.status == "FINISHED"]
         best = best_model(c.mlflow, tenant)
-        top = max((r.accuracy or 0.0 for r in ok), default=None)
-        if top is not None and (best is None or best.accuracy < top - 1e-12):
+        newest = max((r.snapshot or 0 for r in ok), default=0)  # `best` is of the newest
+        top = max((r.accuracy or 0.0 for r in ok if (r.snapshot or 0) == newest), default=None)
+        if top is not None and (
+            best is None or best.snapshot < newest or best.accuracy < top - 1e-12
+        ):
             rep.best_wrong.append(f"{tenant}: best {best and best.accuracy} < {top}")
         versions = c.mlflow.search_model_versions(f"name = '{tenant}'") if best else []
         runs = [v.run_id for v in versions]

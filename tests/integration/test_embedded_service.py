@@ -3,6 +3,7 @@ the SDK and the CLI, including a scheduler killed mid-run and restarted."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -150,6 +151,38 @@ def test_infer_before_any_model_exits_1(home: Path) -> None:
     rows.write_text("a,b\n1,2\n")
     res = runner.invoke(app, ["infer", "fresh", "--csv", str(rows)])
     assert res.exit_code == 1 and "no model yet" in res.output
+
+
+def test_fed_data_is_trained_on_and_served(tmp_path: Path) -> None:
+    """A tenant that feeds more examples gets models trained on all of them, and `best` moves to
+    one, although every candidate had been tried on the smaller snapshot and the best there
+    measured higher on its smaller validation split."""
+    script = (
+        "import json\nfrom tenantml.client import Client\nfrom tenantml import datasets\n"
+        "from mlflow_plugin import best_model\n"
+        "from mlflow_plugin.tracking import job_records, tenant_experiments\n"
+        "c = Client()\nd = datasets.load('wine')\nc.submit('wine', d.schema)\n"
+        "c.feed('wine', d.inputs[:100], d.labels[:100])\n"
+        "c.run(ticks=30, poll_s=0.2)\n"
+        "first = best_model(c.mlflow, 'wine')\n"
+        "c.feed('wine', d.inputs[100:], d.labels[100:])\n"
+        "c.run(ticks=2, poll_s=0.2)\n"
+        "recs = job_records(c.mlflow, tenant_experiments(c.mlflow).values())\n"
+        "best = best_model(c.mlflow, 'wine')\n"
+        "print(json.dumps({'cands': c.status('wine').n_candidates,\n"
+        "    'jobs': [[r.snapshot, r.candidate, r.status] for r in recs],\n"
+        "    'first': [first.snapshot, first.accuracy], 'best': [best.snapshot, best.job_id],\n"
+        "    'pred': list(map(str, c.infer('wine', d.inputs[:5])))}))\n"
+    )
+    env = {**os.environ, "TENANTML_HOME": str(tmp_path / "home")}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    on = Counter(snap for snap, _, status in res["jobs"] if status == "FINISHED")
+    assert on[1] == res["cands"] and on[2] >= 1, on  # all tried on snapshot 1, then retrained
+    assert res["first"][0] == 1 and res["best"][0] == 2, res
+    assert len(res["pred"]) == 5
 
 
 @pytest.mark.full

@@ -127,7 +127,11 @@ def test_best_settles_on_the_most_accurate_version_when_two_jobs_race(
         )  # fmt: skip
 
     def register(job: str, accuracy: float) -> str:  # what promote_if_better does before a move
-        tags = {"tenantml.accuracy": repr(accuracy), "tenantml.job_id": job}
+        tags = {
+            "tenantml.accuracy": repr(accuracy),
+            "tenantml.job_id": job,
+            "tenantml.snapshot": "1",
+        }
         run_id, uri = runs[job]
         model_id = uri.removeprefix("models:/")  # an MLflow 3 logged model, as promote_if_better
         mv = tracking.create_model_version("race", uri, run_id=run_id, tags=tags, model_id=model_id)

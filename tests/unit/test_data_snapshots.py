@@ -1,0 +1,99 @@
+"""A tenant that feeds or refines its data gets a new snapshot: its models may be trained again
+on the data as they are now (the policy keeps what they did before as evidence), and ``best``
+moves to the newest snapshot's most accurate model (`mlflow_plugin.registry.beats`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import mlflow
+import numpy as np
+from mlflow.tracking import MlflowClient
+
+from mlflow_plugin import (
+    BestModel,
+    best_model,
+    ensure_tenant_experiment,
+    log_trained_model,
+    promote_if_better,
+    settle_best,
+    start_job_run,
+)
+from mlflow_plugin.registry import beats
+from mlflow_plugin.tracking import end_job_run
+from policy import History, Observation, Problem, Snapshot, independent_prior
+from policy.rate import RatePolicy
+from store import ExampleStore
+from tasks._service import Planner
+from tests.unit.test_service_logic import TAB, _record, _state, _tenant
+from trainers import TrainJob, train
+
+
+def _one_tenant(m: int = 3) -> Problem:
+    return Problem.create(
+        ["t"], [f"m{k}" for k in range(m)], np.ones((1, m), bool), np.ones((1, m)),
+        prior=independent_prior(np.full(m, 0.5)),
+    )  # fmt: skip
+
+
+def test_a_stale_result_informs_the_posterior_but_its_model_may_be_trained_again() -> None:
+    problem, pol, rng = _one_tenant(), RatePolicy(), np.random.default_rng(0)
+    stale = History((Observation(0, 2, 0.95, 1.0, stale=True),))
+    # equal costs, equal priors: the model that did well on the earlier data is retrained first
+    d = pol.decide(Snapshot(problem, stale), None, rng)
+    assert [(a.tenant, a.arm) for a in d.assignments] == [(0, 2)]
+    book = pol.book(Snapshot(problem, stale))
+    post = book.posterior(0)
+    assert post.mu[2] > 0.9 and post.mu[0] == post.mu[1] == 0.5  # independent arms
+    assert not book.tried[0].any() and book.best[0] == 0.0 and book.n_obs[0] == 0
+    # once trained on the current data it counts as tried, and its quality is the best
+    both = stale.append(Observation(0, 2, 0.9, 1.0))
+    book = pol.book(Snapshot(problem, both))
+    assert book.tried[0][2] and book.best[0] == 0.9 and book.n_obs[0] == 1
+
+
+def test_jobs_on_an_earlier_snapshot_are_stale_for_the_policy() -> None:
+    fed = dataclasses.replace(_tenant("a", TAB), snapshot=2)
+    old = dataclasses.replace(_record("a", "knn"), snapshot=1)
+    new = dataclasses.replace(_record("a", "svm", acc=0.8), job_id="svm-s2", snapshot=2)
+    log = _state([fed], [old, new]).history().log
+    assert [(o.quality, o.stale) for o in log] == [(0.9, True), (0.8, False)]
+    # the planner's loop is rebuilt when a snapshot moves: its observations so far turn stale
+    planner = Planner("rate", slots=1)
+    before = dataclasses.replace(fed, snapshot=1)
+    [job] = planner.decide(_state([before], [old]), in_flight=[], tick=1)
+    assert job.candidate != "knn" and job.job_id.endswith("-s1")
+    assert planner.loop is not None and not planner.loop.history.log[0].stale
+    [job] = planner.decide(_state([fed], [old]), in_flight=[], tick=2)
+    assert job.job_id.endswith("-s2") and planner.loop.history.log[0].stale
+
+
+def test_best_is_the_newest_snapshots_most_accurate(
+    tracking: MlflowClient, wine: ExampleStore
+) -> None:
+    exp = ensure_tenant_experiment(tracking, "fed", str(wine.schema("wine")), ["knn"])
+    r = train(TrainJob("wine", "knn"), wine)
+
+    def promote(job: str, accuracy: float, snapshot: int) -> BestModel | None:
+        run_id = start_job_run(tracking, exp, tenant="fed", job_id=job, params={}, tags={})
+        with mlflow.start_run(run_id=run_id):
+            uri = log_trained_model(r.model)
+        end_job_run(tracking, run_id, ok=True)
+        return promote_if_better(
+            tracking, "fed", model_uri=uri, run_id=run_id, accuracy=accuracy,
+            candidate="knn", job_id=job, snapshot=snapshot,
+        )  # fmt: skip
+
+    first = promote("a-s1", 1.0, 1)  # measured on a small validation split
+    assert first is not None and first.snapshot == 1
+    # more data: a model of snapshot 2 is served although it measures less than 1.0 did
+    fed = promote("a-s2", 0.96, 2)
+    assert fed is not None and (fed.job_id, fed.snapshot) == ("a-s2", 2)
+    assert promote("b-s1", 0.99, 1) is None  # an older snapshot's job ending late
+    assert promote("b-s2", 0.95, 2) is None  # on one snapshot best only moves up
+    better = promote("c-s2", 0.98, 2)
+    assert better is not None and best_model(tracking, "fed") == better == settle_best(
+        tracking, "fed"
+    )
+    assert beats(0.5, better, 3) and not beats(0.99, better, 1)
+    assert not beats(0.98, better, 2) and beats(0.981, better, 2)
