@@ -53,6 +53,8 @@ class LeaderboardRow:
     cost_s: float | None
     finished_at: float | None
     best: bool
+    #: the tenant's data snapshot the job trained on (None: in a copy published before the field)
+    snapshot: int | None = None
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,8 @@ class Snapshot:
 
 
 def rows(records: Iterable[JobRecord], best: BestModel | None) -> tuple[LeaderboardRow, ...]:
-    """One row per job record, best accuracy first (jobs without one last)."""
+    """One row per job record, the newest data snapshot's first (``best`` is one of them once
+    it has a model), and on each snapshot best accuracy first (jobs without one last)."""
     return tuple(
         LeaderboardRow(
             r.candidate,
@@ -117,8 +120,9 @@ def rows(records: Iterable[JobRecord], best: BestModel | None) -> tuple[Leaderbo
             r.cost_s,
             r.end_time,
             best is not None and r.run_id == best.run_id,
+            r.snapshot,
         )
-        for r in sorted(records, key=lambda r: -(r.accuracy or -1.0))
+        for r in sorted(records, key=lambda r: (-(r.snapshot or 0), -(r.accuracy or -1.0)))
     )
 
 

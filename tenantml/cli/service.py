@@ -288,7 +288,7 @@ def status(
             return
         lb = c.status(name, fresh=fresh)
         t = Table(title=f"{name}: {lb.schema}", title_justify="left")
-        for col in ("model", "status", "accuracy", "cost (s)", "finished", "best"):
+        for col in ("model", "status", "accuracy", "cost (s)", "finished", "data", "best"):
             t.add_column(col)
         for r in lb.rows:
             when = time.strftime("%H:%M:%S", time.localtime(r.finished_at)) if r.finished_at else ""
@@ -298,12 +298,14 @@ def status(
                 "" if r.accuracy is None else f"{r.accuracy:.4f}",
                 "" if r.cost_s is None else f"{r.cost_s:.1f}",
                 when,
+                "" if r.snapshot is None else f"s{r.snapshot}",
                 "*" if r.best else "",
             )
         console.print(t)
+        tried = len({r.candidate for r in lb.rows if r.snapshot in (None, lb.snapshot)})
         console.print(
             f"{lb.n_enabled}/{lb.n_examples} examples enabled, snapshot {lb.snapshot}; "
-            f"{len(lb.rows)}/{lb.n_candidates} candidates tried; best version "
+            f"{tried}/{lb.n_candidates} candidates tried on it; best version "
             f"{lb.best_version or 'none yet'}"
             + ("" if lb.weight is None else f"; weight {lb.weight:g}")
         )
@@ -591,7 +593,11 @@ def _live_table(c: Any) -> Table:
     for col in ("tenant", "examples", "tried", "best model", "accuracy", "loss estimate"):
         t.add_column(col)
     for ten in state.tenants:
-        done = [r for r in state.records if r.tenant == ten.name and r.status == "FINISHED"]
+        done = [  # on the tenant's current data (a feed or refine starts a new snapshot)
+            r
+            for r in state.records
+            if r.tenant == ten.name and r.status == "FINISHED" and r.snapshot == ten.snapshot
+        ]
         best = max(done, key=lambda r: r.accuracy or 0.0, default=None)
         t.add_row(
             ten.name,

@@ -97,3 +97,19 @@ def test_best_is_the_newest_snapshots_most_accurate(
     )
     assert beats(0.5, better, 3) and not beats(0.99, better, 1)
     assert not beats(0.98, better, 2) and beats(0.981, better, 2)
+
+
+def test_the_leaderboard_puts_the_current_datas_jobs_first() -> None:
+    from tasks.leaderboard import Snapshot as Published
+    from tasks.leaderboard import rows
+
+    old = dataclasses.replace(_record("a", "svm", acc=1.0), run_id="r1", snapshot=1)
+    new = dataclasses.replace(_record("a", "knn", acc=0.95), run_id="r2", snapshot=2)
+    served = BestModel("2", 0.95, "r2", "knn", "knn-s2", 2)
+    board = rows([old, new], served)
+    assert [(r.candidate, r.snapshot, r.best) for r in board] == [
+        ("knn", 2, True), ("svm", 1, False)
+    ]  # fmt: skip
+    # a copy published before rows had a snapshot still reads
+    body = Published(board, "2", 1.0, 0.0).to_json().replace(b', "snapshot": 2', b"")
+    assert Published.from_json(body).rows[0].snapshot is None

@@ -33,7 +33,7 @@ def test_models_restrict_what_the_scheduler_offers(tmp_path: Path, restore_env: 
     code, out = _cli(home, "submit", "digits", IMAGE, "--models", "lenet+f1, lenet")
     assert code == 0 and "2 candidate models" in out and "trains only: lenet+f1, lenet" in out
     code, out = _cli(home, "status", "digits")
-    assert code == 0 and "0/2 candidates tried" in out, out
+    assert code == 0 and "0/2 candidates tried on it" in out, out
     assert _cli(home, "submit", "other", IMAGE)[0] == 0
     offered = _offered(home)
     assert offered["digits"] == ("lenet", "lenet+f1")  # in the catalogue's order
