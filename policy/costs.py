@@ -281,8 +281,8 @@ class OnlineCostPrior:
 
     def observe(self, observations: Iterable[Observation], *, count: bool = True) -> None:
         """Record finished jobs' costs; ``count=False``: ones a fit already saw."""
-        for obs in observations:
-            if obs.completed and np.isfinite(obs.cost) and obs.cost > 0:
+        for obs in observations:  # a stale job's cost was paid on another amount of data
+            if obs.completed and not obs.stale and np.isfinite(obs.cost) and obs.cost > 0:
                 self._own[obs.tenant, obs.arm] = obs.cost
                 self._new += count
 

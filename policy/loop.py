@@ -100,7 +100,8 @@ class SchedulerLoop:
                 self._observe_cost(obs)
 
     def _observe_cost(self, obs: Observation) -> None:
-        if self._costs is not None and np.isfinite(obs.cost) and obs.cost > 0:
+        # a stale job's cost was paid on another amount of data than `Problem.sizes` says
+        if self._costs is not None and not obs.stale and np.isfinite(obs.cost) and obs.cost > 0:
             self._costs.observe(obs.tenant, obs.arm, obs.cost)
 
     def expected_cost(self, job: Assignment) -> float:

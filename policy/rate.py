@@ -130,9 +130,9 @@ class RatePolicy:
             self._seen = np.full(n, -1, dtype=np.intp)
             self._score = np.full(n, -np.inf)
             self._arm = np.full(n, -1, dtype=np.intp)
-        for i in np.flatnonzero(self._seen != book.n_obs).tolist():
+        for i in np.flatnonzero(self._seen != book.updates).tolist():
             self._best_of(book, i, ())
-            self._seen[i] = book.n_obs[i]
+            self._seen[i] = book.updates[i]
 
     def _best_of(self, book: TenantBook, i: int, pending: Sequence[int]) -> tuple[float, int]:
         rates = self.tenant_rates(book, i, pending)

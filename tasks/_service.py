@@ -23,7 +23,7 @@ import numpy as np
 from mlflow.tracking import MlflowClient
 
 from mlflow_plugin.jobrun import JobRun
-from mlflow_plugin.registry import BestModel, beats, best_model, promote_if_better
+from mlflow_plugin.registry import BestModel, best_model, promote_if_better, would_replace
 from mlflow_plugin.tracking import (
     DEFAULT_WEIGHT,
     MODEL_URI,
@@ -169,17 +169,21 @@ class ServiceState:
         otherwise may not) is left out rather than refused by the policy. A job on an earlier
         snapshot of its tenant (fed or refined since) is `Observation.stale`: what the model
         did there informs the policy, but the model may be trained again on the data as they
-        are now, and its accuracy there is not the tenant's best on them."""
+        are now, and its accuracy there is not the tenant's best on them. Of a model's jobs on
+        earlier snapshots only the newest is kept, and none once the model has a job on the
+        current one: one shift of the data, not one per snapshot (`policy._book.STALE_VAR`)."""
         ti, mi = self.index()
         snapshots = [t.snapshot for t in self.tenants]
         available = self.problem.available
+        ended = [r for r in self.records if r.status in ("FINISHED", "FAILED")]
+        newest = _newest_jobs(ended, {t.name: t.snapshot for t in self.tenants})
         log = []
-        for r in self.records:
+        for r in ended:
             if (
                 r.tenant not in ti
                 or r.candidate not in mi
-                or r.status not in ("FINISHED", "FAILED")
                 or not available[ti[r.tenant], mi[r.candidate]]
+                or r.run_id not in newest
             ):
                 continue
             ok = r.status == "FINISHED" and r.accuracy is not None
@@ -223,6 +227,21 @@ class ServiceState:
             while len(_FITS) > 8:
                 del _FITS[next(iter(_FITS))]
         return replace(self, problem=replace(self.problem, prior=cached[1]))
+
+
+def _newest_jobs(records: Sequence[JobRecord], snapshots: dict[str, int]) -> set[str]:
+    """Run ids of the ended jobs `ServiceState.history` keeps: every job on its tenant's current
+    snapshot (`snapshots`; a record without one counts as current), and of a model without any
+    there, its jobs on the newest earlier snapshot it has."""
+
+    def snap(r: JobRecord) -> int:
+        return snapshots.get(r.tenant, 0) if r.snapshot is None else r.snapshot
+
+    top: dict[tuple[str, str], int] = {}
+    for r in records:
+        key = (r.tenant, r.candidate)
+        top[key] = max(top.get(key, -1), min(snap(r), snapshots.get(r.tenant, 0)))
+    return {r.run_id for r in records if snap(r) >= top[(r.tenant, r.candidate)]}
 
 
 #: the last fits: (tenant names, catalogue) -> (results they saw, prior)
@@ -334,12 +353,18 @@ def load_state(
 def _restrict(
     tenant: TenantInfo, allowed: Sequence[str] | None, records: Sequence[JobRecord]
 ) -> TenantInfo:
-    """``tenant`` with the candidates it may train (`submit --models`), plus those it already has
-    jobs of: a restriction set later keeps the model it serves and its running jobs in the
-    policy's view (tried models are never chosen again), and only stops new ones."""
+    """``tenant`` with the candidates it may train (`submit --models`), plus those it has jobs
+    of on its current data or running: a restriction set later keeps the model it serves and
+    its running jobs in the policy's view (tried models are never chosen again), and only stops
+    new ones; after a feed, a model it excludes is not trained again."""
     if not allowed:
         return tenant
-    ran = {r.candidate for r in records if r.tenant == tenant.name}
+    ran = {  # on its current data: what it ran before may be trained again (`history`)
+        r.candidate
+        for r in records
+        if r.tenant == tenant.name
+        and (r.status == "RUNNING" or r.snapshot in (None, tenant.snapshot))
+    }
     keep = set(allowed) | ran
     kept = tuple(c for c in tenant.candidates if c in keep)
     return replace(tenant, candidates=kept, restricted=True)
@@ -526,6 +551,13 @@ class Planner:
             costs = None
             if p.cost_prior is not None:
                 costs = OnlineCostPrior(p.cost_prior, len(state.tenants), p.sizes)
+            carried = None  # the policy's own state (RoundRobin's turn) survives a feed
+            if (
+                self.loop is not None
+                and self.loop.problem.tenants == p.tenants
+                and key[1:] == self._key[1:]
+            ):
+                carried = self.loop.state
             self.loop = SchedulerLoop(
                 state.problem,
                 make_policy(self.policy),
@@ -534,6 +566,7 @@ class Planner:
                 history=state.history(),
                 online_prior=state.online_prior(),
                 online_costs=costs,
+                state=carried,
             )
             self._key, self._seen = key, {r.run_id for r in done}
         else:
@@ -794,24 +827,35 @@ def run_job(
                 accuracy, cost, epochs = result.accuracy, result.cost_s, result.epochs
             ended = time.time()
         # The next job on this slot trains already while this one logs its model.
-        skip = None if result is None else _unservable(client, spec.tenant, accuracy, spec.snapshot)
+        skip = None if result is None else _unservable(client, spec, accuracy)
         run.log_result(accuracy, cost, epochs, ended_at=ended, trained=result, skip_model=skip)
     return run.record()
 
 
-def _unservable(client: MlflowClient, tenant: str, accuracy: float, snapshot: int) -> str | None:
-    """Why a model of `accuracy` on data `snapshot` will never be `tenant`'s ``best`` (None: it
+def _unservable(client: MlflowClient, spec: JobSpec, accuracy: float) -> str | None:
+    """Why the model of job `spec`, of `accuracy`, will never be its tenant's ``best`` (None: it
     may be): it does not beat the current best, and on one snapshot ``best`` only moves up
-    (`mlflow_plugin.registry.beats`, the rule `promote_if_better` moves it by). Such a model
+    (`mlflow_plugin.registry.would_replace`, the rule `promote_if_better` moves it by). Such a model
     is not logged: logging one (MLflow 3 saves it, loads it again to check its input example,
     and links the run's metrics to it) took 0.4 s per second of training in a `bench-live
     real` run's profile, and 68% of its jobs (738 of 1,080) did not improve their tenant."""
+    tenant, snapshot = spec.tenant, spec.snapshot
     best = _patiently(lambda: best_model(client, tenant))
-    if beats(accuracy, best, snapshot):
+    replaces = _patiently(
+        lambda: would_replace(
+            client, tenant, accuracy, best, snapshot=snapshot, candidate=spec.candidate
+        )
+    )
+    if replaces:
         return None
     assert best is not None
     if snapshot < best.snapshot:
         return f"snapshot {snapshot} is older than best v{best.version}'s ({best.snapshot})"
+    if snapshot > best.snapshot:
+        return (
+            f"accuracy {accuracy:.4f} on new data is far below best v{best.version} "
+            f"({best.accuracy:.4f}), whose model is not trained on them yet"
+        )
     return f"accuracy {accuracy:.4f} does not beat best v{best.version} ({best.accuracy:.4f})"
 
 
@@ -964,8 +1008,10 @@ def tick_metrics(state: ServiceState) -> dict[str, float]:
     out = {f"loss_estimate.{t.name}": float(x) for t, x in zip(state.tenants, loss, strict=True)}
     out["regret_estimate"] = float(loss.sum())
     best: dict[str, float] = {}
+    current = {t.name: t.snapshot for t in state.tenants}
     for r in state.records:
-        if r.status == "FINISHED" and r.accuracy is not None:
+        on_current = r.snapshot is None or r.snapshot == current.get(r.tenant, r.snapshot)
+        if r.status == "FINISHED" and r.accuracy is not None and on_current:
             best[r.tenant] = max(best.get(r.tenant, 0.0), r.accuracy)
     for name, acc in best.items():
         out[f"best_accuracy.{name}"] = acc
