@@ -11,17 +11,7 @@ from dataclasses import dataclass
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-__all__ = [
-    "BEST",
-    "NEW_DATA_TOLERANCE",
-    "BestModel",
-    "beats",
-    "best_model",
-    "promote_if_better",
-    "retrained_on",
-    "settle_best",
-    "would_replace",
-]
+__all__ = ["BEST", "BestModel", "beats", "best_model", "promote_if_better", "settle_best"]
 
 BEST = "best"
 
@@ -68,74 +58,22 @@ def best_model(client: MlflowClient, tenant: str) -> BestModel | None:
     )
 
 
-#: How much less accurate than the best of an older snapshot a model of a newer one may
-#: measure and still replace it (`beats`): two standard deviations of how far a model's
-#: accuracy moves when its training data double (0.037 on the carried LCDB curves, the
-#: `policy._book.STALE_VAR` measurement).
-NEW_DATA_TOLERANCE = 2 * 0.037
-
-
-def beats(
-    accuracy: float,
-    current: BestModel | None,
-    *,
-    snapshot: int,
-    retrained: bool = False,
-) -> bool:
+def beats(accuracy: float, current: BestModel | None, *, snapshot: int) -> bool:
     """Whether a model of `accuracy`, trained on the tenant's data `snapshot`, would become the
     best over `current` (None: no best yet). On the same snapshot: strictly more accurate, so
-    ``best`` only moves up there (a best of unknown accuracy, NaN, is never replaced). An older
-    snapshot's model never replaces a newer one's. A newer snapshot's model (the tenant fed or
-    refined its data since) replaces an older one's when it measures within
-    `NEW_DATA_TOLERANCE` of it, or whatever it measures once the best's own model has been
-    trained on the newer data (`retrained`): the two accuracies were measured on different
-    data, and the most accurate of many measurements on a smaller validation split is the one
-    most likely to overstate, but a cheap first model on new data should not replace a good
-    one it is far below. So ``best`` moves to the newest data's models, and up among them.
+    ``best`` only moves up there (a best of unknown accuracy, NaN, is never replaced). A model
+    of a newer snapshot (the tenant fed or refined its data since) replaces an older one's
+    whatever the two accuracies, which were measured on different data (the most accurate of
+    many measurements on a smaller validation split is the one most likely to overstate); an
+    older snapshot's model never replaces a newer one's. So ``best`` is the most accurate model
+    on the newest snapshot that has one. (The policy makes that first model on new data one
+    expected to be close to the served one: `policy._book.TenantBook`'s floor after a feed.)
     The one rule `promote_if_better` moves ``best`` by."""
     if current is None:
         return True
     if snapshot != current.snapshot:
-        if snapshot < current.snapshot:
-            return False
-        close = accuracy >= current.accuracy - NEW_DATA_TOLERANCE
-        return retrained or close or math.isnan(current.accuracy)
+        return snapshot > current.snapshot
     return accuracy > current.accuracy
-
-
-def retrained_on(client: MlflowClient, tenant: str, best: BestModel, snapshot: int) -> bool:
-    """Whether `best`'s model (its candidate) has a finished job of `tenant` on `snapshot`."""
-    from mlflow_plugin.tracking import experiment_name
-
-    exp = client.get_experiment_by_name(experiment_name(tenant))
-    if exp is None:
-        return False
-    runs = client.search_runs(
-        [exp.experiment_id],
-        f"params.model = '{best.candidate}' and params.snapshot = '{snapshot}' "
-        "and attributes.status = 'FINISHED'",
-        max_results=1,
-    )
-    return bool(runs)
-
-
-def would_replace(
-    client: MlflowClient,
-    tenant: str,
-    accuracy: float,
-    current: BestModel | None,
-    *,
-    snapshot: int,
-    candidate: str,
-) -> bool:
-    """`beats`, asking MLflow whether the best's model was retrained on `snapshot` only when
-    that decides it (a newer snapshot's model that measures far below the best)."""
-    if beats(accuracy, current, snapshot=snapshot):
-        return True
-    if current is None or snapshot <= current.snapshot:
-        return False
-    again = candidate == current.candidate or retrained_on(client, tenant, current, snapshot)
-    return beats(accuracy, current, snapshot=snapshot, retrained=again)
 
 
 def promote_if_better(
@@ -157,7 +95,7 @@ def promote_if_better(
     ``best`` has settled (`settle_best`).
     """
     current = best_model(client, tenant)
-    if not would_replace(client, tenant, accuracy, current, snapshot=snapshot, candidate=candidate):
+    if not beats(accuracy, current, snapshot=snapshot):
         return None
     try:
         client.get_registered_model(tenant)
@@ -211,9 +149,7 @@ def settle_best(client: MlflowClient, tenant: str) -> BestModel | None:
             key = (_snapshot(mv.tags), acc, -int(mv.version))
             if not math.isnan(acc) and (top is None or key > top):
                 top = key
-        # a registered version passed `would_replace` when its job ended: a newer snapshot's
-        # replaces an older one's here whatever the accuracies
-        if top is None or not beats(top[1], current, snapshot=top[0], retrained=True):
+        if top is None or not beats(top[1], current, snapshot=top[0]):
             return current
         client.set_registered_model_alias(tenant, BEST, str(-top[2]))
     _log.warning("best of %s still moving after %d rounds; left as it is", tenant, SETTLE_ROUNDS)

@@ -6,7 +6,8 @@ numpy work plus O(t K) for the tenant that changed):
 
 - ``n_obs`` (n,), ``best`` (n,): observation count ``t_i - 1`` and best quality so far
   (0 before the first model: the tenant has nothing to serve with, Sec. 4.1), both on the
-  tenant's current data (a ``stale`` observation only informs the posterior); ``updates``
+  tenant's current data (a ``stale`` observation informs the posterior, and before the first
+  current one sets ``best`` to a conservative guess, `STALE_FLOOR`); ``updates``
   (n,): observations applied to the tenant, stale ones included (what caches key on).
 - ``sigma_tilde`` (n,): the empirical bound of Alg. 2 line 6,
   ``sigma~_i = min{ B_{t_i-1}(a_{t_i-1}), min_{t'<t_i-1} (y_t' + sigma~_t') } - y_{t_i-1}``,
@@ -37,6 +38,11 @@ CostScale = Literal["mean", "tenant-mean", "max"]
 #: carried LCDB curves (``tenantml/data/curves/lcdb.csv.gz``, 41,900 pairs of anchors two steps
 #: apart, from 91 training examples up) the change has mean +0.015 and RMS 0.037.
 STALE_VAR = 0.037**2
+#: After a tenant's data changed, its best on the new data starts at its best stale result
+#: less two such RMS (0.074): a conservative guess of how its served model does there, until
+#: a model is measured on them. With 0 there (nothing to serve with) the first job after a
+#: feed was the cheapest model, whose accuracy then replaced the served one's.
+STALE_FLOOR = 2 * 0.037
 
 
 def _cost_refs(problem: Problem, arms: list[IntArray], scale: CostScale) -> FloatArray:
@@ -117,6 +123,7 @@ class TenantBook:
         self.updates = np.zeros(n, dtype=np.intp)  # observations applied, stale ones too
         self.remaining = np.array([len(a) for a in self.local_arms], dtype=np.intp)
         self.best = np.zeros(n)
+        self._floored = np.zeros(n, dtype=bool)  # best holds `STALE_FLOOR`'s guess
         self.sum_z2 = np.zeros(n)  # sum of squared standardised surprises (y - mu) / sd
         self.min_ecb = np.full(n, np.inf)
         self.sigma_tilde = np.full(n, np.nan)
@@ -201,17 +208,26 @@ class TenantBook:
             self.tried[i][la] = True
             self.remaining[i] -= 1
         self.n_obs[i] += 1
-        self.best[i] = max(float(self.best[i]), y)
+        if self._floored[i] and obs.completed:  # the first model measured on the data now
+            self.best[i], self._floored[i] = y, False
+        else:
+            self.best[i] = max(float(self.best[i]), y)
         self._gap_dirty[i] = True
 
     def _apply_stale(self, i: int, la: int, obs: Observation) -> None:
         """A job on an earlier version of the tenant's data: conditions the posterior with the
         extra variance `STALE_VAR` (how far a model's quality may move when its data do). The
-        arm stays untried, the tenant's best on its current data stays as it is, and the cost
-        is left out (it was paid on another amount of data than ``Problem.sizes`` says)."""
+        arm stays untried; until a model is measured on the current data the tenant's best is
+        the `STALE_FLOOR` guess (what it is served with, conservatively), replaced by that
+        first measurement; the cost is left out (it was paid on another amount of data than
+        ``Problem.sizes`` says)."""
         if self.use_gp and obs.completed:
             y = float(obs.quality)
             self.posterior(i).update(la, y, self.measurement_noise(i, y) + STALE_VAR)
+            self._gap_dirty[i] = True
+        if obs.completed and (self.n_obs[i] == 0 or self._floored[i]):
+            self.best[i] = max(float(self.best[i]), float(obs.quality) - STALE_FLOOR)
+            self._floored[i] = True
             self._gap_dirty[i] = True
 
     def measurement_noise(self, i: int, q: float) -> float:

@@ -659,15 +659,7 @@ def run_chaos(
 def _best_is_wrong(best: Any, finished: list[Any]) -> bool:
     """Whether `best` (a `BestModel` or None) breaks the registry's rule
     (`mlflow_plugin.registry.beats`) over a tenant's `finished` job records: it is the most
-    accurate on the newest snapshot, or older than that only while every model of the newest
-    measures far below it and its own model has no job there."""
-    from mlflow_plugin.registry import beats
-
+    accurate of the newest snapshot's."""
     newest = max(r.snapshot or 0 for r in finished)
-    there = [r for r in finished if (r.snapshot or 0) == newest]
-    if best is None:
-        return True
-    if best.snapshot >= newest:
-        return bool(best.accuracy < max(r.accuracy or 0.0 for r in there) - 1e-12)
-    again = any(r.candidate == best.candidate for r in there)
-    return any(beats(r.accuracy or 0.0, best, snapshot=newest, retrained=again) for r in there)
+    top = max((r.accuracy or 0.0) for r in finished if (r.snapshot or 0) == newest)
+    return best is None or best.snapshot < newest or bool(best.accuracy < top - 1e-12)
