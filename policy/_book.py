@@ -7,7 +7,8 @@ numpy work plus O(t K) for the tenant that changed):
 - ``n_obs`` (n,), ``best`` (n,): observation count ``t_i - 1`` and best quality so far
   (0 before the first model: the tenant has nothing to serve with, Sec. 4.1), both on the
   tenant's current data (a ``stale`` observation informs the posterior, and before the first
-  current one sets ``best`` to a conservative guess, `STALE_FLOOR`); ``updates``
+  completed current one sets ``best`` to a conservative guess, `STALE_FLOOR`); ``measured``
+  (n,): whether a model completed on the current data; ``updates``
   (n,): observations applied to the tenant, stale ones included (what caches key on).
 - ``sigma_tilde`` (n,): the empirical bound of Alg. 2 line 6,
   ``sigma~_i = min{ B_{t_i-1}(a_{t_i-1}), min_{t'<t_i-1} (y_t' + sigma~_t') } - y_{t_i-1}``,
@@ -124,6 +125,7 @@ class TenantBook:
         self.remaining = np.array([len(a) for a in self.local_arms], dtype=np.intp)
         self.best = np.zeros(n)
         self._floored = np.zeros(n, dtype=bool)  # best holds `STALE_FLOOR`'s guess
+        self.measured = np.zeros(n, dtype=bool)  # a model measured on the current data
         self.sum_z2 = np.zeros(n)  # sum of squared standardised surprises (y - mu) / sd
         self.min_ecb = np.full(n, np.inf)
         self.sigma_tilde = np.full(n, np.nan)
@@ -212,6 +214,7 @@ class TenantBook:
             self.best[i], self._floored[i] = y, False
         else:
             self.best[i] = max(float(self.best[i]), y)
+        self.measured[i] |= obs.completed
         self._gap_dirty[i] = True
 
     def _apply_stale(self, i: int, la: int, obs: Observation) -> None:
@@ -225,7 +228,7 @@ class TenantBook:
             y = float(obs.quality)
             self.posterior(i).update(la, y, self.measurement_noise(i, y) + STALE_VAR)
             self._gap_dirty[i] = True
-        if obs.completed and (self.n_obs[i] == 0 or self._floored[i]):
+        if obs.completed and not self.measured[i]:
             self.best[i] = max(float(self.best[i]), float(obs.quality) - STALE_FLOOR)
             self._floored[i] = True
             self._gap_dirty[i] = True

@@ -9,7 +9,9 @@ thirty untried models of the wide prior (sd 0.22) was estimated to gain 0.165, m
 0.04 there is to gain (bench-live, digits, 2026-11). It is a Monte Carlo
 mean over ``samples`` joint draws (fixed seed: the same state gives the same number) and 0 once
 every model was tried. Before any observation ``b_i = 0``, so it is about the prior mean of
-the best model. The total regret estimate is ``sum_i w_i * loss_i``.
+the best model (after the tenant's data changed, until a model is measured on them, ``b_i`` is
+a conservative guess of its served model's accuracy there, `policy._book.STALE_FLOOR`). The
+total regret estimate is ``sum_i w_i * loss_i``.
 
 Calibration (as `policy.rate.RatePolicy` does for its decisions): tenant ``i``'s posterior
 covariance is scaled by ``kappa_i = (nu + sum z^2) / (nu + t_i)`` over the standardised

@@ -6,7 +6,9 @@ pairs can be compared directly. Training model ``k`` for tenant ``i`` reduces th
 by ``max(0, min(y_ik, 1) - best_i)`` (accuracy cannot pass 1); under the GP posterior
 ``y_ik ~ N(mu_ik, sigma_ik^2 + s^2)`` its expectation is the expected improvement of that
 bounded outcome, ``EI_ik = EI(best_i) - EI(1)`` (``best_i = 0`` before the tenant's first model,
-which has nothing to serve with). Without the bound, a tenant at 0.985 whose first results
+which has nothing to serve with; after the tenant's data changed, a conservative guess of its
+served model's accuracy on them, `policy._book.STALE_FLOOR`). Without the bound, a tenant at
+0.985 whose first results
 surprised its prior (a wide calibrated posterior) looked as promising as one at 0.88: in
 ``bench-live real`` digits spent 75 s on three LeNet variants after LeNet's 0.985 while MNIST
 waited for its first CNN. The policy runs the pair with the largest
@@ -118,8 +120,9 @@ class RatePolicy:
         accuracy less the incumbent's, both binomial on the tenant's ``n_val`` validation
         examples at about the incumbent's accuracy ``q``, less the share ``r`` of that noise the
         two have in common (`TenantBook.measurement_noise`; 0 without ``Problem.val_sizes``, or
-        before the first model, which is served whatever it measures)."""
-        if book.n_obs[i] == 0:
+        before the first model on the tenant's current data, which is served whatever it
+        measures)."""
+        if not book.measured[i]:
             return 0.0
         return 2.0 * book.measurement_noise(i, float(book.best[i]))
 

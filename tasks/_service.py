@@ -531,6 +531,7 @@ class Planner:
         self.rng = np.random.default_rng(seed)
         self.loop: SchedulerLoop | None = None
         self._key: tuple[object, ...] = ()
+        self._fed: set[str] = set()  # run ids of the ended jobs the loop holds
         self._seen: set[str] = set()
 
     def _sync(self, state: ServiceState, pending: tuple[Assignment, ...]) -> SchedulerLoop:
@@ -544,21 +545,22 @@ class Planner:
             None if p.weights is None else np.asarray(p.weights).tobytes(),
         )
         done = [r for r in state.records if r.status in ("FINISHED", "FAILED")]
-        if self.loop is None or key != self._key:
+        kept = _newest_jobs(done, {t.name: t.snapshot for t in state.tenants})
+        # a result the loop holds was superseded (a model retrained on new data, or a newer
+        # stale one): rebuild, so that the loop holds what `history` keeps
+        superseded = bool(self._fed - kept)
+        if self.loop is None or key != self._key or superseded:
             # The loop refits the prior every `policy.prior.REFIT_EVERY` new results, as the
             # replay's `live` column does; it starts from the state's (fitted on this history).
             # The cost model too: `build_problem`'s, refined by every tenant's jobs.
             costs = None
             if p.cost_prior is not None:
                 costs = OnlineCostPrior(p.cost_prior, len(state.tenants), p.sizes)
-            carried = None  # a round-robin turn (an int) survives a feed; Hybrid's mode
-            if (  # starts again (greedy), which serves the fed tenant first
-                self.loop is not None
-                and isinstance(self.loop.state, int)
-                and self.loop.problem.tenants == p.tenants
-                and key[1:] == self._key[1:]
-            ):
-                carried = self.loop.state
+            carried = None  # the policy's own state survives a rebuild for the same problem;
+            if self.loop is not None and self.loop.problem.tenants == p.tenants:  # a feed
+                same = key == self._key  # keeps a round-robin turn (an int), not Hybrid's
+                if same or (key[1:] == self._key[1:] and isinstance(self.loop.state, int)):
+                    carried = self.loop.state  # mode: greedy again serves the fed one first
             self.loop = SchedulerLoop(
                 state.problem,
                 make_policy(self.policy),
@@ -570,16 +572,13 @@ class Planner:
                 state=carried,
             )
             self._key, self._seen = key, {r.run_id for r in done}
+            self._fed = kept
         else:
-            kept = _newest_jobs(done, {t.name: t.snapshot for t in state.tenants})
-            fresh = ServiceState(
-                state.tenants,
-                [r for r in done if r.run_id not in self._seen and r.run_id in kept],
-                state.problem,
-                state.catalogue,
-            )
+            new = [r for r in done if r.run_id not in self._seen and r.run_id in kept]
+            fresh = ServiceState(state.tenants, new, state.problem, state.catalogue)
             self.loop.finished(fresh.history().log)
             self._seen |= {r.run_id for r in done}
+            self._fed |= {r.run_id for r in new}
             o, was = state.problem.job_overhead, self.loop.problem.job_overhead
             if abs(o - was) > OVERHEAD_CHANGE * max(was, 1e-3):  # the policy rebuilds its book
                 self.loop.problem = replace(self.loop.problem, job_overhead=o)

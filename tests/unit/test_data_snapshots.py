@@ -64,6 +64,10 @@ def test_a_stale_result_informs_the_posterior_but_its_model_may_be_trained_again
     both = stale.append(Observation(0, 2, 0.8, 1.0))
     book = pol.book(Snapshot(problem, both))
     assert book.tried[0][2] and book.best[0] == 0.8 and book.n_obs[0] == 1
+    # a failed job on the current data first: the guess still stands until a model completes
+    failed = History((Observation(0, 0, 0.0, 1.0, completed=False), *stale.log))
+    book = pol.book(Snapshot(problem, failed))
+    assert book.best[0] == pytest.approx(0.95 - STALE_FLOOR) and not book.measured[0]
     # a stale result that arrives after a decision is taken into the next one (the cache of
     # `rate` follows every observation), and its cost, paid on other data, is left out
     pol = RatePolicy()
@@ -175,3 +179,19 @@ def test_a_feed_keeps_the_policys_own_state() -> None:
     fed = [tenants[0], tenants[1], dataclasses.replace(tenants[2], snapshot=2)]
     [second] = planner.decide(_state(fed, []), in_flight=[], tick=2)
     assert (first.tenant, second.tenant) == ("a", "b")  # the turn goes on, not back to a
+
+
+def test_the_planners_loop_holds_what_the_history_keeps() -> None:
+    """A model retrained on new data supersedes its stale result in the running loop too, as a
+    loop rebuilt from MLflow would hold it (decisions must not depend on when it was built)."""
+    planner = Planner("rate", slots=1)
+    fed = dataclasses.replace(_tenant("a", TAB), snapshot=2)
+    old = dataclasses.replace(_record("a", "knn", acc=0.7), run_id="k1", snapshot=1)
+    other = dataclasses.replace(_record("a", "svm", acc=0.9), run_id="s1", snapshot=1)
+    planner.decide(_state([fed], [old, other]), in_flight=[], tick=1)
+    again = dataclasses.replace(_record("a", "knn", acc=0.8), run_id="k2", snapshot=2)
+    state = _state([fed], [old, other, again])
+    planner.decide(state, in_flight=[], tick=2)
+    assert planner.loop is not None
+    assert planner.loop.history.log == state.history().log
+    assert [(o.quality, o.stale) for o in state.history().log] == [(0.9, True), (0.8, False)]
