@@ -531,8 +531,10 @@ class Planner:
         self.rng = np.random.default_rng(seed)
         self.loop: SchedulerLoop | None = None
         self._key: tuple[object, ...] = ()
-        self._fed: set[str] = set()  # run ids of the ended jobs the loop holds
-        self._seen: set[str] = set()
+        self._fed: set[tuple[str, str]] = set()  # (run id, status) of the results it holds
+        # (run id, status) of the ended jobs taken: a FAILED job that a retry of its run then
+        # finishes (the same MLflow run, `tasks._dispatch`) is taken again, as FINISHED
+        self._seen: set[tuple[str, str]] = set()
 
     def _sync(self, state: ServiceState, pending: tuple[Assignment, ...]) -> SchedulerLoop:
         # a tenant's models (`submit --models`), weight or snapshot (fed or refined: its jobs
@@ -546,9 +548,11 @@ class Planner:
         )
         done = [r for r in state.records if r.status in ("FINISHED", "FAILED")]
         kept = _newest_jobs(done, {t.name: t.snapshot for t in state.tenants})
-        # a result the loop holds was superseded (a model retrained on new data, or a newer
-        # stale one): rebuild, so that the loop holds what `history` keeps
-        superseded = bool(self._fed - kept)
+        now = {(r.run_id, r.status) for r in done if r.run_id in kept}
+        # a result the loop holds was superseded (a model retrained on new data, a newer stale
+        # one, a failed run that a retry finished): rebuild, so that it holds what `history`
+        # keeps
+        superseded = bool(self._fed - now)
         if self.loop is None or key != self._key or superseded:
             # The loop refits the prior every `policy.prior.REFIT_EVERY` new results, as the
             # replay's `live` column does; it starts from the state's (fitted on this history).
@@ -571,14 +575,14 @@ class Planner:
                 online_costs=costs,
                 state=carried,
             )
-            self._key, self._seen = key, {r.run_id for r in done}
-            self._fed = kept
+            self._key, self._seen = key, {(r.run_id, r.status) for r in done}
+            self._fed = now
         else:
-            new = [r for r in done if r.run_id not in self._seen and r.run_id in kept]
+            new = [r for r in done if (r.run_id, r.status) not in self._seen and r.run_id in kept]
             fresh = ServiceState(state.tenants, new, state.problem, state.catalogue)
             self.loop.finished(fresh.history().log)
-            self._seen |= {r.run_id for r in done}
-            self._fed |= {r.run_id for r in new}
+            self._seen |= {(r.run_id, r.status) for r in done}
+            self._fed |= {(r.run_id, r.status) for r in new}
             o, was = state.problem.job_overhead, self.loop.problem.job_overhead
             if abs(o - was) > OVERHEAD_CHANGE * max(was, 1e-3):  # the policy rebuilds its book
                 self.loop.problem = replace(self.loop.problem, job_overhead=o)

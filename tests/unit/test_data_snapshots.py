@@ -195,3 +195,14 @@ def test_the_planners_loop_holds_what_the_history_keeps() -> None:
     assert planner.loop is not None
     assert planner.loop.history.log == state.history().log
     assert [(o.quality, o.stale) for o in state.history().log] == [(0.9, True), (0.8, False)]
+
+
+def test_a_failed_job_that_a_retry_finishes_reaches_the_policy() -> None:
+    planner = Planner("rate", slots=1)
+    tenant = _tenant("a", TAB)
+    failed = dataclasses.replace(_record("a", "knn", "FAILED", acc=0.0), run_id="k")
+    planner.decide(_state([tenant], [failed]), in_flight=[], tick=1)
+    finished = dataclasses.replace(failed, status="FINISHED", accuracy=0.8)
+    planner.decide(_state([tenant], [finished]), in_flight=[], tick=2)
+    assert planner.loop is not None  # as a loop rebuilt from MLflow holds it
+    assert [(o.quality, o.completed) for o in planner.loop.history.log] == [(0.8, True)]
