@@ -11,7 +11,15 @@ from dataclasses import dataclass
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-__all__ = ["BEST", "BestModel", "beats", "best_model", "promote_if_better", "settle_best"]
+__all__ = [
+    "BEST",
+    "BestModel",
+    "beats",
+    "best_model",
+    "promote_if_better",
+    "serving_key",
+    "settle_best",
+]
 
 BEST = "best"
 
@@ -56,6 +64,11 @@ def best_model(client: MlflowClient, tenant: str) -> BestModel | None:
         t.get("tenantml.job_id", ""),
         _snapshot(t),
     )
+
+
+def serving_key(snapshot: int | None, accuracy: float | None) -> tuple[int, float]:
+    """The order ``best`` follows (`beats`): newer data first, then accuracy (None: 0)."""
+    return (snapshot or 0, 0.0 if accuracy is None else accuracy)
 
 
 def beats(accuracy: float, current: BestModel | None, *, snapshot: int) -> bool:
@@ -143,14 +156,14 @@ def settle_best(client: MlflowClient, tenant: str) -> BestModel | None:
     """
     for _ in range(SETTLE_ROUNDS):
         current = best_model(client, tenant)
-        top: tuple[int, float, int] | None = None  # (snapshot, accuracy, -version)
+        top: tuple[tuple[int, float], int] | None = None  # (serving_key, -version)
         for mv in client.search_model_versions(f"name = '{tenant}'"):
             acc = _accuracy(mv.tags)
-            key = (_snapshot(mv.tags), acc, -int(mv.version))
+            key = (serving_key(_snapshot(mv.tags), acc), -int(mv.version))
             if not math.isnan(acc) and (top is None or key > top):
                 top = key
-        if top is None or not beats(top[1], current, snapshot=top[0]):
+        if top is None or not beats(top[0][1], current, snapshot=top[0][0]):
             return current
-        client.set_registered_model_alias(tenant, BEST, str(-top[2]))
+        client.set_registered_model_alias(tenant, BEST, str(-top[1]))
     _log.warning("best of %s still moving after %d rounds; left as it is", tenant, SETTLE_ROUNDS)
     return best_model(client, tenant)

@@ -124,7 +124,6 @@ class TenantBook:
         self.updates = np.zeros(n, dtype=np.intp)  # observations applied, stale ones too
         self.remaining = np.array([len(a) for a in self.local_arms], dtype=np.intp)
         self.best = np.zeros(n)
-        self._floored = np.zeros(n, dtype=bool)  # best holds `STALE_FLOOR`'s guess
         self.measured = np.zeros(n, dtype=bool)  # a model measured on the current data
         self.sum_z2 = np.zeros(n)  # sum of squared standardised surprises (y - mu) / sd
         self.min_ecb = np.full(n, np.inf)
@@ -210,11 +209,10 @@ class TenantBook:
             self.tried[i][la] = True
             self.remaining[i] -= 1
         self.n_obs[i] += 1
-        if self._floored[i] and obs.completed:  # the first model measured on the data now
-            self.best[i], self._floored[i] = y, False
+        if obs.completed and not self.measured[i]:  # the first model measured on the data now
+            self.best[i], self.measured[i] = y, True  # (replaces a `STALE_FLOOR` guess)
         else:
             self.best[i] = max(float(self.best[i]), y)
-        self.measured[i] |= obs.completed
         self._gap_dirty[i] = True
 
     def _apply_stale(self, i: int, la: int, obs: Observation) -> None:
@@ -230,7 +228,6 @@ class TenantBook:
             self._gap_dirty[i] = True
         if obs.completed and not self.measured[i]:
             self.best[i] = max(float(self.best[i]), float(obs.quality) - STALE_FLOOR)
-            self._floored[i] = True
             self._gap_dirty[i] = True
 
     def measurement_noise(self, i: int, q: float) -> float:

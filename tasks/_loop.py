@@ -71,6 +71,7 @@ from typing import Any
 import mlflow
 from mlflow.tracking import MlflowClient
 
+from mlflow_plugin.registry import serving_key
 from mlflow_plugin.tracking import JobRecord, ensure_scheduler_experiment
 from store import ExampleStore
 from tasks._dispatch import DeploymentDispatcher, Dispatcher, Done, LocalDispatcher
@@ -505,7 +506,7 @@ def redo_promotions(svc: Service, state: ServiceState) -> None:
     for tenant in state.tenants:
         ok = [r for r in state.records if r.tenant == tenant.name and r.status == "FINISHED"]
         if ok:
-            record(svc.client, max(ok, key=lambda r: (r.snapshot or 0, r.accuracy or 0.0)))
+            record(svc.client, max(ok, key=lambda r: serving_key(r.snapshot, r.accuracy)))
 
 
 def _orphan_spec(svc: Service, job: JobRecord, slot: int, last_tick: int) -> JobSpec:

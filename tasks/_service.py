@@ -173,10 +173,10 @@ class ServiceState:
         earlier snapshots only the newest is kept, and none once the model has a job on the
         current one: one shift of the data, not one per snapshot (`policy._book.STALE_VAR`)."""
         ti, mi = self.index()
-        snapshots = [t.snapshot for t in self.tenants]
+        current = {t.name: t.snapshot for t in self.tenants}
         available = self.problem.available
         ended = [r for r in self.records if r.status in ("FINISHED", "FAILED")]
-        newest = _newest_jobs(ended, {t.name: t.snapshot for t in self.tenants})
+        newest = _newest_jobs(ended, current)
         log = []
         for r in ended:
             if (
@@ -197,9 +197,12 @@ class ServiceState:
                 cost = max(cost, r.end_time - r.start_time)  # an older record: its span
             if self.usd_per_s is not None:
                 cost *= self.usd_per_s[mi[r.candidate]]
-            i = ti[r.tenant]
-            stale = r.snapshot is not None and r.snapshot < snapshots[i]
-            log.append(Observation(i, mi[r.candidate], quality, cost, r.end_time or 0.0, ok, stale))
+            stale = r.snapshot is not None and r.snapshot < current[r.tenant]
+            log.append(
+                Observation(
+                    ti[r.tenant], mi[r.candidate], quality, cost, r.end_time or 0.0, ok, stale
+                )
+            )
         return History(tuple(log))
 
     def running(self) -> list[JobRecord]:

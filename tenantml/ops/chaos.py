@@ -489,7 +489,7 @@ def _concurrency(
 
 def _check(svc: _Service, rep: ChaosReport) -> None:
     """The invariants, from MLflow alone (see the module docstring)."""
-    from mlflow_plugin.registry import best_model
+    from mlflow_plugin.registry import best_model, serving_key
 
     c = svc.client()
     recs = svc.records()
@@ -503,8 +503,12 @@ def _check(svc: _Service, rep: ChaosReport) -> None:
     for tenant in {r.tenant for r in recs}:
         ok = [r for r in recs if r.tenant == tenant and r.status == "FINISHED"]
         best = best_model(c.mlflow, tenant)
-        if ok and _best_is_wrong(best, ok):
-            top = max(ok, key=lambda r: (r.snapshot or 0, r.accuracy or 0.0))
+        top = max(ok, key=lambda r: serving_key(r.snapshot, r.accuracy), default=None)
+        if top is not None and (  # `best` is the newest data's most accurate (`beats`)
+            best is None
+            or best.snapshot < (top.snapshot or 0)
+            or best.accuracy < (top.accuracy or 0.0) - 1e-12
+        ):
             rep.best_wrong.append(
                 f"{tenant}: best {best and (best.accuracy, best.snapshot)}, but "
                 f"{top.candidate} measured {top.accuracy} on snapshot {top.snapshot}"
@@ -654,12 +658,3 @@ def run_chaos(
         servers.down(home)
     rep.wall_s = time.monotonic() - t0
     return rep
-
-
-def _best_is_wrong(best: Any, finished: list[Any]) -> bool:
-    """Whether `best` (a `BestModel` or None) breaks the registry's rule
-    (`mlflow_plugin.registry.beats`) over a tenant's `finished` job records: it is the most
-    accurate of the newest snapshot's."""
-    newest = max(r.snapshot or 0 for r in finished)
-    top = max((r.accuracy or 0.0) for r in finished if (r.snapshot or 0) == newest)
-    return best is None or best.snapshot < newest or bool(best.accuracy < top - 1e-12)
