@@ -37,7 +37,8 @@ CostScale = Literal["mean", "tenant-mean", "max"]
 #: Extra variance of a quality measured on an earlier version of a tenant's data
 #: (`Observation.stale`): how far a model's quality moves when its training data double. On the
 #: carried LCDB curves (``tenantml/data/curves/lcdb.csv.gz``, 41,900 pairs of anchors two steps
-#: apart, from 91 training examples up) the change has mean +0.015 and RMS 0.037.
+#: apart, from 91 training examples up) the change has mean +0.015 and RMS 0.037
+#: (``python infra/scripts/stale_variance.py``).
 STALE_VAR = 0.037**2
 #: After a tenant's data changed, its best on the new data starts at its best stale result
 #: less two such RMS (0.074): a conservative guess of how its served model does there, until
