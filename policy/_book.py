@@ -127,6 +127,7 @@ class TenantBook:
         self.best = np.zeros(n)
         self.measured = np.zeros(n, dtype=bool)  # a model measured on the current data
         self.sum_z2 = np.zeros(n)  # sum of squared standardised surprises (y - mu) / sd
+        self.n_z2 = np.zeros(n, dtype=np.intp)  # the surprises in it (failed jobs have none)
         self.min_ecb = np.full(n, np.inf)
         self.sigma_tilde = np.full(n, np.nan)
         self.gap = np.full(n, np.nan)
@@ -200,6 +201,7 @@ class TenantBook:
             self.sigma_tilde[i] = self.min_ecb[i] - y
             extra = self.measurement_noise(i, y)
             self.sum_z2[i] += (y - post.mu[la]) ** 2 / (post.var[la] + post.noise + extra)
+            self.n_z2[i] += 1
             post.update(la, y, extra)
         if self.estimator is not None and np.isfinite(obs.cost) and obs.cost > 0:
             self.estimator.observe(i, obs.arm, obs.cost)

@@ -74,6 +74,6 @@ def loss_estimates(
         rng = np.random.default_rng([seed, i])
         cov = post.cov()[np.ix_(untried, untried)]
         if calibration > 0:
-            cov = cov * (calibration + book.sum_z2[i]) / (calibration + book.n_obs[i])
+            cov = cov * (calibration + book.sum_z2[i]) / (calibration + book.n_z2[i])
         out[i] = expected_loss(post.mu[untried], cov, float(book.best[i]), rng)
     return out

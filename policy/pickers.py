@@ -59,9 +59,17 @@ def _round_robin(view: TenantView, pointer: int) -> int:
     return int(after[0] if after.size else idx[0])
 
 
+def _measured(view: TenantView) -> np.ndarray:
+    """Tenants with a model measured on their current data: ``sigma~`` is finite. A tenant
+    whose jobs so far all failed (or that was fed new data since) has observations but no
+    ``sigma~``; counting it as served made line 7's mean NaN, the candidate set empty and
+    Hybrid's regret estimate NaN, so the first eligible tenant was served for ever."""
+    return np.isfinite(view.sigma_tilde)
+
+
 def greedy_candidates(view: TenantView) -> np.ndarray:
-    """Alg. 2 line 7: eligible served tenants whose weighted sigma~ is at least the mean."""
-    served = view.eligible & (view.n_obs > 0)
+    """Alg. 2 line 7: eligible measured tenants whose weighted sigma~ is at least the mean."""
+    served = view.eligible & _measured(view)
     idx = np.flatnonzero(served)
     if idx.size == 0:
         return idx
@@ -71,8 +79,8 @@ def greedy_candidates(view: TenantView) -> np.ndarray:
 
 
 def regret_estimate(view: TenantView) -> float:
-    """Total regret estimate ``sum_i w_i sigma~_i`` over tenants with observations."""
-    served = view.n_obs > 0
+    """Total regret estimate ``sum_i w_i sigma~_i`` over measured tenants."""
+    served = _measured(view)
     return float(np.sum(view.weights[served] * view.sigma_tilde[served]))
 
 
@@ -118,7 +126,7 @@ class Greedy:
     needs_gap: bool = True
 
     def pick(self, view: TenantView, state: Any, rng: np.random.Generator) -> tuple[int, Any]:
-        unserved = view.eligible & (view.n_obs == 0)
+        unserved = view.eligible & ~_measured(view)
         if unserved.any():  # Alg. 2 lines 1-4: one GP-UCB step for every tenant first
             return _first(unserved), state
         return _greedy_pick(view, greedy_candidates(view)), state
@@ -151,7 +159,7 @@ class Hybrid:
         if st.mode == "roundrobin":
             i = _round_robin(view, st.rr_pointer)
             return i, replace(st, rr_pointer=i + 1)
-        unserved = view.eligible & (view.n_obs == 0)
+        unserved = view.eligible & ~_measured(view)
         if unserved.any():
             return _first(unserved), st
         cand = greedy_candidates(view)

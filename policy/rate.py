@@ -107,7 +107,7 @@ class RatePolicy:
         sd = np.sqrt(post.var + post.noise) if self.predictive else np.sqrt(post.var)
         if self.calibration > 0:
             nu = self.calibration
-            kappa = (nu + book.sum_z2[i]) / (nu + book.n_obs[i])
+            kappa = (nu + book.sum_z2[i]) / (nu + book.n_z2[i])
             sd = sd * np.sqrt(kappa)
         gain = selected_improvement(post.mu, sd, best, self.selection_noise(book, i), self.upper)
         rate = book.problem.weights[i] * gain / book.costs[i]

@@ -4,9 +4,19 @@ import math
 
 import numpy as np
 
-from policy import ArmPrior, Greedy, History, Hybrid, HybridState, Observation, Problem, beta
+from policy import (
+    ArmPrior,
+    Greedy,
+    History,
+    Hybrid,
+    HybridState,
+    Observation,
+    Problem,
+    beta,
+)
 from policy._book import TenantBook, TenantView
 from policy.pickers import greedy_candidates, regret_estimate
+from policy.rate import RatePolicy
 
 RNG = np.random.default_rng(0)
 
@@ -95,3 +105,54 @@ def test_hybrid_returns_to_greedy_when_tenants_arrive() -> None:
 
 def test_regret_estimate_sums_weighted_sigma_tilde() -> None:
     assert math.isclose(regret_estimate(_view([0.1, 0.2], [0, 0], weights=[2, 1])), 0.4)
+
+
+def _three_tenants() -> tuple[TenantBook, History]:
+    """Three tenants on an independent 3-arm prior; tenants 0 and 2 measured a model, tenant 1's
+    only job failed (``completed=False``)."""
+    prior = ArmPrior.create(np.full(3, 0.5), np.eye(3) * 0.04, 1e-4)
+    problem = Problem.create(
+        ["a", "b", "c"], ["m0", "m1", "m2"], np.ones((3, 3), bool), np.ones((3, 3)), prior=prior
+    )
+    h = History()
+    for obs in (
+        Observation(0, 0, 0.6, 1.0),
+        Observation(1, 0, 0.0, 1.0, completed=False),
+        Observation(2, 0, 0.7, 1.0),
+    ):
+        h = h.append(obs)
+    book = TenantBook(problem)
+    book.sync(h)
+    return book, h
+
+
+def test_a_tenant_whose_jobs_failed_is_unserved_not_nan() -> None:
+    """A failed first job leaves sigma~ undefined; before, it made line 7's mean NaN, the
+    candidate set empty and the regret estimate NaN, so Greedy and Hybrid served the first
+    eligible tenant for ever and Hybrid never reached its freezing stage."""
+    book, _ = _three_tenants()
+    view = book.view({}, need_gap=True)
+    assert view.n_obs.tolist() == [1, 1, 1] and np.isnan(view.sigma_tilde[1])
+    assert Greedy().pick(view, None, RNG)[0] == 1  # it has no model yet: lines 1-4 serve it
+    assert Hybrid().pick(view, None, RNG)[0] == 1
+    others = TenantView(np.array([True, False, True]), *(
+        getattr(view, f) for f in ("n_obs", "weights", "sigma_tilde", "gap")
+    ))  # fmt: skip
+    assert greedy_candidates(others).size > 0
+    assert math.isfinite(regret_estimate(view))
+    picker, state = Hybrid(s=2), None
+    for _ in range(3):
+        _, state = picker.pick(others, state, RNG)
+    assert state.mode == "roundrobin"  # the stagnant count advances: R^ is a number
+
+
+def test_failed_jobs_do_not_narrow_the_calibrated_intervals() -> None:
+    """``rate``'s calibration divides the squared surprises by how many there are; a failed job
+    adds none (it has no quality), so it must not count: on an independent prior, a failed job
+    on arm 1 leaves arm 2's rate as it was."""
+    book, h = _three_tenants()
+    pol = RatePolicy()
+    before = pol.tenant_rates(book, 0)[2]
+    book.sync(h.append(Observation(0, 1, 0.0, 1.0, completed=False)))
+    assert pol.tenant_rates(book, 0)[2] == before
+    assert book.n_z2.tolist() == [1, 0, 1]
