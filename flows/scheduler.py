@@ -3,8 +3,9 @@
 Each pass: collect finished `train` runs and `record` them (move `best`), `refresh` the state from
 the store and MLflow, and when slots are free, one *tick*: `decide` (the policy) and dispatch one
 `train` run per free slot, then log the tick's metrics. Passes never wait for a job; with G slots,
-G jobs run. ``ticks=N`` stops after N ticks once their jobs have finished; ``ticks=None`` runs
-until stopped (or, with ``stop_when_idle``, until no tenant has a model left to try).
+G jobs run. ``ticks=N`` stops after N ticks once their jobs have finished, ``budget_s=S`` once no
+tick started after S seconds and their jobs have finished; with neither it runs until stopped
+(or, with ``stop_when_idle``, until no tenant has a model left to try).
 
 Restart safety: the state is rebuilt from MLflow at start. Jobs a previous scheduler left RUNNING
 are taken over (servers: its flow run is still going) or dispatched again with the same job id
@@ -68,11 +69,12 @@ def scheduler(
     prior: str = "learnt",
     chain_s: float = 10.0,
     seer_tuner: str = "replan",
+    budget_s: float | None = None,
 ) -> dict[str, Any]:
     """Run the service loop (see the module docstring; the parameters: `tasks.SchedulerOptions`);
     returns a summary: ticks, jobs, last_tick, wall_s, busy_fraction, run_id, interrupted,
     in_flight."""
-    options = SchedulerOptions(**locals())  # locals(): the 17 parameters
+    options = SchedulerOptions(**locals())  # locals(): the 18 parameters
     with stop_on_signals():
         svc = connect(options, run_train=train)
         progress = resume_orphans(svc)

@@ -311,7 +311,10 @@ class SchedulerOptions:
       ablation; `tasks._service.PRIORS`);
     * `chain_s`: jobs expected to take less than this many seconds are sent several to a flow
       run, chained until their expected seconds add up to it (`Planner.decide`); 0: one job
-      per run.
+      per run;
+    * `budget_s`: wall-clock seconds from the scheduler's start after which no tick starts;
+      the jobs in flight finish (each within ``job_budget_s`` where given) and it stops, as
+      after its ``ticks``; None: no limit.
 
     No defaults here: the flow's signature holds them.
     """
@@ -333,6 +336,7 @@ class SchedulerOptions:
     prior: str
     chain_s: float = 10.0
     seer_tuner: str = "replan"
+    budget_s: float | None = None
 
     def __post_init__(self) -> None:
         """A bad parameter (from the Prefect UI, the CLI or the SDK) is named with what would
@@ -354,7 +358,7 @@ class SchedulerOptions:
                 problems.append(f"{name} {value}: use {least} or more (or leave it unset)")
         if self.max_epochs < 1:
             problems.append(f"max_epochs {self.max_epochs}: use 1 or more")
-        for name in ("job_budget_s", "sleep_s", "seer_budget_x", "outage_patience_s"):
+        for name in ("job_budget_s", "sleep_s", "seer_budget_x", "outage_patience_s", "budget_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 problems.append(f"{name} {value}: use a positive number (or leave it unset)")
@@ -425,9 +429,11 @@ class Progress:
     losses: TickHistory = field(default_factory=dict)
     plotted: float = field(default_factory=time.monotonic)
 
-    def wants_more_ticks(self, ticks: int | None) -> bool:
-        """Fewer than `ticks` ticks done (always, for ``ticks=None``)."""
-        return ticks is None or self.ticks_done < ticks
+    def wants_more_ticks(self, ticks: int | None, budget_s: float | None = None) -> bool:
+        """Fewer than `ticks` ticks done (always, for ``ticks=None``), and fewer than
+        `budget_s` seconds since `started` (always, for None)."""
+        in_time = budget_s is None or self.wall_s() < budget_s
+        return in_time and (ticks is None or self.ticks_done < ticks)
 
     def wall_s(self) -> float:
         """Seconds since `started`."""
@@ -751,10 +757,11 @@ def untold_jobs(
 
 
 def wants_tick(svc: Service, progress: Progress) -> bool:
-    """Step 2: more ticks are wanted, a slot (or a prefetch place) is free, and no stop was
-    requested."""
+    """Step 2: more ticks are wanted (``ticks``, ``budget_s``), a slot (or a prefetch place) is
+    free, and no stop was requested."""
     free = len(svc.dispatcher.in_flight) < svc.planner.capacity
-    return progress.wants_more_ticks(svc.options.ticks) and free and not svc.stop.requested
+    wanted = progress.wants_more_ticks(svc.options.ticks, svc.options.budget_s)
+    return wanted and free and not svc.stop.requested
 
 
 def refresh_if_stale(svc: Service, progress: Progress) -> None:
@@ -842,15 +849,16 @@ def _log_loss_picture(svc: Service, progress: Progress) -> None:
 
 def should_stop(svc: Service, progress: Progress, jobs: list[JobSpec]) -> bool:
     """Step 7, after a pass that sent `jobs`: nothing is in flight, and either the requested
-    ticks are done (``ticks=0`` only drains), or more were wanted but the policy sent nothing
-    (nothing left to try) and the loop is bounded (``ticks`` given, or ``stop_when_idle``)."""
+    ticks are done (``ticks=0`` only drains) or the ``budget_s`` is spent, or more were wanted
+    but the policy sent nothing (nothing left to try) and the loop is bounded (``ticks`` or
+    ``budget_s`` given, or ``stop_when_idle``)."""
     if svc.dispatcher.in_flight:
         return False
-    ticks = svc.options.ticks
-    wants_more = progress.wants_more_ticks(ticks)
-    if ticks is not None and not wants_more:
+    ticks, budget_s = svc.options.ticks, svc.options.budget_s
+    wants_more = progress.wants_more_ticks(ticks, budget_s)
+    if (ticks is not None or budget_s is not None) and not wants_more:
         return True
-    bounded = svc.options.stop_when_idle or ticks is not None
+    bounded = svc.options.stop_when_idle or ticks is not None or budget_s is not None
     return not jobs and bounded and wants_more
 
 

@@ -377,10 +377,18 @@ def run(
             "chained up to S seconds in all (0: one job per run; default: the scheduler's)"
         ),
     ] = None,
+    budget_s: Annotated[
+        float | None,
+        typer.Option(
+            help="start no tick after S seconds; the jobs in flight finish, then it stops "
+            "(default: run on)"
+        ),
+    ] = None,
     sleep_job_seconds: Annotated[float | None, typer.Option(hidden=True)] = None,
     home: Home = None,
 ) -> None:
-    """Run the scheduler in the current mode (embedded or servers) for N ticks, or until stopped.
+    """Run the scheduler in the current mode (embedded or servers) for N ticks or S seconds, or
+    until stopped.
 
     Prints a line per job dispatched and per job finished (on a terminal: the live table of
     `demo` instead). Ctrl-C or SIGTERM stops it within seconds with one line and exit code 130;
@@ -408,6 +416,8 @@ def run(
                 raise ValueError(f"--prior {prior!r} is not valid; valid: learnt, independent")
             if chain_s is not None and not chain_s >= 0:
                 raise ValueError(f"--chain-s {chain_s} is not valid: use 0 (off) or more seconds")
+            if budget_s is not None and not budget_s > 0:
+                raise ValueError(f"--budget-s {budget_s} is not valid: use a positive number")
             chain = {} if chain_s is None else {"chain_s": chain_s}
             # Its settings reach the environment before Prefect loads. No fail-fast check of the
             # servers: the scheduler waits for them (`Client.run`).
@@ -432,6 +442,7 @@ def run(
                     seer_budget_x=seer_budget_x,
                     seer_tuner=tuner,
                     prior=prior,
+                    budget_s=budget_s,
                     **chain,
                 )
     except KeyboardInterrupt as e:  # a signal before the handler was armed, or a second one
@@ -611,13 +622,27 @@ def _live_table(c: Any) -> Table:
     return t
 
 
+def _jobs_done(c: Any) -> int:
+    """Jobs that finished in `c`'s home so far (any tenant, any data)."""
+    from tasks import load_state
+
+    return sum(r.status == "FINISHED" for r in load_state(c.mlflow, c.store).records)
+
+
 def demo(
     ticks: Annotated[int, typer.Option(help="scheduler ticks")] = 16,
     max_epochs: Annotated[int, typer.Option(help="epochs per learning rate")] = 3,
     job_budget: Annotated[float, typer.Option(help="seconds per job at most")] = 60.0,
+    budget_s: Annotated[
+        float, typer.Option(help="start no tick after S seconds (the jobs in flight finish)")
+    ] = 90.0,
     home: Annotated[Path | None, typer.Option("--home", help="default: TENANTML_HOME/demo")] = None,
 ) -> None:
-    """The service on real offline data, embedded (no servers): submit, feed, schedule, infer."""
+    """The service on real offline data, embedded (no servers): submit, feed, schedule, infer.
+
+    Run again on the same home, it goes on from the jobs already done (the CNNs are what is
+    left then, up to a minute each on a CPU): within ``--budget-s`` and the jobs then in flight.
+    """
     from tenantml import datasets
 
     with _errors():
@@ -637,12 +662,19 @@ def demo(
             if c.store.manifest(tenant).n_examples == 0:
                 c.feed(tenant, d.inputs, d.labels)
             console.print(f"  {tenant}: {d.schema} - {len(d.labels)} {d.description}")
+        if earlier := _jobs_done(c):
+            console.print(
+                f"  this home has {earlier} jobs from an earlier demo: the scheduler goes on from"
+                f" them for {budget_s:g} s (--home DIR starts a fresh demo)"
+            )
         result: dict[str, Any] = {}
         failure: list[BaseException] = []
 
         def work() -> None:
             try:
-                result.update(c.run(ticks, max_epochs=max_epochs, job_budget_s=job_budget))
+                result.update(
+                    c.run(ticks, max_epochs=max_epochs, job_budget_s=job_budget, budget_s=budget_s)
+                )
             except BaseException as e:  # noqa: BLE001 - reported below
                 failure.append(e)
 

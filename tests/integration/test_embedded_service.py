@@ -130,6 +130,7 @@ def test_cli_mirrors_the_sdk(home: Path, tmp_path: Path) -> None:
          "line 1, column 26: expected 'output'"),
         (["refine", "wine", "--disable", "x"], 2, "comma-separated integers"),
         (["run", "--policy", "nope"], 2, "--policy 'nope' is not valid"),
+        (["run", "--budget-s", "0"], 2, "--budget-s 0.0 is not valid: use a positive number"),
     ],
 )  # fmt: skip
 def test_cli_errors(home: Path, args: list[str], code: int, message: str) -> None:
@@ -236,16 +237,28 @@ def test_kill_the_scheduler_and_restart_loses_and_duplicates_nothing(
 
 
 def test_demo_command_runs_bounded(tmp_path: Path) -> None:
-    """`make demo` runs `tenantml demo`: here with 3 ticks in a fresh home."""
-    out = subprocess.run(
-        [sys.executable, "-m", "tenantml.cli", "demo", "--ticks", "3", "--max-epochs", "1",
-         "--home", str(tmp_path / "demo")],
-        capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "120"},
-    )  # fmt: skip
+    """`make demo` runs `tenantml demo`: here with 3 ticks in a fresh home; run again there, it
+    says it goes on from the earlier jobs and keeps to its ``--budget-s`` (a second `make demo`
+    went on with the CNNs for 16 ticks: 399 s)."""
+
+    def demo(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tenantml.cli", "demo", "--max-epochs", "1",
+             "--home", str(tmp_path / "demo"), *args],
+            capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "120"},
+        )  # fmt: skip
+
+    out = demo("--ticks", "3")
     assert out.returncode == 0, out.stderr[-3000:]
     for tenant in ("digits", "breast-cancer", "wine", "japanese-vowels"):
         assert tenant in out.stdout
     assert "ticks," in out.stdout and "mlflow ui --backend-store-uri sqlite:///" in out.stdout
+    assert "earlier demo" not in out.stdout
+    again = demo("--budget-s", "0.5")  # no tick starts after half a second
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "jobs from an earlier demo: the scheduler goes on from them for 0.5 s" in again.stdout
+    ticks = int(again.stdout.split(" ticks, ")[0].split()[-1])
+    assert ticks <= 1, again.stdout
 
 
 @pytest.fixture(scope="module")

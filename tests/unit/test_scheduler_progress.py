@@ -29,6 +29,7 @@ from tasks import (
     dispatch_tick,
     listen,
     pause,
+    should_stop,
     stop_on_signals,
     wants_tick,
 )
@@ -53,6 +54,8 @@ class FakePlanner:
 class FakeOptions:
     ticks: int | None = 5
     poll_s: float = 30.0
+    budget_s: float | None = None
+    stop_when_idle: bool = False
 
 
 @dataclass
@@ -95,6 +98,26 @@ def test_dispatch_tells_the_listeners_and_a_stop_ends_the_ticks() -> None:
     started = time.monotonic()
     pause(svc, progress)  # poll_s is 30 s: a requested stop does not wait
     assert time.monotonic() - started < 5
+
+
+def test_a_time_budget_ends_the_ticks_and_the_scheduler_once_its_jobs_finish() -> None:
+    """``budget_s``: no tick starts after it; the jobs in flight finish, then it stops (as after
+    its ``ticks``); before it, a policy with nothing left to try stops a bounded loop."""
+    svc: Any = FakeService(FakeDispatcher([_spec("wine", "svm")]), StopRequest())
+    svc.options = FakeOptions(ticks=None, budget_s=60.0)
+    progress = _progress()
+    progress.started = time.monotonic() - 59.0
+    assert wants_tick(svc, progress)
+    assert not should_stop(svc, progress, [])  # a job is in flight
+    progress.started -= 2.0  # 61 s: the budget is spent
+    assert not wants_tick(svc, progress)
+    assert not should_stop(svc, progress, [])  # its job finishes first
+    svc.dispatcher.in_flight.clear()
+    assert should_stop(svc, progress, [])
+    progress.started = time.monotonic()  # in time, and the policy sent nothing: bounded
+    assert should_stop(svc, progress, []) and not should_stop(svc, progress, [_spec("a", "b")])
+    svc.options = FakeOptions(ticks=None, budget_s=None)  # unbounded: runs on
+    assert not should_stop(svc, progress, [])
 
 
 def test_a_stop_wakes_a_pause_at_once() -> None:

@@ -392,6 +392,7 @@ def test_scheduler_parameters_are_checked_before_anything_starts() -> None:
         ({"prefetch": -2}, "prefetch -2: use 0 or more"),
         ({"max_epochs": 0}, "max_epochs 0: use 1 or more"),
         ({"job_budget_s": 0.0}, "job_budget_s 0.0: use a positive number"),
+        ({"budget_s": -5.0}, "budget_s -5.0: use a positive number"),
         ({"poll_s": 0.0}, "poll_s 0.0: use a positive number of seconds"),
         ({"prior": "flat"}, "prior 'flat': use one of learnt, independent"),
     ]:
