@@ -3,7 +3,9 @@ chain of short ones (`tasks.JobSpec.then`) trained in turn on the same slot.
 
 Retries re-run the same job id: the MLflow run is reused and the trainer resumes from the job's
 last checkpoint in the store, so a retry loses at most one epoch and is never counted twice. A
-chain sent again (a retry, a crashed run sent anew) skips its jobs already FINISHED.
+chain sent again (a retry, a crashed run sent anew) skips its jobs already FINISHED. A job that
+ends FINISHED leaves no checkpoint (its model is in MLflow); a FAILED one keeps them for its next
+attempt.
 
 The job moves its tenant's `best` itself when it beats it (`record`, idempotent): a job the
 pool starts after every scheduler has stopped (dispatched, then the scheduler killed before the
@@ -31,7 +33,7 @@ def train(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
     from mlflow_plugin.tracking import ensure_tenant_experiment, job_record
     from store import ExampleStore
-    from tasks import JobSpec, SlotHold, record, train_task
+    from tasks import JobSpec, SlotHold, drop_checkpoints, record, train_task
     from tasks.outage import patient, serve_patiently
 
     settings = Settings.load().apply()
@@ -67,6 +69,7 @@ def train(spec: dict[str, Any]) -> list[dict[str, Any]]:
                 error = error or e
                 continue
             record(client, done)
+            drop_checkpoints(store, done)  # its model is in MLflow now
             out.append(_summary(done))
     finally:
         slot.release()

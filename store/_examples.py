@@ -389,6 +389,22 @@ class ExampleStore:
     def delete_checkpoint(self, name: str, job_id: str) -> None:
         self.blobs.delete(f"{self._t(name)}checkpoints/{_safe_key(job_id)}.pt")
 
+    def delete_job_checkpoints(self, name: str, job_id: str) -> list[str]:
+        """Delete the checkpoints of training job `job_id`: its own (``job_id``) and those of
+        its parts (``job_id-<part>``: a SEER job's state and trials); returns their keys. A
+        finished job's model is in MLflow, and its checkpoints (a ResNet-18's 45 MB, a VGG-16's
+        540 MB with its optimizer) would otherwise stay for ever."""
+        key = _safe_key(job_id)
+        folder = f"{self._t(name)}checkpoints/"
+        mine = [
+            k
+            for k in self.blobs.list(folder + key)
+            if k.endswith(".pt") and (k == f"{folder}{key}.pt" or k.startswith(f"{folder}{key}-"))
+        ]
+        for k in mine:
+            self.blobs.delete(k)
+        return mine
+
     def put_blob(self, name: str, key: str, data: bytes) -> None:
         self.blobs.put(f"{self._t(name)}blobs/{_safe_key(key)}", data)
 

@@ -48,6 +48,7 @@ class TenantScopedStore:
         "put_checkpoint",
         "get_checkpoint",
         "delete_checkpoint",
+        "delete_job_checkpoints",
         "put_blob",
         "get_blob",
         "gc",

@@ -999,6 +999,19 @@ def record_finished(client: MlflowClient, record: JobRecord) -> BestModel | None
     )
 
 
+def drop_checkpoints(store: ExampleStore, record: JobRecord) -> None:
+    """After job `record` ended FINISHED (its model, if it logged one, is in MLflow): delete its
+    checkpoints (`ExampleStore.delete_job_checkpoints`). A FAILED job keeps them: sent again
+    under its job id, it resumes from them. A store that fails here leaves them, said in one
+    line: the job's result stands, they only take space."""
+    if record.status != "FINISHED":
+        return
+    try:
+        store.delete_job_checkpoints(record.tenant, record.job_id)
+    except Exception as e:  # noqa: BLE001 - a cleanup; the job is done
+        print(f"{record.tenant}/{record.job_id}: checkpoints left in the store ({e!r})")
+
+
 def tick_metrics(state: ServiceState) -> dict[str, float]:
     """Per-tick scheduler metrics: each tenant's loss estimate and the total regret estimate."""
     loss = loss_estimates(state.problem, state.history()) if state.tenants else np.zeros(0)

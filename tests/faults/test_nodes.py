@@ -118,8 +118,9 @@ def test_a_second_node_trains_through_s3_and_mlflow_only(
     spans = sorted(seen["trained"].values())
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)), spans
     assert (node.home / "slots" / "gpu-0.lock").exists()
-    # Written on node B, read here: the checkpoints went to S3, the model through MLflow.
-    assert all(seen["checkpoints"][r["job_id"]] for r in torch_jobs), seen["checkpoints"]
+    # The model came through MLflow; the checkpoints went to S3 (not on node B, below), and
+    # node B deleted them there once its jobs FINISHED (resuming from S3: the node-loss test).
+    assert not any(seen["checkpoints"][r["job_id"]] for r in torch_jobs), seen["checkpoints"]
     assert seen["predictions"] == 50
     # Node B's own directory holds no example, checkpoint or model.
     kept = [p.name for p in node.workdir.rglob("*") if p.is_file()]

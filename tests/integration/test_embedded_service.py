@@ -186,6 +186,30 @@ def test_fed_data_is_trained_on_and_served(tmp_path: Path) -> None:
     assert len(res["pred"]) == 5
 
 
+def test_a_finished_torch_job_leaves_no_checkpoint(tmp_path: Path) -> None:
+    """The trainer writes a checkpoint after every epoch; once the job ends FINISHED its model
+    is in MLflow and the checkpoint goes (a demo home held 772 MB of them, 98% of its size)."""
+    script = (
+        "import json\nfrom tenantml.client import Client\nfrom tenantml import datasets\n"
+        "from mlflow_plugin.tracking import job_records, tenant_experiments\n"
+        "c = Client()\nd = datasets.load('digits')\n"
+        "c.submit('digits', d.schema, models=['lenet'])\n"
+        "c.feed('digits', d.inputs[:400], d.labels[:400])\n"
+        "c.run(ticks=1, max_epochs=2, poll_s=0.2)\n"
+        "recs = job_records(c.mlflow, tenant_experiments(c.mlflow).values())\n"
+        "print(json.dumps({'jobs': [[r.job_id, r.status] for r in recs],\n"
+        "    'left': c.store.blobs.list('tenants/digits/checkpoints/'),\n"
+        "    'pred': len(c.infer('digits', d.inputs[:5]))}))\n"
+    )
+    env = {**os.environ, "TENANTML_HOME": str(tmp_path / "home")}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["jobs"] == [["lenet-s1", "FINISHED"]], res
+    assert res["left"] == [] and res["pred"] == 5, res
+
+
 @pytest.mark.full
 def test_kill_the_scheduler_and_restart_loses_and_duplicates_nothing(
     tmp_path: Path,
