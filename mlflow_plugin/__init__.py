@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         BEST,
         BestModel,
         best_model,
+        model_versions,
         promote_if_better,
         settle_best,
     )
@@ -44,6 +45,7 @@ _HOME = {
     "BEST": "registry",
     "BestModel": "registry",
     "best_model": "registry",
+    "model_versions": "registry",
     "promote_if_better": "registry",
     "settle_best": "registry",
     "SCHEDULER_EXPERIMENT": "tracking",
@@ -65,6 +67,7 @@ __all__ = [
     "TenantRunContext",
     "best_model",
     "context_env",
+    "model_versions",
     "end_job_run",
     "ensure_tenant_experiment",
     "experiment_name",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -16,6 +17,7 @@ __all__ = [
     "BestModel",
     "beats",
     "best_model",
+    "model_versions",
     "promote_if_better",
     "serving_key",
     "settle_best",
@@ -139,6 +141,21 @@ SETTLE_ROUNDS = 32
 _log = logging.getLogger(__name__)
 
 
+def model_versions(client: MlflowClient, tenant: str, *, page_size: int = 10_000) -> list[Any]:
+    """Every registered version of `tenant`'s model (MLflow ``ModelVersion``), read page by page:
+    one search returns at most `page_size` (MLflow's most, 10,000)."""
+    out: list[Any] = []
+    token: str | None = None
+    while True:
+        page = client.search_model_versions(
+            f"name = '{tenant}'", max_results=page_size, page_token=token
+        )
+        out.extend(page)
+        token = page.token
+        if not token:
+            return out
+
+
 def settle_best(client: MlflowClient, tenant: str) -> BestModel | None:
     """Point ``best`` at the most accurate registered version of `tenant`'s model on the newest
     data snapshot that has one (`beats`) and return it.
@@ -157,7 +174,7 @@ def settle_best(client: MlflowClient, tenant: str) -> BestModel | None:
     for _ in range(SETTLE_ROUNDS):
         current = best_model(client, tenant)
         top: tuple[tuple[int, float], int] | None = None  # (serving_key, -version)
-        for mv in client.search_model_versions(f"name = '{tenant}'"):
+        for mv in model_versions(client, tenant):
             acc = _accuracy(mv.tags)
             key = (serving_key(_snapshot(mv.tags), acc), -int(mv.version))
             if not math.isnan(acc) and (top is None or key > top):

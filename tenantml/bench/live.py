@@ -321,6 +321,7 @@ def _served_steps(home: Path, tenants: Sequence[LiveTenant], t0: float, budget_s
     """Per tenant, the registered versions as (t, test accuracy); the jobs' count; when the
     first job started (a fraction of the budget; None without jobs)."""
     from mlflow_plugin.pyfunc import pyfunc_input
+    from mlflow_plugin.registry import model_versions
     from mlflow_plugin.tracking import job_records, tenant_experiments
     from store.schema import Schema
     from tenantml.client import Client
@@ -328,7 +329,7 @@ def _served_steps(home: Path, tenants: Sequence[LiveTenant], t0: float, budget_s
     c = Client(home)
     steps: dict[str, list[tuple[float, float]]] = {}
     for tenant in tenants:
-        versions = c.mlflow.search_model_versions(f"name = '{tenant.name}'")
+        versions = model_versions(c.mlflow, tenant.name)
         model_input = pyfunc_input(Schema.parse(tenant.schema), tenant.x_test)
         points = []
         for v in sorted(versions, key=lambda v: v.creation_timestamp):

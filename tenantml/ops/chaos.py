@@ -489,7 +489,7 @@ def _concurrency(
 
 def _check(svc: _Service, rep: ChaosReport) -> None:
     """The invariants, from MLflow alone (see the module docstring)."""
-    from mlflow_plugin.registry import best_model, serving_key
+    from mlflow_plugin.registry import best_model, model_versions, serving_key
 
     c = svc.client()
     recs = svc.records()
@@ -513,7 +513,7 @@ def _check(svc: _Service, rep: ChaosReport) -> None:
                 f"{tenant}: best {best and (best.accuracy, best.snapshot)}, but "
                 f"{top.candidate} measured {top.accuracy} on snapshot {top.snapshot}"
             )
-        versions = c.mlflow.search_model_versions(f"name = '{tenant}'") if best else []
+        versions = model_versions(c.mlflow, tenant) if best else []
         runs = [v.run_id for v in versions]
         if len(runs) != len(set(runs)):
             rep.version_problems.append(f"{tenant}: two versions of one run")

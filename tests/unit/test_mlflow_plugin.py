@@ -4,6 +4,8 @@ installed (entry point) and called directly."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import mlflow
 import numpy as np
 import pytest
@@ -108,7 +110,7 @@ def test_best_settles_on_the_most_accurate_version_when_two_jobs_race(
 ) -> None:
     """Two jobs of one tenant that both beat the best they read (two slots finishing together)
     end with ``best`` on the more accurate, whichever moves it last; it never ends lower."""
-    from mlflow_plugin import settle_best
+    from mlflow_plugin import model_versions, settle_best
 
     exp = ensure_tenant_experiment(tracking, "race", str(wine.schema("wine")), ["knn"])
     r = train(TrainJob("wine", "knn"), wine)
@@ -165,8 +167,8 @@ def test_best_settles_on_the_most_accurate_version_when_two_jobs_race(
         def __getattr__(self, name: str) -> object:
             return getattr(tracking, name)
 
-        def search_model_versions(self, filter_string: str) -> object:
-            seen = tracking.search_model_versions(filter_string)
+        def search_model_versions(self, filter_string: str, **page: Any) -> object:
+            seen = tracking.search_model_versions(filter_string, **page)
             if filter_string == "name = 'race'" and not self.raced:
                 self.raced = True
                 assert promote("f", 0.90) is not None
@@ -180,6 +182,9 @@ def test_best_settles_on_the_most_accurate_version_when_two_jobs_race(
     assert promote("d", 0.90) is None
     assert len(tracking.search_model_versions("name = 'race'")) == versions
     assert best_model(tracking, "race") == best
+    # the versions are read page by page (MLflow returns 10,000 at most per search)
+    paged = model_versions(tracking, "race", page_size=2)
+    assert versions > 2 and sorted(int(v.version) for v in paged) == list(range(1, versions + 1))
 
 
 def test_run_context_provider_installed_and_direct(tracking: MlflowClient) -> None:
