@@ -14,9 +14,10 @@ a conservative guess of its served model's accuracy there, `policy._book.STALE_F
 total regret estimate is ``sum_i w_i * loss_i``.
 
 Calibration (as `policy.rate.RatePolicy` does for its decisions): tenant ``i``'s posterior
-covariance is scaled by ``kappa_i = (nu + sum z^2) / (nu + t_i)`` over the standardised
-surprises ``z = (y - mu) / sd`` of its own results, ``nu = calibration`` pseudo-observations at
-1; a tenant the shared kernel predicts better than it claims gets a narrower posterior.
+covariance is scaled by ``kappa_i = (nu + sum z^2) / (nu + n_i)`` over the ``n_i`` standardised
+surprises ``z = (y - mu) / sd`` of its own measured results, ``nu = calibration``
+pseudo-observations at 1; a tenant the shared kernel predicts better than it claims gets a narrower
+posterior.
 
 (Until 2026-11 this was ``max_k E[max(0, f_k - b_i)]``, the best single model's expected
 improvement: a lower bound that ignores that several models may beat ``b_i``.)

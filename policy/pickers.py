@@ -8,9 +8,11 @@ successive calls (None at the start).
   (``gap <= 0``) or it runs out of arms.
 - RoundRobin (Sec. 4.2): ``i = t mod n`` over eligible tenants.
 - Random: uniform over eligible tenants (Sec. 5.3 baseline).
-- Greedy (Alg. 2): lines 1-4 serve every tenant once; line 7 candidate set
-  ``V_t = {i : w_i sigma~_i >= mean_j w_j sigma~_j}``; line 8 picks the candidate with the largest
-  ``w_i (max_k B_i(k) - best_i)``, the rule ease.ml uses (Sec. 4.3 "Strategy for Line 8").
+- Greedy (Alg. 2): lines 1-4 serve every tenant once (one job, whether it measures a model or
+  fails); line 7 candidate set ``V_t = {i : w_i sigma~_i >= mean_j w_j sigma~_j}`` over the
+  tenants with a measured model (a tenant whose jobs all failed has no ``sigma~``); line 8
+  picks the candidate with the largest ``w_i (max_k B_i(k) - best_i)``, the rule ease.ml uses
+  (Sec. 4.3 "Strategy for Line 8").
 - Hybrid (Sec. 4.4): Greedy until the candidate set is unchanged and the total regret estimate
   ``R^ = sum_i w_i sigma~_i`` has not dropped below its best value for ``s`` consecutive steps
   (s = 10 in the paper), then RoundRobin. It returns to Greedy when the tenant set changes.
@@ -61,9 +63,10 @@ def _round_robin(view: TenantView, pointer: int) -> int:
 
 def _measured(view: TenantView) -> np.ndarray:
     """Tenants with a model measured on their current data: ``sigma~`` is finite. A tenant
-    whose jobs so far all failed (or that was fed new data since) has observations but no
-    ``sigma~``; counting it as served made line 7's mean NaN, the candidate set empty and
-    Hybrid's regret estimate NaN, so the first eligible tenant was served for ever."""
+    whose jobs so far all failed has observations but no ``sigma~``; counting it in line 7 made
+    the mean NaN, the candidate set empty and Hybrid's regret estimate NaN, so the first
+    eligible tenant was served for ever. Lines 1-4 still give such a tenant one job only (as
+    unserved until measured it took every pick while its jobs kept failing)."""
     return np.isfinite(view.sigma_tilde)
 
 
@@ -126,7 +129,7 @@ class Greedy:
     needs_gap: bool = True
 
     def pick(self, view: TenantView, state: Any, rng: np.random.Generator) -> tuple[int, Any]:
-        unserved = view.eligible & ~_measured(view)
+        unserved = view.eligible & (view.n_obs == 0)
         if unserved.any():  # Alg. 2 lines 1-4: one GP-UCB step for every tenant first
             return _first(unserved), state
         return _greedy_pick(view, greedy_candidates(view)), state
@@ -159,7 +162,7 @@ class Hybrid:
         if st.mode == "roundrobin":
             i = _round_robin(view, st.rr_pointer)
             return i, replace(st, rr_pointer=i + 1)
-        unserved = view.eligible & ~_measured(view)
+        unserved = view.eligible & (view.n_obs == 0)
         if unserved.any():
             return _first(unserved), st
         cand = greedy_candidates(view)

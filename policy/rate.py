@@ -62,10 +62,11 @@ class RatePolicy:
 
     ``cost_aware=False`` drops the cost (``c = 1``), the rate per job.
     ``calibration = nu > 0`` scales tenant ``i``'s posterior sd by ``sqrt(kappa_i)``,
-    ``kappa_i = (nu + sum z^2) / (nu + t_i)`` over the standardised surprises
-    ``z = (y - mu) / sd`` of its own observations (a scaled-inverse-chi^2 estimate of the
-    kernel amplitude for that tenant, ``nu`` pseudo-observations at 1): a tenant the shared
-    kernel mispredicts gets wider intervals and more exploration. ``predictive=True`` uses
+    ``kappa_i = (nu + sum z^2) / (nu + n_i)`` over the ``n_i`` standardised surprises
+    ``z = (y - mu) / sd`` of its own measured results (a failed job has none): a
+    scaled-inverse-chi^2 estimate of the kernel amplitude for that tenant, ``nu``
+    pseudo-observations at 1. A tenant the shared kernel mispredicts gets wider intervals and
+    more exploration. ``predictive=True`` uses
     the variance of a new observation (latent + noise) instead of the latent variance in EI.
     Defaults are the best measured variant (README, "Beyond Hybrid").
     """

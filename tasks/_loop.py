@@ -312,9 +312,12 @@ class SchedulerOptions:
     * `chain_s`: jobs expected to take less than this many seconds are sent several to a flow
       run, chained until their expected seconds add up to it (`Planner.decide`); 0: one job
       per run;
-    * `budget_s`: wall-clock seconds from the scheduler's start after which no tick starts;
-      the jobs in flight finish (each within ``job_budget_s`` where given) and it stops, as
-      after its ``ticks``; None: no limit.
+    * `budget_s`: wall-clock seconds after which no tick starts (counted from the scheduler's
+      MLflow run, once its servers answer and the jobs an earlier scheduler left are resumed);
+      the jobs in flight finish (each within ``job_budget_s`` where given; with a work pool,
+      the prefetched ones too) and it stops, as after its ``ticks``. Until then it runs on
+      when nothing is left to try, for tenants and examples yet to come (``stop_when_idle``
+      stops it there); None: no limit.
 
     No defaults here: the flow's signature holds them.
     """
@@ -598,6 +601,7 @@ def scheduler_run(svc: Service, progress: Progress) -> Iterator[mlflow.ActiveRun
             "prior": svc.options.prior,
             "slots": svc.slots,
             "ticks": svc.options.ticks,
+            "budget_s": svc.options.budget_s,
             "max_epochs": svc.options.max_epochs,
             "mode": svc.settings.mode,
         }
@@ -850,15 +854,16 @@ def _log_loss_picture(svc: Service, progress: Progress) -> None:
 def should_stop(svc: Service, progress: Progress, jobs: list[JobSpec]) -> bool:
     """Step 7, after a pass that sent `jobs`: nothing is in flight, and either the requested
     ticks are done (``ticks=0`` only drains) or the ``budget_s`` is spent, or more were wanted
-    but the policy sent nothing (nothing left to try) and the loop is bounded (``ticks`` or
-    ``budget_s`` given, or ``stop_when_idle``)."""
+    but the policy sent nothing (nothing left to try) and the loop is bounded (``ticks`` given,
+    or ``stop_when_idle``; a ``budget_s`` alone waits for new tenants and examples until it is
+    spent)."""
     if svc.dispatcher.in_flight:
         return False
     ticks, budget_s = svc.options.ticks, svc.options.budget_s
     wants_more = progress.wants_more_ticks(ticks, budget_s)
     if (ticks is not None or budget_s is not None) and not wants_more:
         return True
-    bounded = svc.options.stop_when_idle or ticks is not None or budget_s is not None
+    bounded = svc.options.stop_when_idle or ticks is not None
     return not jobs and bounded and wants_more
 
 

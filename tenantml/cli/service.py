@@ -380,8 +380,8 @@ def run(
     budget_s: Annotated[
         float | None,
         typer.Option(
-            help="start no tick after S seconds; the jobs in flight finish, then it stops "
-            "(default: run on)"
+            help="start no tick after S seconds (waiting for tenants meanwhile when none has a "
+            "model left to try); the jobs in flight finish, then it stops (default: run on)"
         ),
     ] = None,
     sleep_job_seconds: Annotated[float | None, typer.Option(hidden=True)] = None,
@@ -646,6 +646,8 @@ def demo(
     from tenantml import datasets
 
     with _errors():
+        if not budget_s > 0:
+            raise ValueError(f"--budget-s {budget_s} is not valid: use a positive number")
         root = home or _home() / "demo"
         from tenantml.client import Client
 
@@ -665,7 +667,7 @@ def demo(
         if earlier := _jobs_done(c):
             console.print(
                 f"  this home has {earlier} jobs from an earlier demo: the scheduler goes on from"
-                f" them for {budget_s:g} s (--home DIR starts a fresh demo)"
+                f" them for {budget_s:g} s (a new --home DIR starts a fresh demo)"
             )
         result: dict[str, Any] = {}
         failure: list[BaseException] = []

@@ -281,6 +281,8 @@ def test_demo_command_runs_bounded(tmp_path: Path) -> None:
     again = demo("--budget-s", "0.5")  # no tick starts after half a second
     assert again.returncode == 0, again.stderr[-3000:]
     assert "jobs from an earlier demo: the scheduler goes on from them for 0.5 s" in again.stdout
+    bad = demo("--budget-s", "0")
+    assert bad.returncode == 2 and "--budget-s 0.0 is not valid" in bad.stdout + bad.stderr
     ticks = int(again.stdout.split(" ticks, ")[0].split()[-1])
     assert ticks <= 1, again.stdout
 

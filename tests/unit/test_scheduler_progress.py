@@ -102,7 +102,8 @@ def test_dispatch_tells_the_listeners_and_a_stop_ends_the_ticks() -> None:
 
 def test_a_time_budget_ends_the_ticks_and_the_scheduler_once_its_jobs_finish() -> None:
     """``budget_s``: no tick starts after it; the jobs in flight finish, then it stops (as after
-    its ``ticks``); before it, a policy with nothing left to try stops a bounded loop."""
+    its ``ticks``); before it, a policy with nothing left to try stops it only with
+    ``stop_when_idle`` (tenants may come)."""
     svc: Any = FakeService(FakeDispatcher([_spec("wine", "svm")]), StopRequest())
     svc.options = FakeOptions(ticks=None, budget_s=60.0)
     progress = _progress()
@@ -114,10 +115,10 @@ def test_a_time_budget_ends_the_ticks_and_the_scheduler_once_its_jobs_finish() -
     assert not should_stop(svc, progress, [])  # its job finishes first
     svc.dispatcher.in_flight.clear()
     assert should_stop(svc, progress, [])
-    progress.started = time.monotonic()  # in time, and the policy sent nothing: bounded
-    assert should_stop(svc, progress, []) and not should_stop(svc, progress, [_spec("a", "b")])
-    svc.options = FakeOptions(ticks=None, budget_s=None)  # unbounded: runs on
+    progress.started = time.monotonic()  # in time, the policy sent nothing: it waits for more
     assert not should_stop(svc, progress, [])
+    svc.options = FakeOptions(ticks=None, budget_s=60.0, stop_when_idle=True)
+    assert should_stop(svc, progress, []) and not should_stop(svc, progress, [_spec("a", "b")])
 
 
 def test_a_stop_wakes_a_pause_at_once() -> None:
