@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -154,6 +155,16 @@ def test_infer_before_any_model_exits_1(home: Path) -> None:
     assert res.exit_code == 1 and "no model yet" in res.output
 
 
+def _script_in_new_home(script: str, home: Path) -> Any:
+    """Run `script` in its own Python process with ``TENANTML_HOME=home``, as a user would;
+    returns the JSON of its last line."""
+    env = {**os.environ, "TENANTML_HOME": str(home)}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def test_fed_data_is_trained_on_and_served(tmp_path: Path) -> None:
     """A tenant that feeds more examples gets models trained on all of them, and `best` moves to
     one, although every candidate had been tried on the smaller snapshot and the best there
@@ -175,11 +186,7 @@ def test_fed_data_is_trained_on_and_served(tmp_path: Path) -> None:
         "    'first': [first.snapshot, first.accuracy], 'best': [best.snapshot, best.job_id],\n"
         "    'pred': list(map(str, c.infer('wine', d.inputs[:5])))}))\n"
     )
-    env = {**os.environ, "TENANTML_HOME": str(tmp_path / "home")}
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                         text=True, timeout=600)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res = _script_in_new_home(script, tmp_path / "home")
     on = Counter(snap for snap, _, status in res["jobs"] if status == "FINISHED")
     assert on[1] == res["cands"] and on[2] >= 1, on  # all tried on snapshot 1, then retrained
     assert res["first"][0] == 1 and res["best"][0] == 2, res
@@ -201,11 +208,7 @@ def test_a_finished_torch_job_leaves_no_checkpoint(tmp_path: Path) -> None:
         "    'left': c.store.blobs.list('tenants/digits/checkpoints/'),\n"
         "    'pred': len(c.infer('digits', d.inputs[:5]))}))\n"
     )
-    env = {**os.environ, "TENANTML_HOME": str(tmp_path / "home")}
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                         text=True, timeout=600)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res = _script_in_new_home(script, tmp_path / "home")
     assert res["jobs"] == [["lenet-s1", "FINISHED"]], res
     assert res["left"] == [] and res["pred"] == 5, res
 
