@@ -3,9 +3,9 @@ chain of short ones (`tasks.JobSpec.then`) trained in turn on the same slot.
 
 Retries re-run the same job id: the MLflow run is reused and the trainer resumes from the job's
 last checkpoint in the store, so a retry loses at most one epoch and is never counted twice. A
-chain sent again (a retry, a crashed run sent anew) skips its jobs already FINISHED. A job that
-ends FINISHED leaves no checkpoint (its model is in MLflow); a FAILED one keeps them for its next
-attempt.
+run sent again (a retry, a crashed run sent anew) skips its jobs already FINISHED, recording them
+if it had not. A job that ends FINISHED leaves no checkpoint (its model is in MLflow); a FAILED
+one keeps them for its next attempt.
 
 The job moves its tenant's `best` itself when it beats it (`record`, idempotent): a job the
 pool starts after every scheduler has stopped (dispatched, then the scheduler killed before the
@@ -56,11 +56,13 @@ def train(spec: dict[str, Any]) -> list[dict[str, Any]]:
                     client, job.tenant, str(schema), [], settings.artifact_location
                 )
             exp_id = experiments[job.tenant]
-            if len(jobs) > 1 and (rec := job_record(client, exp_id, job.job_id)) is not None:
-                if rec.status == "FINISHED":  # trained by an earlier attempt of this chain
-                    out.append(_summary(rec))
-                    slot.job_done()
-                    continue
+            rec = job_record(client, exp_id, job.job_id)
+            if rec is not None and rec.status == "FINISHED":  # an earlier attempt trained it
+                record(client, rec)  # (if it ended before its `record`)
+                drop_checkpoints(store, rec)
+                out.append(_summary(rec))
+                slot.job_done()
+                continue
             try:
                 done = train_task(job, client, store, exp_id, str(runtime.flow_run.id or ""), slot)
             except Exception as e:  # the chain goes on; the run fails at the end

@@ -30,6 +30,7 @@ from mlflow.tracking import MlflowClient
 __all__ = [
     "SCHEDULER_EXPERIMENT",
     "JobRecord",
+    "all_experiments",
     "end_job_run",
     "ensure_experiment",
     "ensure_scheduler_experiment",
@@ -213,13 +214,33 @@ def tenant_models(experiments: Iterable[Experiment]) -> dict[str, tuple[str, ...
     }
 
 
+#: experiments per search request (MLflow's most: 1,000; a search returns one page)
+EXPERIMENTS_PAGE = 1000
+
+
+def all_experiments(client: MlflowClient, filter_string: str | None = None) -> list[Experiment]:
+    """Every active experiment (those matching `filter_string`), read page by page: one search
+    returns `EXPERIMENTS_PAGE` at most, newest first, so beyond that the oldest tenants (and the
+    scheduler's experiment with the operators' weights) went missing."""
+    out: list[Experiment] = []
+    token: str | None = None
+    while True:
+        page = client.search_experiments(
+            filter_string=filter_string, max_results=EXPERIMENTS_PAGE, page_token=token
+        )
+        out += page
+        token = page.token
+        if not token:
+            return out
+
+
 def tenant_experiments(
     client: MlflowClient, experiments: Iterable[Experiment] | None = None
 ) -> dict[str, str]:
     """tenant name -> experiment id, for every submitted tenant. `experiments`: as for
     `tenant_weights`."""
     if experiments is None:
-        experiments = client.search_experiments(filter_string=f"tags.`{KIND}` = 'tenant'")
+        experiments = all_experiments(client, f"tags.`{KIND}` = 'tenant'")
     return {
         e.tags[TENANT]: str(e.experiment_id) for e in experiments if e.tags.get(KIND) == "tenant"
     }

@@ -8,11 +8,11 @@ successive calls (None at the start).
   (``gap <= 0``) or it runs out of arms.
 - RoundRobin (Sec. 4.2): ``i = t mod n`` over eligible tenants.
 - Random: uniform over eligible tenants (Sec. 5.3 baseline).
-- Greedy (Alg. 2): lines 1-4 serve every tenant once (one job, whether it measures a model or
-  fails); line 7 candidate set ``V_t = {i : w_i sigma~_i >= mean_j w_j sigma~_j}`` over the
-  tenants with a measured model (a tenant whose jobs all failed has no ``sigma~``); line 8
-  picks the candidate with the largest ``w_i (max_k B_i(k) - best_i)``, the rule ease.ml uses
-  (Sec. 4.3 "Strategy for Line 8").
+- Greedy (Alg. 2): lines 1-4 serve every tenant once (a tenant whose jobs all failed again,
+  at round robin's pace: `_unserved`); line 7 candidate set
+  ``V_t = {i : w_i sigma~_i >= mean_j w_j sigma~_j}`` over the tenants with a measured model (a
+  tenant whose jobs all failed has no ``sigma~``); line 8 picks the candidate with the largest
+  ``w_i (max_k B_i(k) - best_i)``, the rule ease.ml uses (Sec. 4.3 "Strategy for Line 8").
 - Hybrid (Sec. 4.4): Greedy until the candidate set is unchanged and the total regret estimate
   ``R^ = sum_i w_i sigma~_i`` has not dropped below its best value for ``s`` consecutive steps
   (s = 10 in the paper), then RoundRobin. It returns to Greedy when the tenant set changes.
@@ -65,9 +65,28 @@ def _measured(view: TenantView) -> np.ndarray:
     """Tenants with a model measured on their current data: ``sigma~`` is finite. A tenant
     whose jobs so far all failed has observations but no ``sigma~``; counting it in line 7 made
     the mean NaN, the candidate set empty and Hybrid's regret estimate NaN, so the first
-    eligible tenant was served for ever. Lines 1-4 still give such a tenant one job only (as
-    unserved until measured it took every pick while its jobs kept failing)."""
+    eligible tenant was served for ever."""
     return np.isfinite(view.sigma_tilde)
+
+
+def _fewest_jobs(view: TenantView, mask: np.ndarray) -> int:
+    """The tenant in `mask` with the fewest jobs (the first of them on a tie)."""
+    idx = np.flatnonzero(mask)
+    return int(idx[np.argmin(view.n_obs[idx])])
+
+
+def _unserved(view: TenantView) -> np.ndarray:
+    """Alg. 2 lines 1-4: the eligible tenants to serve before any greedy step. Those with no job
+    yet, and those whose jobs all failed (no model to serve, no ``sigma~``) while they have had
+    no more jobs than the measured tenants on average: retried at the pace round robin would
+    serve them, so a tenant whose jobs keep failing neither takes every turn (as when it counted
+    as unserved until measured) nor waits until the others have no model left (as when its one
+    job counted as served). Among them, the one with the fewest jobs goes first."""
+    measured = _measured(view)
+    jobs = view.n_obs[view.eligible & measured]
+    pace = float(jobs.mean()) if jobs.size else np.inf
+    unserved: np.ndarray = view.eligible & ~measured & (view.n_obs <= pace)
+    return unserved
 
 
 def greedy_candidates(view: TenantView) -> np.ndarray:
@@ -129,9 +148,9 @@ class Greedy:
     needs_gap: bool = True
 
     def pick(self, view: TenantView, state: Any, rng: np.random.Generator) -> tuple[int, Any]:
-        unserved = view.eligible & (view.n_obs == 0)
+        unserved = _unserved(view)
         if unserved.any():  # Alg. 2 lines 1-4: one GP-UCB step for every tenant first
-            return _first(unserved), state
+            return _fewest_jobs(view, unserved), state
         return _greedy_pick(view, greedy_candidates(view)), state
 
 
@@ -162,9 +181,9 @@ class Hybrid:
         if st.mode == "roundrobin":
             i = _round_robin(view, st.rr_pointer)
             return i, replace(st, rr_pointer=i + 1)
-        unserved = view.eligible & (view.n_obs == 0)
+        unserved = _unserved(view)
         if unserved.any():
-            return _first(unserved), st
+            return _fewest_jobs(view, unserved), st
         cand = greedy_candidates(view)
         key = tuple(int(c) for c in cand)
         r_hat = regret_estimate(view)

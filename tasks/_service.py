@@ -28,6 +28,7 @@ from mlflow_plugin.tracking import (
     DEFAULT_WEIGHT,
     MODEL_URI,
     JobRecord,
+    all_experiments,
     ensure_tenant_experiment,
     job_records,
     set_tenant_models,
@@ -331,7 +332,7 @@ def load_state(
     """Tenants from the store, jobs from MLflow. `capacity_prices_spec`:
     `Settings.capacity_prices` (costs in expected dollars; None: seconds); `prior`: one of
     `PRIORS`."""
-    experiments = client.search_experiments()  # one request for the tenants, order, weights
+    experiments = all_experiments(client)  # one read for the tenants, order, weights
     exps = tenant_experiments(client, experiments)
     weights = tenant_weights(client, experiments)
     restricted = tenant_models(experiments)

@@ -235,15 +235,18 @@ def test_checkpoints_and_blobs(store: ExampleStore) -> None:
     assert store.get_checkpoint("t", "job-1") == b"two"
     store.delete_checkpoint("t", "job-1")
     assert store.get_checkpoint("t", "job-1") is None
-    for key in ("lenet-s1", "lenet-s1-seer", "lenet-s1-t3", "lenet-s10", "lenet-s1x", "svm-s1"):
+    theirs = ("lenet-s10", "lenet-s1x", "svm-s1", "lenet-s1-1d2c0d8e2ab2",  # an SDK job's id
+              "lenet-s1-seer-x", "lenet-s1-trial-7b")  # fmt: skip
+    for key in ("lenet-s1", "lenet-s1-seer", "lenet-s1-trial-003", *theirs):
         store.put_checkpoint("t", key, key.encode())
-    gone = store.delete_job_checkpoints("t", "lenet-s1")  # the job's own and its parts'
+    gone = store.delete_job_checkpoints("t", "lenet-s1")  # the job's own and its SEER parts'
     assert sorted(k.rsplit("/", 1)[-1] for k in gone) == [
-        "lenet-s1-seer.pt", "lenet-s1-t3.pt", "lenet-s1.pt"
+        "lenet-s1-seer.pt", "lenet-s1-trial-003.pt", "lenet-s1.pt"
     ]  # fmt: skip
-    for key, kept in [("lenet-s1", False), ("lenet-s1-seer", False), ("lenet-s1-t3", False),
-                      ("lenet-s10", True), ("lenet-s1x", True), ("svm-s1", True)]:  # fmt: skip
-        assert (store.get_checkpoint("t", key) is not None) == kept, key
+    for key in ("lenet-s1", "lenet-s1-seer", "lenet-s1-trial-003"):
+        assert store.get_checkpoint("t", key) is None, key
+    for key in theirs:
+        assert store.get_checkpoint("t", key) == key.encode(), key
     assert store.delete_job_checkpoints("t", "lenet-s1") == []
     store.put_blob("t", "result.json", b"{}")
     assert store.get_blob("t", "result.json") == b"{}"

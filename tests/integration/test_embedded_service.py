@@ -195,22 +195,31 @@ def test_fed_data_is_trained_on_and_served(tmp_path: Path) -> None:
 
 def test_a_finished_torch_job_leaves_no_checkpoint(tmp_path: Path) -> None:
     """The trainer writes a checkpoint after every epoch; once the job ends FINISHED its model
-    is in MLflow and the checkpoint goes (a demo home held 772 MB of them, 98% of its size)."""
+    is in MLflow and the checkpoint goes (a demo home held 772 MB of them, 98% of its size). A
+    run of it sent again (a crash after the job ended) trains nothing: it finds it FINISHED."""
     script = (
-        "import json\nfrom tenantml.client import Client\nfrom tenantml import datasets\n"
+        "import json\nfrom dataclasses import asdict\n"
+        "from tenantml.client import Client\nfrom tenantml import datasets\n"
         "from mlflow_plugin.tracking import job_records, tenant_experiments\n"
         "c = Client()\nd = datasets.load('digits')\n"
         "c.submit('digits', d.schema, models=['lenet'])\n"
         "c.feed('digits', d.inputs[:400], d.labels[:400])\n"
         "c.run(ticks=1, max_epochs=2, poll_s=0.2)\n"
         "recs = job_records(c.mlflow, tenant_experiments(c.mlflow).values())\n"
-        "print(json.dumps({'jobs': [[r.job_id, r.status] for r in recs],\n"
-        "    'left': c.store.blobs.list('tenants/digits/checkpoints/'),\n"
+        "left = c.store.blobs.list('tenants/digits/checkpoints/')\n"
+        "def started():\n"
+        "    return c.mlflow.get_run(recs[0].run_id).data.metrics['started_at']\n"
+        "first = started()\n"
+        "from flows.train import train\nfrom tasks import JobSpec\n"
+        "again = train(asdict(JobSpec('digits', 'lenet', 1, 'lenet-s1', 1, 'rate', None, 2)))\n"
+        "print(json.dumps({'jobs': [[r.job_id, r.status] for r in recs], 'left': left,\n"
+        "    'again': [a['status'] for a in again], 'retrained': started() != first,\n"
         "    'pred': len(c.infer('digits', d.inputs[:5]))}))\n"
     )
     res = _script_in_new_home(script, tmp_path / "home")
     assert res["jobs"] == [["lenet-s1", "FINISHED"]], res
     assert res["left"] == [] and res["pred"] == 5, res
+    assert res["again"] == ["FINISHED"] and not res["retrained"], res
 
 
 @pytest.mark.full

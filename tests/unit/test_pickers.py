@@ -1,8 +1,10 @@
 """Greedy (Alg. 2) and Hybrid (Sec. 4.4) on hand-computed fixtures."""
 
 import math
+from typing import Any
 
 import numpy as np
+import pytest
 
 from policy import (
     ArmPrior,
@@ -129,19 +131,46 @@ def _three_tenants() -> tuple[TenantBook, History]:
 def test_a_tenant_whose_jobs_failed_has_no_sigma_tilde_and_takes_no_more_turns() -> None:
     """A failed first job leaves sigma~ undefined. Before, it made line 7's mean NaN, the
     candidate set empty and the regret estimate NaN, so Greedy and Hybrid served the first
-    eligible tenant for ever and Hybrid never reached its freezing stage. Lines 1-4 gave the
-    tenant its one job; it is not served again ahead of the others while its jobs fail."""
+    eligible tenant for ever and Hybrid never reached its freezing stage."""
     book, _ = _three_tenants()
     view = book.view({}, need_gap=True)
     assert view.n_obs.tolist() == [1, 1, 1] and np.isnan(view.sigma_tilde[1])
     assert greedy_candidates(view).tolist() in ([0], [2], [0, 2])
     assert math.isfinite(regret_estimate(view))
-    assert Greedy().pick(view, None, RNG)[0] != 1
+    others = TenantView(np.array([True, False, True]), *(
+        getattr(view, f) for f in ("n_obs", "weights", "sigma_tilde", "gap")
+    ))  # fmt: skip
     picker, state = Hybrid(s=2), None
     for _ in range(3):
-        i, state = picker.pick(view, state, RNG)
-        assert i != 1 or state.mode == "roundrobin"
+        _, state = picker.pick(others, state, RNG)
     assert state.mode == "roundrobin"  # the stagnant count advances: R^ is a number
+
+
+@pytest.mark.parametrize("picker", [Greedy(), Hybrid()], ids=["greedy", "hybrid"])
+def test_a_tenant_whose_jobs_keep_failing_is_retried_at_round_robins_pace(picker: Any) -> None:
+    """Tenant 1's jobs always fail (no model to serve): it is tried again as often as round
+    robin would serve it, neither every turn (it took all of them while unserved meant
+    unmeasured) nor never (it waited until the others had no model left when its one job
+    counted as served)."""
+    n_arms = 12
+    prior = ArmPrior.create(np.full(n_arms, 0.5), np.eye(n_arms) * 0.04, 1e-4)
+    problem = Problem.create(["a", "bad", "c"], [f"m{k}" for k in range(n_arms)],
+                             np.ones((3, n_arms), bool), np.ones((3, n_arms)),
+                             prior=prior)  # fmt: skip
+    book, h, state = TenantBook(problem), History(), None
+    rng = np.random.default_rng(1)
+    picks = []
+    for _ in range(18):
+        book.sync(h)
+        i, state = picker.pick(book.view({}, need_gap=True), state, RNG)
+        arm = int(np.flatnonzero(~book.tried[i])[0])
+        ok = i != 1
+        h = h.append(Observation(i, arm, float(rng.uniform(0.5, 0.9)) if ok else 0.0, 1.0,
+                                 completed=ok))  # fmt: skip
+        picks.append(i)
+    assert picks[:3] == [0, 1, 2], picks  # lines 1-4
+    assert 4 <= picks.count(1) <= 8, picks  # about a third: round robin's share
+    assert all(not (x == y == 1) for x, y in zip(picks, picks[1:], strict=False)), picks
 
 
 def test_failed_jobs_do_not_narrow_the_calibrated_intervals() -> None:

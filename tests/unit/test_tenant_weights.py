@@ -44,6 +44,28 @@ def test_weights_from_the_cli_reach_status_and_the_scheduler(
     assert c.status("wine").weight == 2.5
 
 
+def test_the_state_reads_every_page_of_experiments(
+    tmp_path: Path, restore_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MLflow returns one page of experiments per search, newest first: read unpaged, the
+    oldest tenants (and the scheduler's experiment, which holds the weights) went missing once
+    there were more than a page (1,000) of them. Here a page is 2."""
+    import mlflow_plugin.tracking as tracking
+    from tasks import load_state
+    from tenantml.client import Client
+
+    home = tmp_path / "home"
+    assert _cli(home, "submit", "first", SCHEMA, "--weight", "3")[0] == 0
+    for name in ("b", "c", "d", "e"):
+        assert _cli(home, "submit", name, SCHEMA)[0] == 0
+    monkeypatch.setattr(tracking, "EXPERIMENTS_PAGE", 2)
+    c = Client(home)
+    assert sorted(tracking.tenant_experiments(c.mlflow)) == ["b", "c", "d", "e", "first"]
+    state = load_state(c.mlflow, c.store)
+    by_name = dict(zip((t.name for t in state.tenants), state.problem.weights, strict=True))
+    assert by_name == {"first": 3.0, "b": 1.0, "c": 1.0, "d": 1.0, "e": 1.0}
+
+
 def test_a_bad_weight_is_named_and_changes_nothing(tmp_path: Path, restore_env: None) -> None:
     from tenantml.client import Client
 
