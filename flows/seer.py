@@ -36,11 +36,13 @@ def seer(
     tuner: str = SeerOptions.tuner,
 ) -> dict[str, Any]:
     """Run SEER for `model` of `tenant` on its latest snapshot; returns the job's record. The
-    options and their defaults: `tasks._seer.SeerOptions`."""
+    options and their defaults: `tasks._seer.SeerOptions`. The same options on the same
+    snapshot are one job: run again once it FINISHED, it returns that job's record (its
+    checkpoints are gone; its model is in MLflow)."""
     from mlflow.tracking import MlflowClient
 
-    from mlflow_plugin.tracking import ensure_tenant_experiment
-    from tasks import JobSpec, record, train_task
+    from mlflow_plugin.tracking import ensure_tenant_experiment, job_record
+    from tasks import JobSpec, drop_checkpoints, record, train_task
 
     settings = Settings.load().apply()
     client = MlflowClient(settings.tracking_uri)
@@ -56,8 +58,11 @@ def seer(
     experiment_id = ensure_tenant_experiment(
         client, tenant, str(schema), [], settings.artifact_location
     )
-    rec = train_task(spec, client, store, experiment_id, str(runtime.flow_run.id or ""))
+    rec = job_record(client, experiment_id, job_id)
+    if rec is None or rec.status != "FINISHED":  # the same options on the same data: done once
+        rec = train_task(spec, client, store, experiment_id, str(runtime.flow_run.id or ""))
     best = record(client, rec)
+    drop_checkpoints(store, rec)  # its model is in MLflow now
     return {
         "run_id": rec.run_id,
         "job_id": job_id,

@@ -308,8 +308,12 @@ def job_records(client: MlflowClient, experiment_ids: Iterable[str]) -> list[Job
 
 
 def _job_run(client: MlflowClient, experiment_id: str, job_id: str) -> Run | None:
+    """The job's own run: a SEER job's trial runs carry its job id too (`JobRun.start_trial`),
+    and one of them was found here instead (a resumed SEER job went on in a trial's run)."""
     found = client.search_runs(
-        [experiment_id], filter_string=f"tags.`{JOB_ID}` = '{job_id}'", max_results=1
+        [experiment_id],
+        filter_string=f"tags.`{JOB_ID}` = '{job_id}' and tags.`{KIND}` = '{JOB_KIND}'",
+        max_results=1,
     )
     return found[0] if found else None
 

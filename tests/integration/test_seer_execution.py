@@ -121,6 +121,10 @@ def test_two_stage_plan_end_to_end(home: Path) -> None:
     assert best is not None and best.job_id == out["job_id"]
     pred = c.infer("digits", datasets.load("digits").inputs[600:620])
     assert len(pred) == 20
+    # finished: its state and trial checkpoints are gone, and the same request is that job
+    assert not [k for k in c.store.blobs.list("tenants/digits/checkpoints/") if out["job_id"] in k]
+    again = c.seer("digits", "lenet", 0.5, 2.01, eta=2, t_min=0.125, global_batch=64, tuner="seer")
+    assert (again["run_id"], again["accuracy"]) == (out["run_id"], out["accuracy"])
 
 
 def test_bad_seer_requests_fail_before_anything_runs(home: Path) -> None:
