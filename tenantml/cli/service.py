@@ -671,28 +671,51 @@ def demo(
             )
         result: dict[str, Any] = {}
         failure: list[BaseException] = []
+        from tasks import Stopping, stop_on_signals
+
+        def on_event(event: Any) -> None:
+            # Ctrl-C or SIGTERM (in the signal handler): end now, as an embedded `run` does
+            if isinstance(event, Stopping):
+                _exit_now(c, event, cursor=console.is_terminal)
 
         def work() -> None:
             try:
                 result.update(
-                    c.run(ticks, max_epochs=max_epochs, job_budget_s=job_budget, budget_s=budget_s)
+                    c.run(
+                        ticks,
+                        on_progress=on_event,
+                        max_epochs=max_epochs,
+                        job_budget_s=job_budget,
+                        budget_s=budget_s,
+                    )
                 )
             except BaseException as e:  # noqa: BLE001 - reported below
                 failure.append(e)
 
-        worker = threading.Thread(target=work, daemon=True)
-        worker.start()
-        table = _live_table(c)
-        # transient, then printed once: a live display left in place ends without a newline
-        # when stdout is not a terminal, and the next line would run on from its caption
-        with Live(table, console=console, refresh_per_second=1, transient=True) as live:
-            while worker.is_alive():
-                worker.join(timeout=3)
-                table = _live_table(c)
-                live.update(table)
+        # The scheduler runs in a thread, where Python gives no signals: they are taken here.
+        # (A Ctrl-C left the interpreter shutting down around the training threads: Prefect's
+        # tracebacks, then a hung process.)
+        with stop_on_signals():
+            worker = threading.Thread(target=work, daemon=True)
+            worker.start()
+            table = _live_table(c)
+            # transient, then printed once: a live display left in place ends without a newline
+            # when stdout is not a terminal, and the next line would run on from its caption
+            try:
+                with Live(table, console=console, refresh_per_second=1, transient=True) as live:
+                    while worker.is_alive():
+                        worker.join(timeout=3)
+                        table = _live_table(c)
+                        live.update(table)
+            except KeyboardInterrupt as e:  # a second signal
+                name = str(e.args[0]) if e.args else "SIGINT"
+                _exit_now(c, Stopping(name, 0, None), cursor=console.is_terminal)
         console.print(table)
         if failure:
             raise failure[0]
+        if result.get("interrupted"):  # a signal before the scheduler listened: nothing ran
+            console.print(_stopped_line(result["interrupted"], result["in_flight"], True))
+            raise typer.Exit(130)
         console.print(
             f"{result['ticks']} ticks, {result['jobs']} jobs in {result['wall_s']:.0f} s;"
             f" GPU busy {result['busy_fraction']:.0%}"

@@ -299,6 +299,33 @@ def test_demo_command_runs_bounded(tmp_path: Path) -> None:
     assert ticks <= 1, again.stdout
 
 
+def test_ctrl_c_stops_the_demo_with_one_line(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the demo's process group) while its jobs train: exit code 130, the one
+    line `run` ends with, no traceback, nothing left running. (The demo's scheduler runs in a
+    thread; the interpreter shut down around it: Prefect's tracebacks, then a hung process.)"""
+    from mlflow.tracking import MlflowClient
+
+    from mlflow_plugin.tracking import job_records, tenant_experiments
+
+    home = tmp_path / "demo"
+    client = MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
+
+    def training() -> bool:
+        if not (home / "mlflow.db").exists():
+            return False
+        recs = job_records(client, tenant_experiments(client).values())
+        return any(r.status == "RUNNING" for r in recs)
+
+    cmd = [sys.executable, "-m", "tenantml.cli", "demo", "--home", str(home)]
+    code, out, err, took = signal_after_dispatch(
+        cmd, {**os.environ, "COLUMNS": "120"}, signal.SIGINT, True, ready=training, jobs=0
+    )
+    print(f"the demo ended {took:.2f} s after Ctrl-C")
+    assert code == 130, (out, err[-3000:])
+    assert STOPPED.search(out), out
+    assert "Traceback" not in err, err[-3000:]
+
+
 @pytest.fixture(scope="module")
 def signal_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A home of its own with two small tenants (their models get stand-in sleep jobs here)."""
