@@ -37,10 +37,11 @@ def seer(
 ) -> dict[str, Any]:
     """Run SEER for `model` of `tenant` on its latest snapshot; returns the job's record. The
     options and their defaults: `tasks._seer.SeerOptions`. The same options on the same
-    snapshot are one job: run again once it FINISHED, it returns that job's record (its
-    checkpoints are gone; its model is in MLflow)."""
+    snapshot are one job: run again once it FINISHED, it returns that job's record with
+    ``reused`` True (its checkpoints are gone; its model is in MLflow)."""
     from mlflow.tracking import MlflowClient
 
+    from mlflow_plugin.registry import best_model
     from mlflow_plugin.tracking import ensure_tenant_experiment, job_record
     from tasks import JobSpec, drop_checkpoints, record, train_task
 
@@ -59,9 +60,13 @@ def seer(
         client, tenant, str(schema), [], settings.artifact_location
     )
     rec = job_record(client, experiment_id, job_id)
-    if rec is None or rec.status != "FINISHED":  # the same options on the same data: done once
+    reused = rec is not None and rec.status == "FINISHED"  # the same options on the same data
+    if not reused:
         rec = train_task(spec, client, store, experiment_id, str(runtime.flow_run.id or ""))
+    assert rec is not None
     best = record(client, rec)
+    if best is None and (served := best_model(client, tenant)) and served.run_id == rec.run_id:
+        best = served  # already the best (a request made before)
     drop_checkpoints(store, rec)  # its model is in MLflow now
     return {
         "run_id": rec.run_id,
@@ -69,4 +74,5 @@ def seer(
         "accuracy": rec.accuracy,
         "gpu_s": rec.cost_s,
         "best_version": best.version if best else None,
+        "reused": reused,
     }

@@ -83,6 +83,8 @@ class TenantView:
     weights: FloatArray
     sigma_tilde: FloatArray
     gap: FloatArray
+    #: jobs in flight per tenant (None: none)
+    n_pending: IntArray | None = None
 
 
 class TenantBook:
@@ -300,4 +302,9 @@ class TenantBook:
                 gap = self.gap.copy()
                 for b in np.flatnonzero(busy & eligible).tolist():
                     gap[b] = self._gap_of(b, pending[b])
-        return TenantView(eligible, self.n_obs, self.problem.weights, self.sigma_tilde, gap)
+        n_pending = np.zeros(self.problem.n_tenants, dtype=np.intp)
+        for i, arms in pending.items():
+            n_pending[i] = len(arms)
+        return TenantView(
+            eligible, self.n_obs, self.problem.weights, self.sigma_tilde, gap, n_pending
+        )

@@ -69,10 +69,15 @@ def _measured(view: TenantView) -> np.ndarray:
     return np.isfinite(view.sigma_tilde)
 
 
+def _jobs(view: TenantView) -> np.ndarray:
+    """Jobs per tenant: ended, and in flight (several slots filled at once)."""
+    return view.n_obs if view.n_pending is None else view.n_obs + view.n_pending
+
+
 def _fewest_jobs(view: TenantView, mask: np.ndarray) -> int:
     """The tenant in `mask` with the fewest jobs (the first of them on a tie)."""
     idx = np.flatnonzero(mask)
-    return int(idx[np.argmin(view.n_obs[idx])])
+    return int(idx[np.argmin(_jobs(view)[idx])])
 
 
 def _unserved(view: TenantView) -> np.ndarray:
@@ -81,11 +86,13 @@ def _unserved(view: TenantView) -> np.ndarray:
     no more jobs than the measured tenants on average: retried at the pace round robin would
     serve them, so a tenant whose jobs keep failing neither takes every turn (as when it counted
     as unserved until measured) nor waits until the others have no model left (as when its one
-    job counted as served). Among them, the one with the fewest jobs goes first."""
+    job counted as served). Jobs in flight count (one decision may fill several slots). Among
+    them, the one with the fewest jobs goes first."""
     measured = _measured(view)
-    jobs = view.n_obs[view.eligible & measured]
-    pace = float(jobs.mean()) if jobs.size else np.inf
-    unserved: np.ndarray = view.eligible & ~measured & (view.n_obs <= pace)
+    jobs = _jobs(view)
+    theirs = jobs[view.eligible & measured]
+    pace = float(theirs.mean()) if theirs.size else np.inf
+    unserved: np.ndarray = view.eligible & ~measured & (jobs <= pace)
     return unserved
 
 

@@ -297,9 +297,10 @@ def run_cmd(
             tuner=tuner,
             **_given(eta=eta, v=v, p_min=p_min, t_min=t_min, global_batch=global_batch, seed=seed),
         )
+        spent = "spent by the same request before" if out.get("reused") else "spent"
         console.print(
             f"{tuner} job {out['job_id']}: best accuracy {out['accuracy']:.3f}, "
-            f"{out['gpu_s'] / 60:.1f} GPU-min spent; "
+            f"{out['gpu_s'] / 60:.1f} GPU-min {spent}; "
             + (
                 f"now best (version {out['best_version']})"
                 if out["best_version"]

@@ -125,6 +125,7 @@ def test_two_stage_plan_end_to_end(home: Path) -> None:
     assert not [k for k in c.store.blobs.list("tenants/digits/checkpoints/") if out["job_id"] in k]
     again = c.seer("digits", "lenet", 0.5, 2.01, eta=2, t_min=0.125, global_batch=64, tuner="seer")
     assert (again["run_id"], again["accuracy"]) == (out["run_id"], out["accuracy"])
+    assert again["best_version"] == out["best_version"] == best.version and again["reused"]
 
 
 def test_bad_seer_requests_fail_before_anything_runs(home: Path) -> None:
