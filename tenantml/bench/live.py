@@ -407,6 +407,9 @@ def run_service(
         proc.wait(timeout=budget_s)
     except subprocess.TimeoutExpired:
         stop_as_a_user(proc)
+    except BaseException:  # Ctrl-C here: the service, in a session of its own, stops too
+        stop_as_a_user(proc)
+        raise
     finally:
         log.close()
     if proc.returncode not in (0, 130):

@@ -109,3 +109,41 @@ def test_bench_live_repeats_on_two_splits(tmp_path: Path) -> None:
     per = rr["auc_minus_live_by_tenant"]["wine"]
     assert per["mean"] == pytest.approx(rr["auc_minus_live"]["mean"])
     assert "roundrobin: AUC - live" in done.stdout
+
+
+def test_ctrl_c_stops_bench_live_and_the_service_it_started(tmp_path: Path) -> None:
+    """The service runs in a session of its own (bench-live stops it as a user would), so a
+    terminal's Ctrl-C reached only bench-live: it exited and left `tenantml run` training."""
+    import signal
+    import time
+
+    tenants = _wine_only(tmp_path)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "tenantml.cli", "bench-live", str(tenants),
+           "--budget-s", "300", "--systems", "live", "--out", str(out)]  # fmt: skip
+    bench = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    log = out / "homes" / "live" / "run.log"
+    deadline = time.monotonic() + 240
+    while not (log.exists() and "dispatched" in log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert bench.poll() is None and log.exists(), bench.communicate(timeout=5)
+    mine = f"TENANTML_HOME={out / 'homes' / 'live'}".encode()
+
+    def services() -> list[int]:
+        pids = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and mine in (proc / "environ").read_bytes().split(b"\0"):
+                    if b"tenantml.cli\0run" in (proc / "cmdline").read_bytes():
+                        pids.append(int(proc.name))
+            except OSError:
+                continue
+        return pids
+
+    assert services(), "the service did not start"
+    os.killpg(bench.pid, signal.SIGINT)
+    _, err = bench.communicate(timeout=120)
+    assert bench.returncode == 130, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert services() == []
