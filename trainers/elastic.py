@@ -41,6 +41,7 @@ __all__ = [
     "load_trial_model",
     "run_trial_stage",
     "sample_configs",
+    "stop_ranks",
 ]
 
 #: Table 1 of the paper: the standard search space for vision models.
@@ -119,6 +120,25 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: the rank processes of this process's trial stages now running (`stop_ranks`)
+_RANKS: set[subprocess.Popen[bytes]] = set()
+
+
+def stop_ranks(grace_s: float = 2.0) -> None:
+    """Stop the rank processes this process started and that still run (SIGTERM, then SIGKILL
+    after `grace_s`): for a command ending at once on Ctrl-C, which would leave them training
+    (a signal sent to the command alone does not reach them). Safe in a signal handler."""
+    ranks = [p for p in list(_RANKS) if p.poll() is None]
+    for p in ranks:
+        p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in ranks:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def run_trial_stage(stage: TrialStage) -> StageResult:
     """Train ``stage`` on ``len(stage.devices)`` processes; returns rank 0's report.
 
@@ -151,15 +171,17 @@ def run_trial_stage(stage: TrialStage) -> StageResult:
                 f,
             )
         logs = [open(os.path.join(tmp, f"rank{r}.log"), "w+") for r in range(stage.gpus)]
+        procs: list[subprocess.Popen[bytes]] = []
         try:
-            procs = [
-                subprocess.Popen(
-                    [sys.executable, "-m", "trainers.elastic", spec, str(r)],
-                    stdout=logs[r],
-                    stderr=subprocess.STDOUT,
+            for r in range(stage.gpus):
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "trainers.elastic", spec, str(r)],
+                        stdout=logs[r],
+                        stderr=subprocess.STDOUT,
+                    )
                 )
-                for r in range(stage.gpus)
-            ]
+                _RANKS.add(procs[-1])
             codes = [p.wait() for p in procs]
             if any(codes) or not os.path.exists(out):
                 failed = next((r for r, c in enumerate(codes) if c), 0)
@@ -170,6 +192,7 @@ def run_trial_stage(stage: TrialStage) -> StageResult:
                     f"{codes[failed]}:\n{tail}"
                 )
         finally:
+            _RANKS.difference_update(procs)
             for f in logs:
                 f.close()
         with open(out) as f:

@@ -282,21 +282,42 @@ def run_cmd(
 ) -> None:
     """Run a SEER plan for one tenant's model here; trials and stages go to MLflow and the best
     trial becomes the tenant's `best` model if it beats it."""
-    from tenantml.cli.service import _client, _errors
+    import signal
+
+    from tenantml.cli.service import _client, _errors, end_now
 
     deadline = parse_deadline(deadline_text)
     budget = _amount(budget_text, "--budget")
     with _errors():
         cap = _p_max(p_max)
-        out = _client(home).seer(
-            tenant,
-            model,
-            deadline,
-            budget,
-            p_max=None if math.isinf(cap) else int(cap),
-            tuner=tuner,
-            **_given(eta=eta, v=v, p_min=p_min, t_min=t_min, global_batch=global_batch, seed=seed),
-        )
+        c = _client(home)
+
+        def stop(signum: int, frame: Any) -> None:
+            # Ctrl-C or SIGTERM: end now. The job's trials run in processes and Prefect's
+            # temporary server has had the same Ctrl-C: waiting ended in Prefect's tracebacks
+            # and a hung process after the job had run to its end anyway.
+            end_now(
+                c,
+                f"stopped by {signal.Signals(signum).name}: the job keeps its checkpoints; "
+                "the same `tenantml seer run` resumes it",
+            )
+
+        before = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            out = c.seer(
+                tenant,
+                model,
+                deadline,
+                budget,
+                p_max=None if math.isinf(cap) else int(cap),
+                tuner=tuner,
+                **_given(
+                    eta=eta, v=v, p_min=p_min, t_min=t_min, global_batch=global_batch, seed=seed
+                ),
+            )
+        finally:
+            for sig, handler in before.items():
+                signal.signal(sig, handler)
         spent = "spent by the same request before" if out.get("reused") else "spent"
         console.print(
             f"{tuner} job {out['job_id']}: best accuracy {out['accuracy']:.3f}, "

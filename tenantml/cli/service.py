@@ -560,26 +560,33 @@ def _exit_now(c: Any, event: Any, cursor: bool) -> None:
     Waiting is no option here: the jobs are threads of this process (a normal exit joins them,
     minutes), and a terminal's Ctrl-C has also reached Prefect's temporary server, after which
     every Prefect call retries for about a minute and ends in a traceback. So no Prefect call
-    follows: the scheduler's MLflow run is ended KILLED (2 s at most), the temporary server is
-    stopped if it still runs, and the process exits. The jobs' MLflow runs stay RUNNING, so the
-    next `run` sends them again with their job ids and they resume from their checkpoints."""
+    follows (`end_now`). The jobs' MLflow runs stay RUNNING, so the next `run` sends them again
+    with their job ids and they resume from their checkpoints."""
+    end_now(c, _stopped_line(event.signal, event.in_flight, embedded=True), event.run_id, cursor)
+
+
+def end_now(c: Any, line: str, run_id: str | None = None, cursor: bool = False) -> None:
+    """End a command that runs jobs in this process now, from a signal handler: print `line`
+    (`cursor`: show the cursor a live display hid), end the MLflow run `run_id` KILLED (2 s at
+    most), stop SEER rank processes this process started and Prefect's temporary server, exit
+    130 (no interpreter shutdown: it would join the training threads, minutes)."""
     import os
     import subprocess
 
-    line = _stopped_line(event.signal, event.in_flight, embedded=True) + "\n"
-    if cursor:  # the live display hid it
-        line = "\x1b[?25h\n" + line
+    line = ("\x1b[?25h\n" if cursor else "") + line + "\n"
     try:
         sys.stdout.flush()
         os.write(sys.stdout.fileno(), line.encode())
     except (OSError, ValueError, RuntimeError):  # no file descriptor, or a write cut short
         sys.stdout.write(line)
-    if event.run_id is not None:
+    if run_id is not None:
         killed = threading.Thread(
-            target=c.mlflow.set_terminated, args=(event.run_id, "KILLED"), daemon=True
+            target=c.mlflow.set_terminated, args=(run_id, "KILLED"), daemon=True
         )
         killed.start()
         killed.join(timeout=2)
+    if (elastic := sys.modules.get("trainers.elastic")) is not None:
+        elastic.stop_ranks()  # a signal to this process alone does not reach them
     # Prefect keeps its temporary server (a uvicorn subprocess) here; its atexit hook would stop
     # it, and os._exit skips that hook.
     server = sys.modules.get("prefect.server.api.server")

@@ -216,3 +216,43 @@ def test_replan_scores_trials_within_stages_and_logs_its_decisions(home: Path) -
         assert 1 <= len({m.step for m in curve}) <= EVALS_PER_STAGE * (len(decisions) + 1)
         assert all(0.0 <= m.value <= 1.0 for m in curve)
     assert 0.0 <= out["accuracy"] <= 1.0
+
+
+@pytest.mark.full
+def test_ctrl_c_ends_a_seer_run_and_its_trial_processes(home: Path) -> None:
+    """SIGINT to `tenantml seer run` alone while its trials train: the one line, exit code 130,
+    and its rank processes (which the signal did not reach) stopped. Before, the job ran on to
+    its end and the process hung in Prefect's tracebacks."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cmd = [sys.executable, "-m", "tenantml.cli", "seer", "run", "digits", "--model", "lenet",
+           "--deadline", "1", "--budget", "4", "--seed", "11", "--home", str(home)]  # fmt: skip
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+    def ranks() -> list[int]:
+        out = []
+        for p in Path("/proc").iterdir():
+            try:
+                if p.name.isdigit() and int((p / "stat").read_text().split()[3]) == proc.pid:
+                    if b"trainers.elastic" in (p / "cmdline").read_bytes():
+                        out.append(int(p.name))
+            except (OSError, ValueError, IndexError):
+                continue
+        return out
+
+    deadline = time.monotonic() + 120
+    while not ranks() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    started = ranks()
+    assert started, proc.communicate(timeout=60)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err[-3000:])
+    assert "stopped by SIGINT: the job keeps its checkpoints" in out, out
+    assert "Traceback" not in err, err[-3000:]
+    time.sleep(1)
+    assert not [pid for pid in started if Path(f"/proc/{pid}").exists()], started
