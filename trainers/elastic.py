@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -120,15 +121,23 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-#: the rank processes of this process's trial stages now running (`stop_ranks`)
+#: the rank processes of this process's trial stages now running (`stop_ranks`), and whether
+#: the process is stopping (no rank starts then); reentrant: a signal handler may take it in a
+#: thread that holds it
 _RANKS: set[subprocess.Popen[bytes]] = set()
+_RANKS_LOCK = threading.RLock()
+_stopping = False
 
 
 def stop_ranks(grace_s: float = 2.0) -> None:
     """Stop the rank processes this process started and that still run (SIGTERM, then SIGKILL
-    after `grace_s`): for a command ending at once on Ctrl-C, which would leave them training
-    (a signal sent to the command alone does not reach them). Safe in a signal handler."""
-    ranks = [p for p in list(_RANKS) if p.poll() is None]
+    after `grace_s`), and start no more: for a command ending at once on Ctrl-C, which would
+    leave them training (a signal sent to the command alone does not reach them). Safe in a
+    signal handler."""
+    global _stopping
+    with _RANKS_LOCK:
+        _stopping = True
+        ranks = [p for p in _RANKS if p.poll() is None]
     for p in ranks:
         p.terminate()
     deadline = time.monotonic() + grace_s
@@ -174,14 +183,17 @@ def run_trial_stage(stage: TrialStage) -> StageResult:
         procs: list[subprocess.Popen[bytes]] = []
         try:
             for r in range(stage.gpus):
-                procs.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "trainers.elastic", spec, str(r)],
-                        stdout=logs[r],
-                        stderr=subprocess.STDOUT,
+                with _RANKS_LOCK:
+                    if _stopping:
+                        raise RuntimeError(f"trial stage {stage.checkpoint!r}: stopping")
+                    procs.append(
+                        subprocess.Popen(
+                            [sys.executable, "-m", "trainers.elastic", spec, str(r)],
+                            stdout=logs[r],
+                            stderr=subprocess.STDOUT,
+                        )
                     )
-                )
-                _RANKS.add(procs[-1])
+                    _RANKS.add(procs[-1])
             codes = [p.wait() for p in procs]
             if any(codes) or not os.path.exists(out):
                 failed = next((r for r, c in enumerate(codes) if c), 0)
@@ -192,7 +204,8 @@ def run_trial_stage(stage: TrialStage) -> StageResult:
                     f"{codes[failed]}:\n{tail}"
                 )
         finally:
-            _RANKS.difference_update(procs)
+            with _RANKS_LOCK:
+                _RANKS.difference_update(procs)
             for f in logs:
                 f.close()
         with open(out) as f:

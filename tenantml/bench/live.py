@@ -356,6 +356,20 @@ def _last_loss_estimates(home: Path) -> dict[str, float]:
     }
 
 
+def _term_as_interrupt() -> Any:
+    """In the main thread, SIGTERM raises KeyboardInterrupt as Ctrl-C does (so the service this
+    process started is stopped too); returns the handler it replaced (None elsewhere)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    return signal.signal(signal.SIGTERM, interrupt)
+
+
 def stop_as_a_user(proc: subprocess.Popen[Any], grace_s: float = STOP_GRACE_S) -> None:
     """Ctrl-C to `proc`'s process group (started with ``start_new_session``): the service stops
     as a user stops it; SIGKILL if it has not after `grace_s`."""
@@ -403,15 +417,18 @@ def run_service(
     t0 = time.time()
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)  # fmt: skip
+    term = _term_as_interrupt()
     try:
         proc.wait(timeout=budget_s)
     except subprocess.TimeoutExpired:
         stop_as_a_user(proc)
-    except BaseException:  # Ctrl-C here: the service, in a session of its own, stops too
+    except BaseException:  # Ctrl-C or SIGTERM here: the service, in a session of its own, too
         stop_as_a_user(proc)
         raise
     finally:
         log.close()
+        if term is not None:
+            signal.signal(signal.SIGTERM, term)
     if proc.returncode not in (0, 130):
         tail = (home / "run.log").read_text()[-2000:]
         raise RuntimeError(f"tenantml run ({system}) exited {proc.returncode}:\n{tail}")

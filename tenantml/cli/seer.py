@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -298,26 +299,51 @@ def run_cmd(
             # and a hung process after the job had run to its end anyway.
             end_now(
                 c,
-                f"stopped by {signal.Signals(signum).name}: the job keeps its checkpoints; "
-                "the same `tenantml seer run` resumes it",
+                f"stopped by {signal.Signals(signum).name}; the same `tenantml seer run` "
+                "resumes the job from its last finished stage",
             )
 
+        result: dict[str, Any] = {}
+        failure: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                result.update(
+                    c.seer(
+                        tenant,
+                        model,
+                        deadline,
+                        budget,
+                        p_max=None if math.isinf(cap) else int(cap),
+                        tuner=tuner,
+                        **_given(
+                            eta=eta,
+                            v=v,
+                            p_min=p_min,
+                            t_min=t_min,
+                            global_batch=global_batch,
+                            seed=seed,
+                        ),
+                    )
+                )
+            except BaseException as e:  # noqa: BLE001 - raised below
+                failure.append(e)
+
+        # The flow runs in a thread, so that the signals stay with this handler: in the main
+        # thread Prefect's flow engine takes SIGTERM for the flow's length, and its handler
+        # waited for the stage's trials, then failed the job.
         before = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            out = c.seer(
-                tenant,
-                model,
-                deadline,
-                budget,
-                p_max=None if math.isinf(cap) else int(cap),
-                tuner=tuner,
-                **_given(
-                    eta=eta, v=v, p_min=p_min, t_min=t_min, global_batch=global_batch, seed=seed
-                ),
-            )
+            worker = threading.Thread(target=work, daemon=True)
+            worker.start()
+            while worker.is_alive():
+                worker.join(timeout=0.5)
         finally:
             for sig, handler in before.items():
                 signal.signal(sig, handler)
+        if failure:
+            raise failure[0]
+        out = result
         spent = "spent by the same request before" if out.get("reused") else "spent"
         console.print(
             f"{tuner} job {out['job_id']}: best accuracy {out['accuracy']:.3f}, "

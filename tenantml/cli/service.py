@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -553,7 +553,7 @@ class _RunView:
             console.print(_event_line(event))
 
 
-def _exit_now(c: Any, event: Any, cursor: bool) -> None:
+def _exit_now(c: Any, event: Any, cursor: bool) -> NoReturn:
     """Embedded `run` on SIGINT/SIGTERM (`tasks.Stopping`, in the signal handler): end the
     process now, with the one line and exit code 130.
 
@@ -565,14 +565,21 @@ def _exit_now(c: Any, event: Any, cursor: bool) -> None:
     end_now(c, _stopped_line(event.signal, event.in_flight, embedded=True), event.run_id, cursor)
 
 
-def end_now(c: Any, line: str, run_id: str | None = None, cursor: bool = False) -> None:
+def end_now(c: Any, line: str, run_id: str | None = None, cursor: bool = False) -> NoReturn:
     """End a command that runs jobs in this process now, from a signal handler: print `line`
     (`cursor`: show the cursor a live display hid), end the MLflow run `run_id` KILLED (2 s at
     most), stop SEER rank processes this process started and Prefect's temporary server, exit
-    130 (no interpreter shutdown: it would join the training threads, minutes)."""
+    130 (no interpreter shutdown: it would join the training threads, minutes). Signals that
+    come meanwhile (a second Ctrl-C) are ignored: the first one is being carried out."""
     import os
+    import signal
     import subprocess
 
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except ValueError:  # not the main thread: no handler to replace there
+            break
     line = ("\x1b[?25h\n" if cursor else "") + line + "\n"
     try:
         sys.stdout.flush()
@@ -650,6 +657,25 @@ def demo(
     Run again on the same home, it goes on from the jobs already done (the CNNs are what is
     left then, up to a minute each on a CPU): within ``--budget-s`` and the jobs then in flight.
     """
+    import signal
+
+    # Until the scheduler takes the signals, SIGTERM interrupts as Ctrl-C does (`run` does the
+    # same): the command ends with a line, and Prefect's temporary server stops with it.
+    before = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        _demo(ticks, max_epochs, job_budget, budget_s, home)
+    except KeyboardInterrupt as e:  # while feeding, or after the scheduler
+        name = str(e.args[0]) if e.args else "SIGINT"
+        # end_now stops Prefect's temporary server, which started in a thread: an exit that
+        # leaves that to Prefect's atexit hook orphaned one starting as the signal came
+        end_now(None, f"stopped by {name}; the demo goes on from here next time")
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _demo(
+    ticks: int, max_epochs: int, job_budget: float, budget_s: float, home: Path | None
+) -> None:
     from tenantml import datasets
 
     with _errors():
@@ -702,7 +728,7 @@ def demo(
         # The scheduler runs in a thread, where Python gives no signals: they are taken here.
         # (A Ctrl-C left the interpreter shutting down around the training threads: Prefect's
         # tracebacks, then a hung process.)
-        with stop_on_signals():
+        with stop_on_signals() as stop:
             worker = threading.Thread(target=work, daemon=True)
             worker.start()
             table = _live_table(c)
@@ -717,12 +743,14 @@ def demo(
             except KeyboardInterrupt as e:  # a second signal
                 name = str(e.args[0]) if e.args else "SIGINT"
                 _exit_now(c, Stopping(name, 0, None), cursor=console.is_terminal)
+            signalled = stop.signal  # before the scheduler listened, or after it ended
         console.print(table)
+        if signalled is not None:  # whatever the scheduler did then (a Ctrl-C that reached
+            # Prefect's temporary server first fails its start): nothing is left running
+            console.print(_stopped_line(signalled, int(result.get("in_flight", 0)), True))
+            raise typer.Exit(130)
         if failure:
             raise failure[0]
-        if result.get("interrupted"):  # a signal before the scheduler listened: nothing ran
-            console.print(_stopped_line(result["interrupted"], result["in_flight"], True))
-            raise typer.Exit(130)
         console.print(
             f"{result['ticks']} ticks, {result['jobs']} jobs in {result['wall_s']:.0f} s;"
             f" GPU busy {result['busy_fraction']:.0%}"

@@ -111,9 +111,11 @@ def test_bench_live_repeats_on_two_splits(tmp_path: Path) -> None:
     assert "roundrobin: AUC - live" in done.stdout
 
 
-def test_ctrl_c_stops_bench_live_and_the_service_it_started(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_stops_bench_live_and_the_service_it_started(tmp_path: Path, sig: str) -> None:
     """The service runs in a session of its own (bench-live stops it as a user would), so a
-    terminal's Ctrl-C reached only bench-live: it exited and left `tenantml run` training."""
+    terminal's Ctrl-C (or a SIGTERM) reached only bench-live: it exited and left `tenantml run`
+    training."""
     import signal
     import time
 
@@ -142,7 +144,7 @@ def test_ctrl_c_stops_bench_live_and_the_service_it_started(tmp_path: Path) -> N
         return pids
 
     assert services(), "the service did not start"
-    os.killpg(bench.pid, signal.SIGINT)
+    os.killpg(bench.pid, signal.Signals[sig])
     _, err = bench.communicate(timeout=120)
     assert bench.returncode == 130, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
