@@ -105,6 +105,17 @@ def _save_template(db: Path, template: Path) -> None:
     write_atomically(lambda tmp: _backup(db, tmp), template)
 
 
+#: this process's early starts (`stop_unclaimed`)
+_EARLY: list[EarlyStart] = []
+
+
+def stop_unclaimed() -> None:
+    """Stop every early server of this process that Prefect was not given (`EarlyStart`): for
+    a command that ends with ``os._exit`` on a signal, which skips the exit hook doing this."""
+    for start in list(_EARLY):
+        start._stop_unclaimed()
+
+
 class EarlyStart:
     """Prefect's temporary server, a uvicorn subprocess on the database `db` (seeded from
     `template` when the home is new), started now and awaited in a thread (`start_early`)."""
@@ -120,6 +131,7 @@ class EarlyStart:
             _server_command(self.port), env={**os.environ, **SERVER_ENV}
         )
         atexit.register(self._stop_unclaimed)
+        _EARLY.append(self)
         self._thread = threading.Thread(
             target=self._run, args=(timeout_s,), name="prefect-start", daemon=True
         )

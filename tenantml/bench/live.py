@@ -415,9 +415,9 @@ def run_service(
         cmd += ["--policy", system]
     log = open(home / "run.log", "w")  # noqa: SIM115 (closed below)
     t0 = time.time()
+    term = _term_as_interrupt()  # before the service exists: no SIGTERM may orphan it
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)  # fmt: skip
-    term = _term_as_interrupt()
     try:
         proc.wait(timeout=budget_s)
     except subprocess.TimeoutExpired:

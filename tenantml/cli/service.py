@@ -576,8 +576,8 @@ def end_now(c: Any, line: str, run_id: str | None = None, cursor: bool = False) 
     import subprocess
 
     for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            signal.signal(sig, signal.SIG_IGN)
+        try:  # a handler that does nothing (SIG_IGN would pass to the processes started now)
+            signal.signal(sig, lambda signum, frame: None)
         except ValueError:  # not the main thread: no handler to replace there
             break
     line = ("\x1b[?25h\n" if cursor else "") + line + "\n"
@@ -594,6 +594,8 @@ def end_now(c: Any, line: str, run_id: str | None = None, cursor: bool = False) 
         killed.join(timeout=2)
     if (elastic := sys.modules.get("trainers.elastic")) is not None:
         elastic.stop_ranks()  # a signal to this process alone does not reach them
+    if (early := sys.modules.get("tasks.prefect_start")) is not None:
+        early.stop_unclaimed()  # a server started early and not yet Prefect's
     # Prefect keeps its temporary server (a uvicorn subprocess) here; its atexit hook would stop
     # it, and os._exit skips that hook.
     server = sys.modules.get("prefect.server.api.server")

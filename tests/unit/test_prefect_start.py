@@ -141,3 +141,32 @@ def test_prefect_keeps_a_temporary_server_it_already_runs() -> None:
     error = ps._hand_to_prefect(start, busy)  # type: ignore[arg-type]
     assert isinstance(error, RuntimeError) and "not free" in str(error)
     assert busy.port == 4321 and start.process is not None  # neither was touched
+
+
+def test_a_command_ended_by_a_signal_stops_its_early_server(tmp_path: Path) -> None:
+    """`tenantml.cli.service.end_now` (Ctrl-C or SIGTERM: a line, ``os._exit(130)``) skips the
+    exit hook that stops an early server not yet handed to Prefect: a demo stopped while it fed
+    its tenants left Prefect's temporary server running, its parent gone."""
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import sys\nimport tasks.prefect_start as ps\nfrom pathlib import Path\n"
+        "ps._server_command = lambda port: [sys.executable, '-c', 'import time; time.sleep(60)']\n"
+        f"start = ps.EarlyStart(Path({str(tmp_path)!r}) / 'p.db', Path({str(tmp_path)!r}) / "
+        "'t.db', timeout_s=60)\n"
+        "print(start.process.pid, flush=True)\n"
+        "from tenantml.cli.service import end_now\nend_now(None, 'stopped by SIGTERM')\n"
+    )
+    log = tmp_path / "out.txt"
+    with open(log, "w") as out:  # a file, not a pipe: the server would hold a pipe open
+        code = subprocess.run([sys.executable, "-c", script], stdout=out,
+                              stderr=subprocess.STDOUT, timeout=120).returncode  # fmt: skip
+    assert code == 130, log.read_text()[-2000:]
+    pid, line = log.read_text().split("\n")[:2]
+    assert line == "stopped by SIGTERM"
+    time.sleep(0.5)
+    stat = Path(f"/proc/{pid}/stat")
+    alive = stat.exists() and stat.read_text().split()[2] != "Z"
+    assert not alive, f"the early server {pid} outlived the command"
