@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -285,7 +284,7 @@ def run_cmd(
     trial becomes the tenant's `best` model if it beats it."""
     import signal
 
-    from tenantml.cli.service import _client, _errors, end_now
+    from tenantml.cli.service import InThread, _client, _errors, end_now
 
     deadline = parse_deadline(deadline_text)
     budget = _amount(budget_text, "--budget")
@@ -303,47 +302,33 @@ def run_cmd(
                 "resumes the job from its last finished stage",
             )
 
-        result: dict[str, Any] = {}
-        failure: list[BaseException] = []
-
-        def work() -> None:
-            try:
-                result.update(
-                    c.seer(
-                        tenant,
-                        model,
-                        deadline,
-                        budget,
-                        p_max=None if math.isinf(cap) else int(cap),
-                        tuner=tuner,
-                        **_given(
-                            eta=eta,
-                            v=v,
-                            p_min=p_min,
-                            t_min=t_min,
-                            global_batch=global_batch,
-                            seed=seed,
-                        ),
-                    )
-                )
-            except BaseException as e:  # noqa: BLE001 - raised below
-                failure.append(e)
-
+        job = InThread(
+            lambda: c.seer(
+                tenant,
+                model,
+                deadline,
+                budget,
+                p_max=None if math.isinf(cap) else int(cap),
+                tuner=tuner,
+                **_given(
+                    eta=eta, v=v, p_min=p_min, t_min=t_min, global_batch=global_batch, seed=seed
+                ),
+            )
+        )
         # The flow runs in a thread, so that the signals stay with this handler: in the main
         # thread Prefect's flow engine takes SIGTERM for the flow's length, and its handler
         # waited for the stage's trials, then failed the job.
         before = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            worker = threading.Thread(target=work, daemon=True)
-            worker.start()
-            while worker.is_alive():
-                worker.join(timeout=0.5)
+            job.thread.start()
+            while job.thread.is_alive():
+                job.thread.join(timeout=0.5)
         finally:
             for sig, handler in before.items():
                 signal.signal(sig, handler)
-        if failure:
-            raise failure[0]
-        out = result
+        if job.error is not None:
+            raise job.error
+        out: dict[str, Any] = job.result
         spent = "spent by the same request before" if out.get("reused") else "spent"
         console.print(
             f"{tuner} job {out['job_id']}: best accuracy {out['accuracy']:.3f}, "

@@ -565,6 +565,24 @@ def _exit_now(c: Any, event: Any, cursor: bool) -> NoReturn:
     end_now(c, _stopped_line(event.signal, event.in_flight, embedded=True), event.run_id, cursor)
 
 
+class InThread:
+    """`fn()` in a daemon thread (`thread`, not started), its return value or exception kept
+    (`result`, `error`) for the main thread, which keeps the signals: Python delivers them
+    there only, and a command that ends on one must not wait for the work."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+        def work() -> None:
+            try:
+                self.result = fn()
+            except BaseException as e:  # noqa: BLE001 - the caller raises it
+                self.error = e
+
+        self.thread = threading.Thread(target=work, daemon=True)
+
+
 def end_now(c: Any, line: str, run_id: str | None = None, cursor: bool = False) -> NoReturn:
     """End a command that runs jobs in this process now, from a signal handler: print `line`
     (`cursor`: show the cursor a live display hid), end the MLflow run `run_id` KILLED (2 s at
@@ -704,8 +722,6 @@ def _demo(
                 f"  this home has {earlier} jobs from an earlier demo: the scheduler goes on from"
                 f" them for {budget_s:g} s (a new --home DIR starts a fresh demo)"
             )
-        result: dict[str, Any] = {}
-        failure: list[BaseException] = []
         from tasks import Stopping, stop_on_signals
 
         def on_event(event: Any) -> None:
@@ -713,25 +729,20 @@ def _demo(
             if isinstance(event, Stopping):
                 _exit_now(c, event, cursor=console.is_terminal)
 
-        def work() -> None:
-            try:
-                result.update(
-                    c.run(
-                        ticks,
-                        on_progress=on_event,
-                        max_epochs=max_epochs,
-                        job_budget_s=job_budget,
-                        budget_s=budget_s,
-                    )
-                )
-            except BaseException as e:  # noqa: BLE001 - reported below
-                failure.append(e)
-
+        scheduler = InThread(
+            lambda: c.run(
+                ticks,
+                on_progress=on_event,
+                max_epochs=max_epochs,
+                job_budget_s=job_budget,
+                budget_s=budget_s,
+            )
+        )
+        worker = scheduler.thread
         # The scheduler runs in a thread, where Python gives no signals: they are taken here.
         # (A Ctrl-C left the interpreter shutting down around the training threads: Prefect's
         # tracebacks, then a hung process.)
         with stop_on_signals() as stop:
-            worker = threading.Thread(target=work, daemon=True)
             worker.start()
             table = _live_table(c)
             # transient, then printed once: a live display left in place ends without a newline
@@ -747,12 +758,13 @@ def _demo(
                 _exit_now(c, Stopping(name, 0, None), cursor=console.is_terminal)
             signalled = stop.signal  # before the scheduler listened, or after it ended
         console.print(table)
+        result: dict[str, Any] = scheduler.result or {}
         if signalled is not None:  # whatever the scheduler did then (a Ctrl-C that reached
             # Prefect's temporary server first fails its start): nothing is left running
             console.print(_stopped_line(signalled, int(result.get("in_flight", 0)), True))
             raise typer.Exit(130)
-        if failure:
-            raise failure[0]
+        if scheduler.error is not None:
+            raise scheduler.error
         console.print(
             f"{result['ticks']} ticks, {result['jobs']} jobs in {result['wall_s']:.0f} s;"
             f" GPU busy {result['busy_fraction']:.0%}"
