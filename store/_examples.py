@@ -391,13 +391,14 @@ class ExampleStore:
 
     def delete_job_checkpoints(self, name: str, job_id: str) -> list[str]:
         """Delete the checkpoints of training job `job_id`: its own (``job_id``) and a SEER
-        job's state (``job_id-seer``) and trials (``job_id-trial-NNN``); returns their keys.
+        job's state (``job_id-seer``) and trials (``job_id-trial-NNN``, and a trial's best state
+        ``job_id-trial-NNN-best``); returns their keys.
         Other ids that start with `job_id` are other jobs' (an SDK job's ``job_id-<hex>``). A
         finished job's model is in MLflow, and its checkpoints (a ResNet-18's 45 MB, a VGG-16's
         540 MB with its optimizer) would otherwise stay for ever."""
         key = _safe_key(job_id)
         folder = f"{self._t(name)}checkpoints/"
-        own = re.compile(re.escape(folder + key) + r"(-seer|-trial-\d+)?\.pt")
+        own = re.compile(re.escape(folder + key) + r"(-seer|-trial-\d+(-best)?)?\.pt")
         mine = [k for k in self.blobs.list(folder + key) if own.fullmatch(k)]
         for k in mine:
             self.blobs.delete(k)

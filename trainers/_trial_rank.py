@@ -38,6 +38,7 @@ from store import ExampleStore, is_class_output, open_store
 from store.schema import Schema
 from trainers._checkpoint import TrialCheckpoint
 from trainers._torch_data import TrainingData
+from trainers.elastic import BEST_SUFFIX
 from trainers.nets import TenantNet
 from trainers.torch_trainer import build_net, infer_batches
 
@@ -50,6 +51,7 @@ __all__ = [
     "Trial",
     "build_net_and_optimizer",
     "evaluate",
+    "keep_best_state",
     "load_trial_data",
     "process_group",
     "resume_trial",
@@ -287,6 +289,25 @@ def evaluate(trial: Trial, last_loss: float) -> float:
         return 0.0
     acc = data.score(pred)
     return acc if np.isfinite(acc) else 0.0
+
+
+def keep_best_state(
+    store: ExampleStore, stage: TrialStage, resumed_step: int, accuracy: float
+) -> bool:
+    """Before a stage that ended at ``accuracy`` overwrites the trial's checkpoint: when the
+    state it resumed is the trial's best (``stage.best_score``, at ``stage.best_step``) and this
+    stage ended below it, copy that state to ``checkpoint + BEST_SUFFIX``. Returns whether it
+    copied. A stage re-run after a crash resumes a later state than ``best_step``: that is
+    not the best one, so nothing is copied."""
+    if stage.best_score is None or resumed_step != stage.best_step:
+        return False
+    if not accuracy < stage.best_score:
+        return False
+    blob = store.get_checkpoint(stage.tenant, stage.checkpoint)
+    if blob is None:
+        return False
+    store.put_checkpoint(stage.tenant, stage.checkpoint + BEST_SUFFIX, blob)
+    return True
 
 
 def write_checkpoint(

@@ -36,6 +36,7 @@ import numpy as np
 from trainers._checkpoint import TrialCheckpoint
 
 __all__ = [
+    "BEST_SUFFIX",
     "SEARCH_SPACE",
     "StageResult",
     "TrialStage",
@@ -44,6 +45,9 @@ __all__ = [
     "sample_configs",
     "stop_ranks",
 ]
+
+#: the suffix of the key under which a trial's best state is kept once a later stage ends worse
+BEST_SUFFIX = "-best"
 
 #: Table 1 of the paper: the standard search space for vision models.
 SEARCH_SPACE: dict[str, tuple[float, ...]] = {
@@ -66,6 +70,10 @@ class TrialStage:
     processes start late. ``evals``: validation scores per stage, evenly spaced in its time,
     the last at its end (a re-planning tuner extrapolates the curve they trace). ``devices``:
     one device string per rank (``"cpu"`` or ``"cuda:i"``).
+    ``best_score`` and ``best_step``: set when the state in ``checkpoint`` (at global step
+    ``best_step``) is the trial's best so far, with that validation score; a stage that ends
+    below it first keeps that state as ``checkpoint + "-best"`` (`keep_best_state`), so the job
+    can return it.
     ``store_url`` (and ``s3_endpoint_url`` for a non-AWS S3 server): the example store, as
     `store.open_store` takes it, so rank processes read data and checkpoints without settings.
     """
@@ -87,6 +95,8 @@ class TrialStage:
     s3_endpoint_url: str | None = None
     threads_per_rank: int = 1
     evals: int = 1
+    best_score: float | None = None
+    best_step: int = -1
 
     @property
     def gpus(self) -> int:
@@ -231,6 +241,7 @@ def _rank_main(rank: int, stage: TrialStage, port: int, out: str, launched: floa
         step = resumed_step + stage_steps
         if group.rank == 0:
             accuracy = tr.evaluate(trial, last_loss)
+            tr.keep_best_state(store, stage, resumed_step, accuracy)
             checkpoint_s = tr.write_checkpoint(store, stage, trial, step, train_s)
             result = StageResult(
                 accuracy=accuracy,

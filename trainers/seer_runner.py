@@ -44,6 +44,7 @@ from policy.seer.tuning import PowerScaling, TuningSettings
 from store import ExampleStore
 from trainers._job import EpochReport, TrainResult
 from trainers.elastic import (
+    BEST_SUFFIX,
     StageResult,
     TrialStage,
     load_trial_model,
@@ -51,7 +52,16 @@ from trainers.elastic import (
     sample_configs,
 )
 
-__all__ = ["EVALS_PER_STAGE", "TUNERS", "SeerJob", "StageEvent", "returned_trial", "run_seer"]
+__all__ = [
+    "EVALS_PER_STAGE",
+    "TUNERS",
+    "Returned",
+    "SeerJob",
+    "StageEvent",
+    "best_so_far",
+    "returned_state",
+    "run_seer",
+]
 
 Tuner = Literal["replan", "seer"]
 #: the elastic tuners a job can run: ours (the default) and the paper's Alg. 1
@@ -224,36 +234,91 @@ def run_seer(
         store.put_checkpoint(job.tenant, key, json.dumps(asdict(state)).encode())
         if on_stage is not None:
             on_stage(outcomes)
-    best = returned_trial(job.tuner, state.alive, state.losses)
-    model = load_trial_model(job.tenant, job.candidate, job.snapshot, f"{job.job_id}-{best}", store)
+    chosen = returned_state(job.tuner, job.job_id, state.alive, state.losses, state.events)
+    try:
+        model = load_trial_model(job.tenant, job.candidate, job.snapshot, chosen.checkpoint, store)
+    except FileNotFoundError:  # resumed from a version that kept no best state: the last one
+        end = _last_event(state.events, chosen.trial)
+        chosen = Returned(chosen.trial, f"{job.job_id}-{chosen.trial}", float(end["accuracy"]),
+                          int(end["steps"]))  # fmt: skip
+        model = load_trial_model(job.tenant, job.candidate, job.snapshot, chosen.checkpoint, store)
+    best = chosen.trial
     curve = [
         EpochReport(state.configs[e["trial"]]["lr"], e["stage"], -1.0, e["accuracy"], 0.0)
         for e in state.events
         if e["trial"] == best
     ]
-    steps = max(e["steps"] for e in state.events if e["trial"] == best)
     return TrainResult(
         job_id=job.job_id,
         tenant=job.tenant,
         candidate=job.candidate,
         snapshot=job.snapshot,
-        accuracy=1.0 - state.losses[best],
+        accuracy=chosen.accuracy,
         cost_s=state.gpu_s,
         epochs=len(state.stages),
-        hyperparameters={**state.configs[best], "seer_trial": best, "steps": steps},
+        hyperparameters={**state.configs[best], "seer_trial": best, "steps": chosen.steps},
         model=model,
         curve=curve,
         device=",".join(devices),
     )
 
 
-def returned_trial(tuner: Tuner, last_stage: Sequence[str], losses: dict[str, float]) -> str:
-    """The trial whose model a job returns: the paper's SEER returns the best of its last stage
-    (Alg. 1 line 11); ``replan`` the best trial of the whole run (``losses``: every trial's loss
-    at its last evaluation), since an eliminated trial's checkpoint is still in the store and a
-    finalist chosen early can diverge afterwards (`policy.seer.replan`)."""
-    among = list(last_stage) if tuner == "seer" else list(losses)
-    return min(among, key=lambda t: losses[t])
+@dataclass(frozen=True)
+class Returned:
+    """The state a job returns: ``trial``'s, stored under ``checkpoint``, with its validation
+    ``accuracy`` and global ``steps`` at the stage end that made it."""
+
+    trial: str
+    checkpoint: str
+    accuracy: float
+    steps: int
+
+
+def returned_state(
+    tuner: Tuner,
+    job_id: str,
+    last_stage: Sequence[str],
+    losses: dict[str, float],
+    events: Sequence[dict[str, Any]],
+) -> Returned:
+    """The trial and state a job returns (``events``: every trial's stage ends, in order, with
+    ``accuracy`` and ``steps``; ``losses``: each trial's loss at its last one).
+
+    The paper's SEER returns the best trial of its last stage as it ended (Alg. 1 line 11).
+    ``replan`` returns the best state any trial reached at a stage end: an eliminated trial's
+    checkpoint is still in the store, and a trial that goes on can diverge afterwards (a
+    finalist at 0.94 after stage 1 ended stage 2 at chance). Its best state is its checkpoint
+    when its last stage end was its best (ties: the later), else the copy kept under
+    ``BEST_SUFFIX`` (`trainers._trial_rank.keep_best_state`)."""
+    if tuner == "seer":
+        trial = min(last_stage, key=lambda t: losses[t])
+        last = _last_event(events, trial)
+        return Returned(trial, f"{job_id}-{trial}", float(last["accuracy"]), int(last["steps"]))
+    best: dict[str, dict[str, Any]] = {}
+    for e in events:  # in order: a later stage end as good as the best replaces it
+        if e["trial"] not in best or e["accuracy"] >= best[e["trial"]]["accuracy"]:
+            best[e["trial"]] = e
+    trial = max(best, key=lambda t: best[t]["accuracy"])
+    e = best[trial]
+    kept = e is not _last_event(events, trial)
+    key = f"{job_id}-{trial}" + (BEST_SUFFIX if kept else "")
+    return Returned(trial, key, float(e["accuracy"]), int(e["steps"]))
+
+
+def best_so_far(events: Sequence[dict[str, Any]], trial: str) -> tuple[float, int] | None:
+    """(score, global step) of ``trial``'s last stage end when it is its best so far, i.e.
+    when its checkpoint holds its best state; None otherwise (or before its first stage)."""
+    mine = [e for e in events if e["trial"] == trial]
+    if not mine:
+        return None
+    last = mine[-1]
+    if last["accuracy"] < max(e["accuracy"] for e in mine):
+        return None
+    return float(last["accuracy"]), int(last["steps"])
+
+
+def _last_event(events: Sequence[dict[str, Any]], trial: str) -> dict[str, Any]:
+    return [e for e in events if e["trial"] == trial][-1]
 
 
 def _outcome(e: StageEvent, going: dict[str, int], last: bool) -> str:
@@ -283,6 +348,7 @@ def _run_stage(
     cursor = 0
     for b, trials in zip(stage.brackets, groups, strict=True):
         for t in trials:
+            kept = best_so_far(state.events, t) if job.tuner == "replan" else None
             ranks = [devices[(cursor + r) % len(devices)] for r in range(b.gpus_per_trial)]
             if devices != ["cpu"]:
                 cursor += b.gpus_per_trial
@@ -306,6 +372,8 @@ def _run_stage(
                         s3_endpoint_url=getattr(store.blobs, "endpoint_url", None),
                         threads_per_rank=threads,
                         evals=evals,
+                        best_score=kept[0] if kept else None,
+                        best_step=kept[1] if kept else -1,
                     ),
                 )
             )

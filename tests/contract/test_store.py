@@ -236,14 +236,15 @@ def test_checkpoints_and_blobs(store: ExampleStore) -> None:
     store.delete_checkpoint("t", "job-1")
     assert store.get_checkpoint("t", "job-1") is None
     theirs = ("lenet-s10", "lenet-s1x", "svm-s1", "lenet-s1-1d2c0d8e2ab2",  # an SDK job's id
-              "lenet-s1-seer-x", "lenet-s1-trial-7b")  # fmt: skip
-    for key in ("lenet-s1", "lenet-s1-seer", "lenet-s1-trial-003", *theirs):
+              "lenet-s1-seer-x", "lenet-s1-trial-7b", "lenet-s1-trial-003-bestx")  # fmt: skip
+    mine = ("lenet-s1", "lenet-s1-seer", "lenet-s1-trial-003", "lenet-s1-trial-003-best")
+    for key in (*mine, *theirs):
         store.put_checkpoint("t", key, key.encode())
     gone = store.delete_job_checkpoints("t", "lenet-s1")  # the job's own and its SEER parts'
     assert sorted(k.rsplit("/", 1)[-1] for k in gone) == [
-        "lenet-s1-seer.pt", "lenet-s1-trial-003.pt", "lenet-s1.pt"
+        "lenet-s1-seer.pt", "lenet-s1-trial-003-best.pt", "lenet-s1-trial-003.pt", "lenet-s1.pt"
     ]  # fmt: skip
-    for key in ("lenet-s1", "lenet-s1-seer", "lenet-s1-trial-003"):
+    for key in mine:
         assert store.get_checkpoint("t", key) is None, key
     for key in theirs:
         assert store.get_checkpoint("t", key) == key.encode(), key

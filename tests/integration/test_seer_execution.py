@@ -161,6 +161,39 @@ def test_scheduler_hands_out_seer_jobs_from_cost_estimates() -> None:
     assert np.isclose(opts.as_dict()["t_min"], 1.0)
 
 
+def test_a_stage_that_ends_below_the_trials_best_keeps_the_best_state(home: Path) -> None:
+    """The state a stage resumes is the trial's best (``best_score`` at ``best_step``) and the
+    stage ends below it: rank 0 copies that state to ``<checkpoint>-best`` before writing its
+    own, and the job can load it. Re-run after a crash (resuming a later state), it copies
+    nothing: that state is not the best."""
+    from tasks.settings import Settings
+    from trainers.elastic import BEST_SUFFIX, TrialStage, load_trial_model, run_trial_stage
+
+    store = Settings.load(home).store()
+    hp = {"lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4}
+    common = dict(until=0.0, global_batch=64, micro_batch=64, store_url=store.blobs.url())
+    first = run_trial_stage(TrialStage("digits", "lenet", 1, "keep", hp, ["cpu"],
+                                       min_steps=4, max_steps=4, **common))  # fmt: skip
+    stage_1 = store.get_checkpoint("digits", "keep")
+    # "ends below": a best score no stage can reach
+    second = TrialStage("digits", "lenet", 1, "keep", hp, ["cpu"], min_steps=2, max_steps=2,
+                        best_score=1.01, best_step=first.steps, **common)  # fmt: skip
+    r = run_trial_stage(second)
+    assert r.resumed_step == 4 and r.steps == 6
+    assert store.get_checkpoint("digits", "keep" + BEST_SUFFIX) == stage_1
+    assert store.get_checkpoint("digits", "keep") != stage_1
+    model = load_trial_model("digits", "lenet", 1, "keep" + BEST_SUFFIX, store)
+    assert model.predict(datasets.load("digits").inputs[:5]).shape == (5,)
+    store.delete_checkpoint("digits", "keep" + BEST_SUFFIX)
+    again = run_trial_stage(second)  # resumes step 6, not the best state's step 4
+    assert again.resumed_step == 6
+    assert store.get_checkpoint("digits", "keep" + BEST_SUFFIX) is None
+    # a stage that ends at or above the best copies nothing either
+    run_trial_stage(TrialStage("digits", "lenet", 1, "keep", hp, ["cpu"], min_steps=1,
+                               max_steps=1, best_score=0.0, best_step=8, **common))  # fmt: skip
+    assert store.get_checkpoint("digits", "keep" + BEST_SUFFIX) is None
+
+
 def test_a_trial_stage_scores_its_curve_within_the_stage(home: Path) -> None:
     """``evals = 4``: rank 0 scores the validation split at 1/4, 1/2 and 3/4 of the stage's
     time and at its end, each at a later step (the curve `replan` extrapolates)."""

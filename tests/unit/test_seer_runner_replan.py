@@ -10,12 +10,14 @@ import pytest
 
 from trainers.elastic import StageResult
 from trainers.seer_runner import (
+    Returned,
     SeerJob,
     StageEvent,
     _replan,
     _stage_from,
     _State,
-    returned_trial,
+    best_so_far,
+    returned_state,
 )
 
 
@@ -88,10 +90,36 @@ def test_an_exploit_choice_becomes_one_stage_to_the_deadline(
     assert d["choice"] == "exploit-2" and d["trials"] == ["trial-003", "trial-001"]
 
 
-def test_replan_returns_the_best_trial_of_the_run_the_paper_its_last_stage() -> None:
-    """A finalist that diverged after its stage-1 lead: `replan` returns the eliminated trial
-    with the lower loss (its checkpoint is still stored), the paper's SEER its finalist."""
-    losses = {"trial-000": 0.9, "trial-001": 0.2, "trial-002": 0.4}
-    assert returned_trial("replan", ["trial-000"], losses) == "trial-001"
-    assert returned_trial("seer", ["trial-000"], losses) == "trial-000"
-    assert returned_trial("seer", ["trial-000", "trial-002"], losses) == "trial-002"
+def _ends(*rows: tuple[str, float, int]) -> list[dict[str, object]]:
+    return [{"trial": t, "accuracy": a, "steps": n} for t, a, n in rows]
+
+
+def test_replan_returns_the_best_state_of_the_run_the_paper_its_last_stage() -> None:
+    """A finalist at 0.94 after stage 1 diverged to 0.108 in stage 2: `replan` returns its
+    stage-1 state, kept under ``-best``; the paper's SEER the finalist as it ended."""
+    events = _ends(("trial-000", 0.94, 40), ("trial-001", 0.80, 40), ("trial-000", 0.108, 120))
+    losses = {"trial-000": 0.892, "trial-001": 0.2}
+    got = returned_state("replan", "j", ["trial-000"], losses, events)
+    assert got == Returned("trial-000", "j-trial-000-best", 0.94, 40)
+    paper = returned_state("seer", "j", ["trial-000"], losses, events)
+    assert paper == Returned("trial-000", "j-trial-000", 0.108, 120)
+    # an eliminated trial's last state is its best: its own checkpoint
+    events = _ends(("trial-000", 0.5, 40), ("trial-001", 0.8, 40), ("trial-000", 0.7, 120))
+    got = returned_state("replan", "j", ["trial-000"], {"trial-000": 0.3, "trial-001": 0.2},
+                         events)  # fmt: skip
+    assert got == Returned("trial-001", "j-trial-001", 0.8, 40)
+    # a later stage end as good as the best is the checkpoint itself (nothing was copied)
+    events = _ends(("trial-000", 0.9, 40), ("trial-000", 0.9, 120))
+    got = returned_state("replan", "j", ["trial-000"], {"trial-000": 0.1}, events)
+    assert got == Returned("trial-000", "j-trial-000", 0.9, 120)
+
+
+def test_best_so_far_is_set_only_while_the_checkpoint_holds_the_best_state() -> None:
+    events = _ends(("a", 0.5, 10), ("b", 0.6, 10))
+    assert best_so_far(events, "a") == (0.5, 10) and best_so_far(events, "c") is None
+    events += _ends(("a", 0.7, 30))
+    assert best_so_far(events, "a") == (0.7, 30)
+    events += _ends(("a", 0.2, 50))  # its best (step 30) is now the -best copy
+    assert best_so_far(events, "a") is None
+    events += _ends(("a", 0.7, 70))  # as good again: the checkpoint is a best state
+    assert best_so_far(events, "a") == (0.7, 70)
