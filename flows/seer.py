@@ -14,7 +14,7 @@ from typing import Any
 
 from prefect import flow, runtime
 
-from tasks import SeerOptions
+from tasks import BY_HAND, SeerOptions
 from tasks.settings import Settings
 
 __all__ = ["seer"]
@@ -55,7 +55,7 @@ def seer(
     )
     digest = hashlib.sha256(json.dumps(opts.as_dict(), sort_keys=True).encode()).hexdigest()[:8]
     job_id = f"seer-{model.replace('+', '_')}-s{snapshot}-{digest}"
-    spec = JobSpec(tenant, model, snapshot, job_id, tick=0, policy="seer", seer=opts.as_dict())
+    spec = JobSpec(tenant, model, snapshot, job_id, tick=0, policy=BY_HAND, seer=opts.as_dict())
     experiment_id = ensure_tenant_experiment(
         client, tenant, str(schema), [], settings.artifact_location
     )

@@ -263,6 +263,7 @@ class JobRecord:
     end_time: float | None
     flow_run_id: str | None
     node: str | None = None  # NODE: where its latest attempt runs (ran)
+    policy: str | None = None  # POLICY: the scheduler's, or `BY_HAND` for a `seer run` job
 
     @staticmethod
     def from_run(run: Run) -> JobRecord:
@@ -283,6 +284,7 @@ class JobRecord:
             None if run.info.end_time is None else run.info.end_time / 1000.0,
             tags.get(FLOW_RUN_ID),
             tags.get(NODE),
+            tags.get(POLICY),
         )
 
 

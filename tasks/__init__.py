@@ -52,7 +52,7 @@ if TYPE_CHECKING:
         loss_picture,
     )
     from tasks._prefect import decide, record, refresh, train_task
-    from tasks._seer import SeerOptions, seer_options_from_params
+    from tasks._seer import BY_HAND, SeerOptions, seer_options_from_params
     from tasks._service import (
         MAX_CHAIN,
         JobSpec,
@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "BY_HAND",
     "loss_picture",
     "load_tick_history",
     "add_tick",
@@ -135,6 +136,7 @@ _HOME: dict[str, str] = {
     "TickHistory": "tasks._plot",
     "TOTAL": "tasks._plot",
     "LOSS_PREFIX": "tasks._plot",
+    "BY_HAND": "tasks._seer",
     "SeerOptions": "tasks._seer",
     "seer_options_from_params": "tasks._seer",
     "DeploymentDispatcher": "tasks._dispatch",

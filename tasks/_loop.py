@@ -77,7 +77,7 @@ from store import ExampleStore
 from tasks._dispatch import DeploymentDispatcher, Dispatcher, Done, LocalDispatcher
 from tasks._plot import TickHistory, add_tick, load_tick_history, loss_picture
 from tasks._prefect import decide, record, refresh
-from tasks._seer import seer_options_from_params
+from tasks._seer import BY_HAND, seer_options_from_params
 from tasks._service import PRIORS, JobSpec, Planner, ServiceState, tick_metrics
 from tasks.outage import (
     Backoff,
@@ -545,7 +545,8 @@ def resume_orphans(svc: Service) -> Progress:
     taken over: first the runs the back-end still holds (`Dispatcher.left_going`: a scheduler
     killed just after sending a job leaves a flow run with no MLflow run yet), adopted as they
     are; then each job left RUNNING in MLflow and not among those, adopted (its flow run is still
-    going) or dispatched again, slots taken in turn."""
+    going) or dispatched again, slots taken in turn. A SEER job started by hand (`BY_HAND`) is
+    left to its command, which may still be running."""
     state = refresh(svc.client, svc.store, svc.settings.capacity_prices, svc.options.prior)
     refreshed = time.monotonic()
     redo_promotions(svc, state)
@@ -570,6 +571,10 @@ def resume_orphans(svc: Service) -> Progress:
                 _resumed(chained)
     for job in state.running():
         if (job.tenant, job.job_id) in taken:
+            continue
+        if job.policy == BY_HAND:  # its `seer run` may be going: sent again, it trains twice
+            print(f"leaving {job.tenant}/{job.job_id} to its `tenantml seer run` (RUNNING: the "
+                  "same request goes on from its last finished stage)")  # fmt: skip
             continue
         spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
         if not (job.flow_run_id and svc.dispatcher.adopt(spec, job.flow_run_id)):

@@ -30,7 +30,11 @@ from trainers import TrainResult
 if TYPE_CHECKING:
     from trainers.seer_runner import SeerJob
 
-__all__ = ["SeerOptions", "derive_seer", "seer_options_from_params", "train_seer"]
+__all__ = ["BY_HAND", "SeerOptions", "derive_seer", "seer_options_from_params", "train_seer"]
+
+#: the policy a SEER job started by hand (`flows.seer`: ``tenantml seer run``, the UI's
+#: deployment) is recorded under; its command resumes it, a scheduler leaves it alone
+BY_HAND = "seer"
 
 PARAM_PREFIX = "seer."
 

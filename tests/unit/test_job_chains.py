@@ -289,6 +289,51 @@ def test_a_restarted_scheduler_adopts_a_held_chain_once(monkeypatch: pytest.Monk
     assert [e.job_id for e in events] == [j.job_id for j in run.chain()[1:]]  # resumed
 
 
+def test_a_restarted_scheduler_leaves_a_seer_job_started_by_hand_alone(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job of `tenantml seer run` is RUNNING in MLflow while that command trains it (or after
+    a Ctrl-C stopped it). A scheduler starting then sent it again as its own orphan, so two
+    processes trained the same trials into the same checkpoints. It is left to its command;
+    a scheduler's own RUNNING job is still sent again."""
+    from types import SimpleNamespace
+
+    import tasks._loop as steps
+    from tasks import BY_HAND
+
+    by_hand = dataclasses.replace(_record("a", "lenet", "RUNNING", 0.0),
+                                  job_id="seer-lenet-s1-0c1d2e3f", policy=BY_HAND)  # fmt: skip
+    own = dataclasses.replace(_record("b", "svm", "RUNNING", 0.0), policy="rate")
+    state = _state(_tenants(), [by_hand, own])
+    monkeypatch.setattr(steps, "refresh", lambda *args, **kwargs: state)
+    monkeypatch.setattr(steps, "redo_promotions", lambda svc, state: None)
+    monkeypatch.setattr(steps, "seer_options_from_params", lambda params: None)
+
+    class Dispatcher:
+        in_flight: list[JobSpec] = []
+
+        def __init__(self) -> None:
+            self.sent: list[JobSpec] = []
+
+        def left_going(self) -> list[tuple[JobSpec, str]]:
+            return []
+
+        def submit(self, spec: JobSpec) -> None:
+            self.sent.append(spec)
+
+    d = Dispatcher()
+    run = SimpleNamespace(data=SimpleNamespace(params={}))
+    client = SimpleNamespace(get_run=lambda run_id: run)
+    svc = SimpleNamespace(client=client, store=None, patience_s=1.0, slots=1, lock_dir=None,
+                          settings=SimpleNamespace(capacity_prices=None), policy="rate",
+                          options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=None),
+                          dispatcher=d, stop=steps.StopRequest())  # fmt: skip
+    steps.resume_orphans(svc)  # type: ignore[arg-type]
+    assert [(s.tenant, s.job_id) for s in d.sent] == [("b", own.job_id)]
+    out = capsys.readouterr().out
+    assert "leaving a/seer-lenet-s1-0c1d2e3f to its `tenantml seer run`" in out
+
+
 def test_seer_jobs_are_not_chained() -> None:
     """A SEER job takes `seer_budget_x` times its expected cost: never a short job."""
     [run] = Planner("roundrobin", slots=1).decide(
