@@ -9,7 +9,7 @@ successive calls (None at the start).
 - RoundRobin (Sec. 4.2): ``i = t mod n`` over eligible tenants.
 - Random: uniform over eligible tenants (Sec. 5.3 baseline).
 - Greedy (Alg. 2): lines 1-4 serve every tenant once (a tenant whose jobs all failed again,
-  at round robin's pace: `_unserved`); line 7 candidate set
+  at the pace of a round robin weighted by ``w``: `_unserved`); line 7 candidate set
   ``V_t = {i : w_i sigma~_i >= mean_j w_j sigma~_j}`` over the tenants with a measured model (a
   tenant whose jobs all failed has no ``sigma~``); line 8 picks the candidate with the largest
   ``w_i (max_k B_i(k) - best_i)``, the rule ease.ml uses (Sec. 4.3 "Strategy for Line 8").
@@ -83,16 +83,20 @@ def _fewest_jobs(view: TenantView, mask: np.ndarray) -> int:
 def _unserved(view: TenantView) -> np.ndarray:
     """Alg. 2 lines 1-4: the eligible tenants to serve before any greedy step. Those with no job
     yet, and those whose jobs all failed (no model to serve, no ``sigma~``) while they have had
-    no more jobs than the measured tenants on average: retried at the pace round robin would
-    serve them, so a tenant whose jobs keep failing neither takes every turn (as when it counted
-    as unserved until measured) nor waits until the others have no model left (as when its one
-    job counted as served). Jobs in flight count (one decision may fill several slots). Among
-    them, the one with the fewest jobs goes first."""
+    no more jobs per unit of weight (``n_i / w_i``) than the measured tenants on average: retried
+    at the pace a round robin weighted by ``w`` would serve them, so a tenant whose jobs keep
+    failing neither takes every turn (as when it counted as unserved until measured) nor waits
+    until the others have no model left (as when its one job counted as served), and one of
+    weight 0.1 gets a tenth of the retries. Jobs in flight count (one decision may fill several
+    slots). Among them, the one with the fewest jobs goes first."""
     measured = _measured(view)
-    jobs = _jobs(view)
-    theirs = jobs[view.eligible & measured]
+    jobs = _jobs(view).astype(float)
+    w = view.weights
+    # n_i / w_i; weight 0: no retry once a job failed
+    per_weight = np.divide(jobs, w, out=np.where(jobs > 0, np.inf, 0.0), where=w > 0)
+    theirs = per_weight[view.eligible & measured & (w > 0)]
     pace = float(theirs.mean()) if theirs.size else np.inf
-    unserved: np.ndarray = view.eligible & ~measured & (jobs <= pace)
+    unserved: np.ndarray = view.eligible & ~measured & (per_weight <= pace)
     return unserved
 
 

@@ -146,21 +146,17 @@ def test_a_tenant_whose_jobs_failed_has_no_sigma_tilde_and_takes_no_more_turns()
     assert state.mode == "roundrobin"  # the stagnant count advances: R^ is a number
 
 
-@pytest.mark.parametrize("picker", [Greedy(), Hybrid()], ids=["greedy", "hybrid"])
-def test_a_tenant_whose_jobs_keep_failing_is_retried_at_round_robins_pace(picker: Any) -> None:
-    """Tenant 1's jobs always fail (no model to serve): it is tried again as often as round
-    robin would serve it, neither every turn (it took all of them while unserved meant
-    unmeasured) nor never (it waited until the others had no model left when its one job
-    counted as served)."""
-    n_arms = 12
+def _failing_picks(picker: Any, weights: list[float], turns: int) -> list[int]:
+    """``turns`` picks over tenants a, bad, c (``weights``) where bad's jobs always fail."""
+    n_arms = 24
     prior = ArmPrior.create(np.full(n_arms, 0.5), np.eye(n_arms) * 0.04, 1e-4)
     problem = Problem.create(["a", "bad", "c"], [f"m{k}" for k in range(n_arms)],
                              np.ones((3, n_arms), bool), np.ones((3, n_arms)),
-                             prior=prior)  # fmt: skip
+                             weights=np.array(weights), prior=prior)  # fmt: skip
     book, h, state = TenantBook(problem), History(), None
     rng = np.random.default_rng(1)
     picks = []
-    for _ in range(18):
+    for _ in range(turns):
         book.sync(h)
         i, state = picker.pick(book.view({}, need_gap=True), state, RNG)
         arm = int(np.flatnonzero(~book.tried[i])[0])
@@ -168,9 +164,31 @@ def test_a_tenant_whose_jobs_keep_failing_is_retried_at_round_robins_pace(picker
         h = h.append(Observation(i, arm, float(rng.uniform(0.5, 0.9)) if ok else 0.0, 1.0,
                                  completed=ok))  # fmt: skip
         picks.append(i)
+    return picks
+
+
+@pytest.mark.parametrize("picker", [Greedy(), Hybrid()], ids=["greedy", "hybrid"])
+def test_a_tenant_whose_jobs_keep_failing_is_retried_at_round_robins_pace(picker: Any) -> None:
+    """Tenant 1's jobs always fail (no model to serve): it is tried again as often as round
+    robin would serve it, neither every turn (it took all of them while unserved meant
+    unmeasured) nor never (it waited until the others had no model left when its one job
+    counted as served)."""
+    picks = _failing_picks(picker, [1.0, 1.0, 1.0], 18)
     assert picks[:3] == [0, 1, 2], picks  # lines 1-4
     assert 4 <= picks.count(1) <= 8, picks  # about a third: round robin's share
     assert all(not (x == y == 1) for x, y in zip(picks, picks[1:], strict=False)), picks
+
+
+@pytest.mark.parametrize("picker", [Greedy(), Hybrid(s=100)], ids=["greedy", "hybrid"])
+def test_a_failing_tenants_retries_follow_its_weight(picker: Any) -> None:
+    """Weighted: the failing tenant of weight 0.25 is retried about a quarter as often per
+    unit of the others' jobs (it had the unweighted third before); of weight 0, once only.
+    (Hybrid in its greedy stage: its round robin stage serves every tenant in turn, Sec. 4.4.)"""
+    picks = _failing_picks(picker, [1.0, 0.25, 1.0], 36)
+    assert picks[:3] == [0, 1, 2], picks
+    # a and c share ~33 jobs: ~16 each, a quarter of which is ~4
+    assert 2 <= picks.count(1) <= 6, picks
+    assert _failing_picks(picker, [1.0, 0.0, 1.0], 18).count(1) == 1
 
 
 @pytest.mark.parametrize("measured", [1, 3], ids=["one-each", "three-each"])
