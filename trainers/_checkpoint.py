@@ -187,26 +187,34 @@ class JobCheckpoint:
 class TrialCheckpoint:
     """A SEER trial after a stage: its net's and optimizer's state, the global ``step`` count
     (all stages; it fixes the data order, see `trainers.elastic`) and the seconds spent
-    training (``train_s``, all stages). Written by rank 0, read by every rank of the next stage."""
+    training (``train_s``, all stages). Written by rank 0, read by every rank of the next stage.
+
+    ``best``: the trial's best stage end so far, ``(validation score, step)``: this state
+    when the step is ``step``, else the copy kept under ``BEST_SUFFIX``
+    (`trainers.elastic.kept_best`). None in checkpoints written before it was kept."""
 
     model: StateDict
     opt: StateDict
     step: int
     train_s: float
+    best: tuple[float, int] | None = None
 
     def to_bytes(self) -> bytes:
-        return _save(
-            {
-                "format": CHECKPOINT_FORMAT,
-                "model": self.model,
-                "opt": self.opt,
-                "step": self.step,
-                "train_s": self.train_s,
-            }
-        )
+        d: dict[str, Any] = {
+            "format": CHECKPOINT_FORMAT,
+            "model": self.model,
+            "opt": self.opt,
+            "step": self.step,
+            "train_s": self.train_s,
+        }
+        if self.best is not None:
+            d["best_score"], d["best_step"] = float(self.best[0]), int(self.best[1])
+        return _save(d)
 
     @classmethod
     def from_bytes(cls, blob: bytes, source: str = "trial checkpoint") -> TrialCheckpoint:
         """Raises ValueError when ``blob`` is not a format-1 trial checkpoint."""
         d = _load(blob, source, ("model", "opt", "step", "train_s"))
-        return cls(model=d["model"], opt=d["opt"], step=int(d["step"]), train_s=float(d["train_s"]))
+        best = (float(d["best_score"]), int(d["best_step"])) if "best_score" in d else None
+        return cls(model=d["model"], opt=d["opt"], step=int(d["step"]),
+                   train_s=float(d["train_s"]), best=best)  # fmt: skip

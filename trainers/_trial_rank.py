@@ -38,7 +38,7 @@ from store import ExampleStore, is_class_output, open_store
 from store.schema import Schema
 from trainers._checkpoint import TrialCheckpoint
 from trainers._torch_data import TrainingData
-from trainers.elastic import BEST_SUFFIX
+from trainers.elastic import BEST_SUFFIX, kept_best
 from trainers.nets import TenantNet
 from trainers.torch_trainer import build_net, infer_batches
 
@@ -48,10 +48,10 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchShare",
     "RankGroup",
+    "Resumed",
     "Trial",
     "build_net_and_optimizer",
     "evaluate",
-    "keep_best_state",
     "load_trial_data",
     "process_group",
     "resume_trial",
@@ -123,18 +123,29 @@ def build_net_and_optimizer(
     return net, opt
 
 
+@dataclass(frozen=True)
+class Resumed:
+    """What a trial resumed from its checkpoint: the global ``step``, the training seconds of
+    the earlier stages, the checkpoint's bytes (kept whole if it is to become the trial's best
+    copy) and the trial's best ``(score, step)`` it recorded; all empty for a new trial."""
+
+    step: int = 0
+    train_s: float = 0.0
+    blob: bytes | None = None
+    best: tuple[float, int] | None = None
+
+
 def resume_trial(
     store: ExampleStore, stage: TrialStage, net: TenantNet, opt: torch.optim.Optimizer
-) -> tuple[int, float]:
-    """Load the trial's checkpoint, if any, into ``net`` and ``opt``. Returns the global step
-    and the training seconds of the earlier stages, ``(0, 0.0)`` for a new trial."""
+) -> Resumed:
+    """Load the trial's checkpoint, if any, into ``net`` and ``opt``."""
     blob = store.get_checkpoint(stage.tenant, stage.checkpoint)
     if blob is None:
-        return 0, 0.0
+        return Resumed()
     ck = TrialCheckpoint.from_bytes(blob, source=f"checkpoint {stage.checkpoint!r}")
     net.load_state_dict(ck.model)
     opt.load_state_dict(ck.opt)
-    return ck.step, ck.train_s
+    return Resumed(ck.step, ck.train_s, blob, ck.best)
 
 
 @dataclass(frozen=True)
@@ -291,30 +302,23 @@ def evaluate(trial: Trial, last_loss: float) -> float:
     return acc if np.isfinite(acc) else 0.0
 
 
-def keep_best_state(
-    store: ExampleStore, stage: TrialStage, resumed_step: int, accuracy: float
-) -> bool:
-    """Before a stage that ended at ``accuracy`` overwrites the trial's checkpoint: when the
-    state it resumed is the trial's best (``stage.best_score``, at ``stage.best_step``) and this
-    stage ended below it, copy that state to ``checkpoint + BEST_SUFFIX``. Returns whether it
-    copied. A stage re-run after a crash resumes a later state than ``best_step``: that is
-    not the best one, so nothing is copied."""
-    if stage.best_score is None or resumed_step != stage.best_step:
-        return False
-    if not accuracy < stage.best_score:
-        return False
-    blob = store.get_checkpoint(stage.tenant, stage.checkpoint)
-    if blob is None:
-        return False
-    store.put_checkpoint(stage.tenant, stage.checkpoint + BEST_SUFFIX, blob)
-    return True
-
-
 def write_checkpoint(
-    store: ExampleStore, stage: TrialStage, trial: Trial, step: int, train_s: float
-) -> float:
-    """Write the trial's `TrialCheckpoint`; returns the seconds it took."""
+    store: ExampleStore,
+    stage: TrialStage,
+    trial: Trial,
+    resumed: Resumed,
+    step: int,
+    train_s: float,
+    accuracy: float,
+) -> tuple[float, tuple[float, int]]:
+    """Write the trial's `TrialCheckpoint` after a stage that ended at ``accuracy`` (step
+    ``step``), keeping the resumed state as ``checkpoint + BEST_SUFFIX`` first when it is the
+    trial's best and this stage ended below it (`trainers.elastic.kept_best`). Returns the
+    seconds both took and the trial's best ``(score, step)``."""
     t0 = time.time()
-    ck = TrialCheckpoint(trial.net.state_dict(), trial.opt.state_dict(), step, train_s)
+    best, copy = kept_best(resumed.step, resumed.best, accuracy, step)
+    if copy and resumed.blob is not None:
+        store.put_checkpoint(stage.tenant, stage.checkpoint + BEST_SUFFIX, resumed.blob)
+    ck = TrialCheckpoint(trial.net.state_dict(), trial.opt.state_dict(), step, train_s, best)
     store.put_checkpoint(stage.tenant, stage.checkpoint, ck.to_bytes())
-    return time.time() - t0
+    return time.time() - t0, best

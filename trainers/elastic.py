@@ -40,6 +40,7 @@ __all__ = [
     "SEARCH_SPACE",
     "StageResult",
     "TrialStage",
+    "kept_best",
     "load_trial_model",
     "run_trial_stage",
     "sample_configs",
@@ -70,10 +71,6 @@ class TrialStage:
     processes start late. ``evals``: validation scores per stage, evenly spaced in its time,
     the last at its end (a re-planning tuner extrapolates the curve they trace). ``devices``:
     one device string per rank (``"cpu"`` or ``"cuda:i"``).
-    ``best_score`` and ``best_step``: set when the state in ``checkpoint`` (at global step
-    ``best_step``) is the trial's best so far, with that validation score; a stage that ends
-    below it first keeps that state as ``checkpoint + "-best"`` (`keep_best_state`), so the job
-    can return it.
     ``store_url`` (and ``s3_endpoint_url`` for a non-AWS S3 server): the example store, as
     `store.open_store` takes it, so rank processes read data and checkpoints without settings.
     """
@@ -95,8 +92,6 @@ class TrialStage:
     s3_endpoint_url: str | None = None
     threads_per_rank: int = 1
     evals: int = 1
-    best_score: float | None = None
-    best_step: int = -1
 
     @property
     def gpus(self) -> int:
@@ -123,6 +118,23 @@ class StageResult:
     train_loss: float
     extra: dict[str, Any] = field(default_factory=dict)
     curve: list[list[float]] = field(default_factory=list)
+    best: list[float] | None = None
+
+
+def kept_best(
+    resumed_step: int, resumed_best: tuple[float, int] | None, accuracy: float, step: int
+) -> tuple[tuple[float, int], bool]:
+    """A trial's best stage end once a stage that resumed the state at ``resumed_step`` (whose
+    checkpoint recorded the trial's best as ``resumed_best``, None for a new trial) ended at
+    ``accuracy``, step ``step``: ``((score, step), copy)``. ``copy``: the resumed state is the
+    best and this stage ended below it, so it must be kept as ``checkpoint + BEST_SUFFIX``
+    before the new state overwrites it. A stage that ends below a best already kept copies
+    nothing (the copy holds it); one that ends at or above it is the new best (ties: the
+    later). The best travels in each checkpoint, so a stage re-run after a crash (resuming a
+    later state than the runner recorded) still knows where the best is."""
+    if resumed_best is None or accuracy >= resumed_best[0]:
+        return (accuracy, step), False
+    return resumed_best, resumed_best[1] == resumed_step
 
 
 def _free_port() -> int:
@@ -233,7 +245,8 @@ def _rank_main(rank: int, stage: TrialStage, port: int, out: str, launched: floa
     with tr.process_group(rank, stage, port) as group:
         store, schema, data = tr.load_trial_data(stage)
         net, opt = tr.build_net_and_optimizer(stage, schema, data, group.device)
-        resumed_step, earlier_train_s = tr.resume_trial(store, stage, net, opt)
+        resumed = tr.resume_trial(store, stage, net, opt)
+        resumed_step, earlier_train_s = resumed.step, resumed.train_s
         trial = tr.Trial.wrap(net, opt, data, group, stage.global_batch)
         started = time.time()
         stage_steps, last_loss, curve = tr.run_steps(trial, stage, group, resumed_step)
@@ -241,8 +254,9 @@ def _rank_main(rank: int, stage: TrialStage, port: int, out: str, launched: floa
         step = resumed_step + stage_steps
         if group.rank == 0:
             accuracy = tr.evaluate(trial, last_loss)
-            tr.keep_best_state(store, stage, resumed_step, accuracy)
-            checkpoint_s = tr.write_checkpoint(store, stage, trial, step, train_s)
+            checkpoint_s, best = tr.write_checkpoint(
+                store, stage, trial, resumed, step, train_s, accuracy
+            )
             result = StageResult(
                 accuracy=accuracy,
                 steps=step,
@@ -257,6 +271,7 @@ def _rank_main(rank: int, stage: TrialStage, port: int, out: str, launched: floa
                 train_loss=last_loss if np.isfinite(last_loss) else -1.0,
                 extra={"backend": group.backend, "devices": list(stage.devices)},
                 curve=[*curve, [float(step), accuracy]],
+                best=[best[0], float(best[1])],
             )
             with open(out, "w") as f:
                 json.dump(asdict(result), f)

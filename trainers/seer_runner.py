@@ -58,7 +58,6 @@ __all__ = [
     "Returned",
     "SeerJob",
     "StageEvent",
-    "best_so_far",
     "returned_state",
     "run_seer",
 ]
@@ -227,6 +226,7 @@ def run_seer(
                 "outcome": e.outcome,
                 "accuracy": e.result.accuracy,
                 "steps": e.result.steps,
+                "best": e.result.best,
             }
             for e in outcomes
         ]
@@ -235,13 +235,7 @@ def run_seer(
         if on_stage is not None:
             on_stage(outcomes)
     chosen = returned_state(job.tuner, job.job_id, state.alive, state.losses, state.events)
-    try:
-        model = load_trial_model(job.tenant, job.candidate, job.snapshot, chosen.checkpoint, store)
-    except FileNotFoundError:  # resumed from a version that kept no best state: the last one
-        end = _last_event(state.events, chosen.trial)
-        chosen = Returned(chosen.trial, f"{job.job_id}-{chosen.trial}", float(end["accuracy"]),
-                          int(end["steps"]))  # fmt: skip
-        model = load_trial_model(job.tenant, job.candidate, job.snapshot, chosen.checkpoint, store)
+    model = load_trial_model(job.tenant, job.candidate, job.snapshot, chosen.checkpoint, store)
     best = chosen.trial
     curve = [
         EpochReport(state.configs[e["trial"]]["lr"], e["stage"], -1.0, e["accuracy"], 0.0)
@@ -282,39 +276,27 @@ def returned_state(
     events: Sequence[dict[str, Any]],
 ) -> Returned:
     """The trial and state a job returns (``events``: every trial's stage ends, in order, with
-    ``accuracy`` and ``steps``; ``losses``: each trial's loss at its last one).
+    ``accuracy``, ``steps`` and ``best``; ``losses``: each trial's loss at its last one).
 
     The paper's SEER returns the best trial of its last stage as it ended (Alg. 1 line 11).
     ``replan`` returns the best state any trial reached at a stage end: an eliminated trial's
     checkpoint is still in the store, and a trial that goes on can diverge afterwards (a
-    finalist at 0.94 after stage 1 ended stage 2 at chance). Its best state is its checkpoint
-    when its last stage end was its best (ties: the later), else the copy kept under
-    ``BEST_SUFFIX`` (`trainers._trial_rank.keep_best_state`)."""
+    finalist at 0.94 after stage 1 ended stage 2 at chance). A trial's best is what its last
+    stage end reports its checkpoint records (`trainers.elastic.kept_best`): that checkpoint
+    when the best is its step, else the copy under ``BEST_SUFFIX``. Events from before bests
+    were kept have none: their last state counts."""
     if tuner == "seer":
         trial = min(last_stage, key=lambda t: losses[t])
         last = _last_event(events, trial)
         return Returned(trial, f"{job_id}-{trial}", float(last["accuracy"]), int(last["steps"]))
-    best: dict[str, dict[str, Any]] = {}
-    for e in events:  # in order: a later stage end as good as the best replaces it
-        if e["trial"] not in best or e["accuracy"] >= best[e["trial"]]["accuracy"]:
-            best[e["trial"]] = e
-    trial = max(best, key=lambda t: best[t]["accuracy"])
-    e = best[trial]
-    kept = e is not _last_event(events, trial)
-    key = f"{job_id}-{trial}" + (BEST_SUFFIX if kept else "")
-    return Returned(trial, key, float(e["accuracy"]), int(e["steps"]))
-
-
-def best_so_far(events: Sequence[dict[str, Any]], trial: str) -> tuple[float, int] | None:
-    """(score, global step) of ``trial``'s last stage end when it is its best so far, i.e.
-    when its checkpoint holds its best state; None otherwise (or before its first stage)."""
-    mine = [e for e in events if e["trial"] == trial]
-    if not mine:
-        return None
-    last = mine[-1]
-    if last["accuracy"] < max(e["accuracy"] for e in mine):
-        return None
-    return float(last["accuracy"]), int(last["steps"])
+    best: dict[str, tuple[float, int, int]] = {}  # trial -> (score, step, its last step)
+    for e in events:  # in order: each trial's last stage end is what counts
+        score, step = e.get("best") or (e["accuracy"], e["steps"])
+        best[e["trial"]] = (float(score), int(step), int(e["steps"]))
+    trial = max(best, key=lambda t: best[t][0])
+    score, step, last_step = best[trial]
+    key = f"{job_id}-{trial}" + ("" if step == last_step else BEST_SUFFIX)
+    return Returned(trial, key, score, step)
 
 
 def _last_event(events: Sequence[dict[str, Any]], trial: str) -> dict[str, Any]:
@@ -348,7 +330,6 @@ def _run_stage(
     cursor = 0
     for b, trials in zip(stage.brackets, groups, strict=True):
         for t in trials:
-            kept = best_so_far(state.events, t) if job.tuner == "replan" else None
             ranks = [devices[(cursor + r) % len(devices)] for r in range(b.gpus_per_trial)]
             if devices != ["cpu"]:
                 cursor += b.gpus_per_trial
@@ -372,8 +353,6 @@ def _run_stage(
                         s3_endpoint_url=getattr(store.blobs, "endpoint_url", None),
                         threads_per_rank=threads,
                         evals=evals,
-                        best_score=kept[0] if kept else None,
-                        best_step=kept[1] if kept else -1,
                     ),
                 )
             )

@@ -162,36 +162,41 @@ def test_scheduler_hands_out_seer_jobs_from_cost_estimates() -> None:
 
 
 def test_a_stage_that_ends_below_the_trials_best_keeps_the_best_state(home: Path) -> None:
-    """The state a stage resumes is the trial's best (``best_score`` at ``best_step``) and the
-    stage ends below it: rank 0 copies that state to ``<checkpoint>-best`` before writing its
-    own, and the job can load it. Re-run after a crash (resuming a later state), it copies
-    nothing: that state is not the best."""
+    """Each trial checkpoint records the trial's best stage end. A stage that resumed the best
+    state and ends below it copies that state to ``<checkpoint>-best`` before writing its own,
+    and the job can load it; run again after a crash (resuming the later state), it keeps the
+    copy it has and reports the same best."""
     from tasks.settings import Settings
+    from trainers._checkpoint import TrialCheckpoint
     from trainers.elastic import BEST_SUFFIX, TrialStage, load_trial_model, run_trial_stage
 
     store = Settings.load(home).store()
     hp = {"lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4}
     common = dict(until=0.0, global_batch=64, micro_batch=64, store_url=store.blobs.url())
-    first = run_trial_stage(TrialStage("digits", "lenet", 1, "keep", hp, ["cpu"],
-                                       min_steps=4, max_steps=4, **common))  # fmt: skip
-    stage_1 = store.get_checkpoint("digits", "keep")
-    # "ends below": a best score no stage can reach
-    second = TrialStage("digits", "lenet", 1, "keep", hp, ["cpu"], min_steps=2, max_steps=2,
-                        best_score=1.01, best_step=first.steps, **common)  # fmt: skip
-    r = run_trial_stage(second)
-    assert r.resumed_step == 4 and r.steps == 6
-    assert store.get_checkpoint("digits", "keep" + BEST_SUFFIX) == stage_1
-    assert store.get_checkpoint("digits", "keep") != stage_1
+
+    def stage(steps: int) -> TrialStage:
+        return TrialStage("digits", "lenet", 1, "keep", hp, ["cpu"], min_steps=steps,
+                          max_steps=steps, **common)  # fmt: skip
+
+    def saved(key: str) -> TrialCheckpoint:
+        return TrialCheckpoint.from_bytes(store.get_checkpoint("digits", key))
+
+    first = run_trial_stage(stage(4))
+    assert first.best == [first.accuracy, 4.0] and saved("keep").best == (first.accuracy, 4)
+    # "ends below": the stage-1 state claims a score no stage can reach
+    ck = saved("keep")
+    claimed = TrialCheckpoint(ck.model, ck.opt, ck.step, ck.train_s, (1.01, 4))
+    store.put_checkpoint("digits", "keep", claimed.to_bytes())
+    r = run_trial_stage(stage(2))
+    assert r.resumed_step == 4 and r.steps == 6 and r.best == [1.01, 4.0]
+    assert saved("keep" + BEST_SUFFIX).step == 4 and saved("keep").step == 6
+    assert saved("keep").best == (1.01, 4)
     model = load_trial_model("digits", "lenet", 1, "keep" + BEST_SUFFIX, store)
     assert model.predict(datasets.load("digits").inputs[:5]).shape == (5,)
-    store.delete_checkpoint("digits", "keep" + BEST_SUFFIX)
-    again = run_trial_stage(second)  # resumes step 6, not the best state's step 4
-    assert again.resumed_step == 6
-    assert store.get_checkpoint("digits", "keep" + BEST_SUFFIX) is None
-    # a stage that ends at or above the best copies nothing either
-    run_trial_stage(TrialStage("digits", "lenet", 1, "keep", hp, ["cpu"], min_steps=1,
-                               max_steps=1, best_score=0.0, best_step=8, **common))  # fmt: skip
-    assert store.get_checkpoint("digits", "keep" + BEST_SUFFIX) is None
+    again = run_trial_stage(stage(2))  # the runner recorded nothing: the stage runs again
+    assert again.resumed_step == 6 and again.best == [1.01, 4.0]
+    assert saved("keep" + BEST_SUFFIX).step == 4  # still the best state, not step 6
+    assert again.checkpoint_s > 0
 
 
 def test_a_trial_stage_scores_its_curve_within_the_stage(home: Path) -> None:

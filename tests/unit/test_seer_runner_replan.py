@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from trainers.elastic import StageResult
+from trainers.elastic import StageResult, kept_best
 from trainers.seer_runner import (
     Returned,
     SeerJob,
@@ -16,7 +18,6 @@ from trainers.seer_runner import (
     _replan,
     _stage_from,
     _State,
-    best_so_far,
     returned_state,
 )
 
@@ -90,36 +91,63 @@ def test_an_exploit_choice_becomes_one_stage_to_the_deadline(
     assert d["choice"] == "exploit-2" and d["trials"] == ["trial-003", "trial-001"]
 
 
-def _ends(*rows: tuple[str, float, int]) -> list[dict[str, object]]:
-    return [{"trial": t, "accuracy": a, "steps": n} for t, a, n in rows]
+def _ends(*rows: tuple[str, float, int, tuple[float, int] | None]) -> list[dict[str, object]]:
+    return [{"trial": t, "accuracy": a, "steps": n, "best": b} for t, a, n, b in rows]
 
 
 def test_replan_returns_the_best_state_of_the_run_the_paper_its_last_stage() -> None:
     """A finalist at 0.94 after stage 1 diverged to 0.108 in stage 2: `replan` returns its
     stage-1 state, kept under ``-best``; the paper's SEER the finalist as it ended."""
-    events = _ends(("trial-000", 0.94, 40), ("trial-001", 0.80, 40), ("trial-000", 0.108, 120))
+    events = _ends(("trial-000", 0.94, 40, (0.94, 40)), ("trial-001", 0.80, 40, (0.8, 40)),
+                   ("trial-000", 0.108, 120, (0.94, 40)))  # fmt: skip
     losses = {"trial-000": 0.892, "trial-001": 0.2}
     got = returned_state("replan", "j", ["trial-000"], losses, events)
     assert got == Returned("trial-000", "j-trial-000-best", 0.94, 40)
     paper = returned_state("seer", "j", ["trial-000"], losses, events)
     assert paper == Returned("trial-000", "j-trial-000", 0.108, 120)
     # an eliminated trial's last state is its best: its own checkpoint
-    events = _ends(("trial-000", 0.5, 40), ("trial-001", 0.8, 40), ("trial-000", 0.7, 120))
+    events = _ends(("trial-000", 0.5, 40, (0.5, 40)), ("trial-001", 0.8, 40, (0.8, 40)),
+                   ("trial-000", 0.7, 120, (0.7, 120)))  # fmt: skip
     got = returned_state("replan", "j", ["trial-000"], {"trial-000": 0.3, "trial-001": 0.2},
                          events)  # fmt: skip
     assert got == Returned("trial-001", "j-trial-001", 0.8, 40)
-    # a later stage end as good as the best is the checkpoint itself (nothing was copied)
-    events = _ends(("trial-000", 0.9, 40), ("trial-000", 0.9, 120))
-    got = returned_state("replan", "j", ["trial-000"], {"trial-000": 0.1}, events)
-    assert got == Returned("trial-000", "j-trial-000", 0.9, 120)
+    # events from before bests were kept: the last state counts, as it did
+    events = _ends(("trial-000", 0.9, 40, None), ("trial-000", 0.6, 120, None))
+    got = returned_state("replan", "j", ["trial-000"], {"trial-000": 0.4}, events)
+    assert got == Returned("trial-000", "j-trial-000", 0.6, 120)
 
 
-def test_best_so_far_is_set_only_while_the_checkpoint_holds_the_best_state() -> None:
-    events = _ends(("a", 0.5, 10), ("b", 0.6, 10))
-    assert best_so_far(events, "a") == (0.5, 10) and best_so_far(events, "c") is None
-    events += _ends(("a", 0.7, 30))
-    assert best_so_far(events, "a") == (0.7, 30)
-    events += _ends(("a", 0.2, 50))  # its best (step 30) is now the -best copy
-    assert best_so_far(events, "a") is None
-    events += _ends(("a", 0.7, 70))  # as good again: the checkpoint is a best state
-    assert best_so_far(events, "a") == (0.7, 70)
+def test_kept_best_copies_only_a_best_state_about_to_be_overwritten() -> None:
+    assert kept_best(0, None, 0.5, 10) == ((0.5, 10), False)  # a new trial
+    assert kept_best(10, (0.5, 10), 0.7, 30) == ((0.7, 30), False)  # better: the new state
+    assert kept_best(30, (0.7, 30), 0.7, 50) == ((0.7, 50), False)  # as good: the later
+    assert kept_best(50, (0.7, 50), 0.2, 70) == ((0.7, 50), True)  # below: keep step 50
+    assert kept_best(70, (0.7, 50), 0.3, 90) == ((0.7, 50), False)  # the copy holds it
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 1), st.booleans()), min_size=1, max_size=12))
+def test_the_returned_state_is_the_best_ever_written_even_across_crashes(
+    stages: list[tuple[float, bool]],
+) -> None:
+    """A trial's stages on a store (key -> (step, score)), each ending at a score; a crashed
+    attempt writes its checkpoint but the runner records no event, and the stage runs again
+    from what it wrote (as `run_seer` resumes). The state `returned_state` names is in the
+    store, at the step it reports, with the best score of every state ever written."""
+    store: dict[str, tuple[int, float, tuple[float, int] | None]] = {}
+    events: list[dict[str, object]] = []
+    written: list[float] = []
+    for score, crashed in stages:
+        for attempt_crashes in (crashed, False):
+            step, _, best = store.get("j-t", (0, 0.0, None))
+            new_step = step + 10
+            kept, copy = kept_best(step, best, score, new_step)
+            if copy:
+                store["j-t-best"] = store["j-t"]
+            store["j-t"] = (new_step, score, kept)
+            written.append(score)
+            if not attempt_crashes:
+                events += _ends(("t", score, new_step, kept))
+    got = returned_state("replan", "j", ["t"], {}, events)
+    step, score, _ = store[got.checkpoint]
+    assert (step, score) == (got.steps, got.accuracy) and score == max(written)
