@@ -92,11 +92,13 @@ def _unserved(view: TenantView) -> np.ndarray:
     measured = _measured(view)
     jobs = _jobs(view).astype(float)
     w = view.weights
-    # n_i / w_i; weight 0: no retry once a job failed
-    per_weight = np.divide(jobs, w, out=np.where(jobs > 0, np.inf, 0.0), where=w > 0)
-    theirs = per_weight[view.eligible & measured & (w > 0)]
-    pace = float(theirs.mean()) if theirs.size else np.inf
-    unserved: np.ndarray = view.eligible & ~measured & (per_weight <= pace)
+    theirs = view.eligible & measured
+    # a weighted round robin's pace: jobs per unit of weight over the measured tenants
+    pace = jobs[theirs].sum() / w[theirs].sum() if w[theirs].sum() > 0 else np.inf
+    per_weight = np.divide(jobs, w, out=np.full(len(w), np.inf), where=w > 0)
+    # a tenant with no job yet is served once whatever its weight; of weight 0, no retry
+    due = (jobs == 0) | ((w > 0) & (per_weight <= pace))
+    unserved: np.ndarray = view.eligible & ~measured & due
     return unserved
 
 

@@ -189,6 +189,13 @@ def test_a_failing_tenants_retries_follow_its_weight(picker: Any) -> None:
     # a and c share ~33 jobs: ~16 each, a quarter of which is ~4
     assert 2 <= picks.count(1) <= 6, picks
     assert _failing_picks(picker, [1.0, 0.0, 1.0], 18).count(1) == 1
+    # one measured tenant of tiny weight does not set the pace (a mean of n_j / w_j did: the
+    # failing tenant then took 22 turns in a row)
+    picks = _failing_picks(picker, [1.0, 1.0, 0.01], 40)
+    assert all(not (x == y == 1) for x, y in zip(picks, picks[1:], strict=False)), picks
+    assert 10 <= picks.count(1) <= 21, picks
+    # weight 0 and no weighted tenant measured: still no retry once its job failed
+    assert _failing_picks(picker, [0.0, 0.0, 1.0], 40).count(1) == 1
 
 
 @pytest.mark.parametrize("measured", [1, 3], ids=["one-each", "three-each"])
