@@ -126,12 +126,11 @@ def build_net_and_optimizer(
 @dataclass(frozen=True)
 class Resumed:
     """What a trial resumed from its checkpoint: the global ``step``, the training seconds of
-    the earlier stages, the checkpoint's bytes (kept whole if it is to become the trial's best
-    copy) and the trial's best ``(score, step)`` it recorded; all empty for a new trial."""
+    the earlier stages and the trial's best ``(score, step)`` it recorded; all empty for a new
+    trial."""
 
     step: int = 0
     train_s: float = 0.0
-    blob: bytes | None = None
     best: tuple[float, int] | None = None
 
 
@@ -145,7 +144,7 @@ def resume_trial(
     ck = TrialCheckpoint.from_bytes(blob, source=f"checkpoint {stage.checkpoint!r}")
     net.load_state_dict(ck.model)
     opt.load_state_dict(ck.opt)
-    return Resumed(ck.step, ck.train_s, blob, ck.best)
+    return Resumed(ck.step, ck.train_s, ck.best)
 
 
 @dataclass(frozen=True)
@@ -310,15 +309,20 @@ def write_checkpoint(
     step: int,
     train_s: float,
     accuracy: float,
-) -> tuple[float, tuple[float, int]]:
+) -> tuple[float, tuple[float, int] | None]:
     """Write the trial's `TrialCheckpoint` after a stage that ended at ``accuracy`` (step
     ``step``), keeping the resumed state as ``checkpoint + BEST_SUFFIX`` first when it is the
-    trial's best and this stage ended below it (`trainers.elastic.kept_best`). Returns the
-    seconds both took and the trial's best ``(score, step)``."""
+    trial's best and this stage ended below it (`trainers.elastic.kept_best`; only with
+    ``stage.keep_best``). Returns the seconds both took and the trial's best ``(score, step)``
+    (None without ``keep_best``)."""
     t0 = time.time()
-    best, copy = kept_best(resumed.step, resumed.best, accuracy, step)
-    if copy and resumed.blob is not None:
-        store.put_checkpoint(stage.tenant, stage.checkpoint + BEST_SUFFIX, resumed.blob)
-    ck = TrialCheckpoint(trial.net.state_dict(), trial.opt.state_dict(), step, train_s, best)
+    kept: tuple[float, int] | None = None
+    if stage.keep_best:
+        kept, copy = kept_best(resumed.step, resumed.best, accuracy, step)
+        # the resumed state is still the stored one: only rank 0 writes, and only after this
+        blob = store.get_checkpoint(stage.tenant, stage.checkpoint) if copy else None
+        if blob is not None:
+            store.put_checkpoint(stage.tenant, stage.checkpoint + BEST_SUFFIX, blob)
+    ck = TrialCheckpoint(trial.net.state_dict(), trial.opt.state_dict(), step, train_s, kept)
     store.put_checkpoint(stage.tenant, stage.checkpoint, ck.to_bytes())
-    return time.time() - t0, best
+    return time.time() - t0, kept

@@ -70,7 +70,9 @@ class TrialStage:
     ``until``: wall-clock end (``time.time()``); at least ``min_steps`` steps run even when the
     processes start late. ``evals``: validation scores per stage, evenly spaced in its time,
     the last at its end (a re-planning tuner extrapolates the curve they trace). ``devices``:
-    one device string per rank (``"cpu"`` or ``"cuda:i"``).
+    one device string per rank (``"cpu"`` or ``"cuda:i"``). ``keep_best``: track the trial's
+    best stage end and keep that state when a later stage ends below it (`kept_best`); the
+    paper's tuner returns its finalists as they end and pays for no copies.
     ``store_url`` (and ``s3_endpoint_url`` for a non-AWS S3 server): the example store, as
     `store.open_store` takes it, so rank processes read data and checkpoints without settings.
     """
@@ -92,6 +94,7 @@ class TrialStage:
     s3_endpoint_url: str | None = None
     threads_per_rank: int = 1
     evals: int = 1
+    keep_best: bool = True
 
     @property
     def gpus(self) -> int:
@@ -119,6 +122,7 @@ class StageResult:
     extra: dict[str, Any] = field(default_factory=dict)
     curve: list[list[float]] = field(default_factory=list)
     best: list[float] | None = None
+    stage_train_s: float | None = None
 
 
 def kept_best(
@@ -271,7 +275,8 @@ def _rank_main(rank: int, stage: TrialStage, port: int, out: str, launched: floa
                 train_loss=last_loss if np.isfinite(last_loss) else -1.0,
                 extra={"backend": group.backend, "devices": list(stage.devices)},
                 curve=[*curve, [float(step), accuracy]],
-                best=[best[0], float(best[1])],
+                best=None if best is None else [best[0], float(best[1])],
+                stage_train_s=train_s - earlier_train_s,
             )
             with open(out, "w") as f:
                 json.dump(asdict(result), f)

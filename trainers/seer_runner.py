@@ -60,6 +60,7 @@ __all__ = [
     "StageEvent",
     "returned_state",
     "run_seer",
+    "stage_gpu_s",
 ]
 
 Tuner = Literal["replan", "seer"]
@@ -195,7 +196,7 @@ def run_seer(
         events = _run_stage(job, store, state, stage, groups, devices)
         for e in events:
             state.losses[e.trial] = 1.0 - e.result.accuracy
-            state.gpu_s += e.gpus * (e.result.train_s + e.result.start_s + e.result.checkpoint_s)
+            state.gpu_s += stage_gpu_s(e)
             state.curves.setdefault(e.trial, []).extend(e.result.curve)
         last = state.next_stage == len(state.stages) - 1
         going: dict[str, int] = {}
@@ -299,6 +300,16 @@ def returned_state(
     return Returned(trial, key, score, step)
 
 
+def stage_gpu_s(e: StageEvent) -> float:
+    """The GPU-seconds a trial's stage took: its ranks' count times this stage's training, the
+    processes' start and the checkpoint. (``StageResult.train_s`` counts every stage the trial
+    trained; adding it charged a trial's earlier stages again at each of its later ones, so the
+    budget left for re-planning looked smaller than it was.)"""
+    r = e.result
+    train = r.train_s if r.stage_train_s is None else r.stage_train_s
+    return e.gpus * (train + r.start_s + r.checkpoint_s)
+
+
 def _last_event(events: Sequence[dict[str, Any]], trial: str) -> dict[str, Any]:
     return [e for e in events if e["trial"] == trial][-1]
 
@@ -353,6 +364,7 @@ def _run_stage(
                         s3_endpoint_url=getattr(store.blobs, "endpoint_url", None),
                         threads_per_rank=threads,
                         evals=evals,
+                        keep_best=job.tuner == "replan",
                     ),
                 )
             )

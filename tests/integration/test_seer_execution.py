@@ -197,6 +197,10 @@ def test_a_stage_that_ends_below_the_trials_best_keeps_the_best_state(home: Path
     assert again.resumed_step == 6 and again.best == [1.01, 4.0]
     assert saved("keep" + BEST_SUFFIX).step == 4  # still the best state, not step 6
     assert again.checkpoint_s > 0
+    # the paper's tuner (keep_best off) tracks and copies nothing
+    plain = TrialStage("digits", "lenet", 1, "plain", hp, ["cpu"], min_steps=1, max_steps=1,
+                       keep_best=False, **common)  # fmt: skip
+    assert run_trial_stage(plain).best is None and saved("plain").best is None
 
 
 def test_a_trial_stage_scores_its_curve_within_the_stage(home: Path) -> None:

@@ -19,6 +19,7 @@ from trainers.seer_runner import (
     _stage_from,
     _State,
     returned_state,
+    stage_gpu_s,
 )
 
 
@@ -151,3 +152,12 @@ def test_the_returned_state_is_the_best_ever_written_even_across_crashes(
     got = returned_state("replan", "j", ["t"], {}, events)
     step, score, _ = store[got.checkpoint]
     assert (step, score) == (got.steps, got.accuracy) and score == max(written)
+
+
+def test_a_stage_costs_its_own_training_not_the_trials_earlier_stages() -> None:
+    """A trial resumed on 2 ranks: 40 s of training this stage (100 s over all its stages),
+    2 s to start, 1 s to checkpoint: 2 x 43 GPU-seconds, not 2 x 103."""
+    r = StageResult(0.8, 90, 30, 60, 3.0, 2, 100.0, 2.0, 1.0, 45.0, 0.3, stage_train_s=40.0)
+    assert stage_gpu_s(StageEvent("t", 2, 2, 0, {"lr": 0.1}, r)) == 86.0
+    old = StageResult(0.8, 90, 30, 60, 3.0, 2, 100.0, 2.0, 1.0, 45.0, 0.3)  # before the field
+    assert stage_gpu_s(StageEvent("t", 2, 2, 0, {"lr": 0.1}, old)) == 206.0
