@@ -42,7 +42,12 @@ def seer(
     from mlflow.tracking import MlflowClient
 
     from mlflow_plugin.registry import best_model
-    from mlflow_plugin.tracking import ensure_tenant_experiment, job_record
+    from mlflow_plugin.tracking import (
+        JobBusyError,
+        ensure_tenant_experiment,
+        job_record,
+        trained_elsewhere,
+    )
     from tasks import JobSpec, drop_checkpoints, record, train_task
 
     settings = Settings.load().apply()
@@ -60,6 +65,12 @@ def seer(
         client, tenant, str(schema), [], settings.artifact_location
     )
     rec = job_record(client, experiment_id, job_id)
+    if rec is not None and (pid := trained_elsewhere(rec)) is not None:
+        raise JobBusyError(
+            f"SEER job {job_id} of {tenant} is being trained by process {pid} on this machine "
+            "(an earlier `tenantml seer run` of the same request, or a scheduler that took it "
+            "over); wait for it to end, or stop that process and run this again to go on"
+        )
     reused = rec is not None and rec.status == "FINISHED"  # the same options on the same data
     if not reused:
         rec = train_task(spec, client, store, experiment_id, str(runtime.flow_run.id or ""))

@@ -55,6 +55,7 @@ from mlflow_plugin.tracking import (
     MODEL_URI,
     NODE,
     POLICY,
+    PROCESS,
     SEER_TRIAL,
     SLOT,
     TENANT,
@@ -62,6 +63,7 @@ from mlflow_plugin.tracking import (
     TRIAL_KIND,
     JobRecord,
     end_job_run,
+    process_tag,
     start_job_run,
 )
 from trainers import EpochReport, TrainResult
@@ -124,7 +126,8 @@ class JobRun:
         """The run of training job `job_id`, RUNNING and this thread's active MLflow run until
         `end`: the run of an earlier attempt (its checkpoint is what the trainer resumes from),
         else a new one. `params`: more params than ``model``, ``snapshot``, ``policy``."""
-        tags = {TICK: str(tick), POLICY: policy, SLOT: str(slot), NODE: socket.gethostname()}
+        tags = {TICK: str(tick), POLICY: policy, SLOT: str(slot), NODE: socket.gethostname(),
+                PROCESS: process_tag()}  # fmt: skip
         if gpu := os.environ.get("CUDA_VISIBLE_DEVICES"):  # a worker's process: one GPU, pinned
             tags[GPU] = gpu
         if flow_run_id:

@@ -20,6 +20,8 @@ below.
 from __future__ import annotations
 
 import json
+import os
+import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +31,7 @@ from mlflow.tracking import MlflowClient
 
 __all__ = [
     "SCHEDULER_EXPERIMENT",
+    "JobBusyError",
     "JobRecord",
     "all_experiments",
     "end_job_run",
@@ -38,6 +41,8 @@ __all__ = [
     "experiment_name",
     "job_record",
     "job_records",
+    "process_running",
+    "process_tag",
     "runs_page",
     "set_tenant_models",
     "set_tenant_weight",
@@ -45,6 +50,7 @@ __all__ = [
     "tenant_experiments",
     "tenant_models",
     "tenant_weights",
+    "trained_elsewhere",
     "valid_weight",
 ]
 
@@ -57,6 +63,8 @@ FLOW_RUN_ID, MODEL_URI = "tenantml.flow_run_id", "tenantml.model_uri"
 MODEL_SKIPPED = "tenantml.model_skipped"
 NODE = "tenantml.node"  # the host name of the machine that runs (ran) the job's latest attempt
 GPU = "tenantml.gpu"  # its CUDA_VISIBLE_DEVICES there, where set: with NODE, the GPU it used
+# the process that runs the job's latest attempt on NODE: ``<pid>:<start time>`` (`process_tag`)
+PROCESS = "tenantml.process"
 SEER_TRIAL = "tenantml.seer_trial"  # ``<job id>/<trial>`` of a SEER trial's nested run
 JOB_KIND, TRIAL_KIND = "job", "seer-trial"  # values of KIND on runs
 # MLflow 3's UI picks the training view (not the GenAI one) by this experiment tag.
@@ -264,6 +272,7 @@ class JobRecord:
     flow_run_id: str | None
     node: str | None = None  # NODE: where its latest attempt runs (ran)
     policy: str | None = None  # POLICY: the scheduler's, or `BY_HAND` for a `seer run` job
+    process: str | None = None  # PROCESS: on NODE, the process of its latest attempt
 
     @staticmethod
     def from_run(run: Run) -> JobRecord:
@@ -285,7 +294,61 @@ class JobRecord:
             tags.get(FLOW_RUN_ID),
             tags.get(NODE),
             tags.get(POLICY),
+            tags.get(PROCESS),
         )
+
+
+def _start_ticks(pid: int) -> str:
+    """When process ``pid`` started (clock ticks after boot, ``/proc/<pid>/stat`` field 22);
+    empty where there is no such process or no ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[19]  # fields 3.. follow the command's ")"
+
+
+def process_tag(pid: int | None = None) -> str:
+    """``<pid>:<start time>`` of process ``pid`` (default: this one): a process id alone may
+    be reused once the process has ended; with its start time it names one process."""
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}:{_start_ticks(pid)}"
+
+
+def process_running(tag: str | None) -> bool:
+    """Whether the process `process_tag` named (on this machine) is still running: the same
+    id with the same start time (without ``/proc``: the id alone)."""
+    pid_text, _, ticks = (tag or "").partition(":")
+    if not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if ticks:
+        return _start_ticks(pid) == ticks
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+class JobBusyError(ValueError):
+    """A job asked for is being trained by another live process (`trained_elsewhere`); a
+    ValueError, so a command reports it as one line, as it does a bad request."""
+
+
+def trained_elsewhere(job: JobRecord) -> int | None:
+    """The id of another live process on this machine that runs ``job``'s latest attempt (a
+    `seer run`, a scheduler or its worker), else None: sent again, the job would train twice
+    into the same checkpoints."""
+    if job.status != "RUNNING" or job.node != socket.gethostname():
+        return None
+    pid_text = (job.process or "").partition(":")[0]
+    if not pid_text.isdigit() or int(pid_text) == os.getpid():
+        return None
+    return int(pid_text) if process_running(job.process) else None
 
 
 def job_records(client: MlflowClient, experiment_ids: Iterable[str]) -> list[JobRecord]:

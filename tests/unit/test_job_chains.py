@@ -289,25 +289,42 @@ def test_a_restarted_scheduler_adopts_a_held_chain_once(monkeypatch: pytest.Monk
     assert [e.job_id for e in events] == [j.job_id for j in run.chain()[1:]]  # resumed
 
 
-def test_a_restarted_scheduler_leaves_a_seer_job_started_by_hand_alone(
+def test_a_restarted_scheduler_leaves_a_job_a_live_process_trains_alone(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A job of `tenantml seer run` is RUNNING in MLflow while that command trains it (or after
-    a Ctrl-C stopped it). A scheduler starting then sent it again as its own orphan, so two
-    processes trained the same trials into the same checkpoints. It is left to its command;
-    a scheduler's own RUNNING job is still sent again."""
+    """Jobs RUNNING in MLflow when a scheduler starts: one that a live process on this machine
+    trains (here a `tenantml seer run`, and another scheduler's job) is left to it, and so is a
+    SEER job started by hand on another machine. Sent again, they trained twice into the same
+    checkpoints. One whose process has ended is sent again, so it finishes."""
+    import socket
+    import subprocess
+    import sys
     from types import SimpleNamespace
 
     import tasks._loop as steps
+    from mlflow_plugin.tracking import process_tag
     from tasks import BY_HAND
 
-    by_hand = dataclasses.replace(_record("a", "lenet", "RUNNING", 0.0),
-                                  job_id="seer-lenet-s1-0c1d2e3f", policy=BY_HAND)  # fmt: skip
-    own = dataclasses.replace(_record("b", "svm", "RUNNING", 0.0), policy="rate")
-    state = _state(_tenants(), [by_hand, own])
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended_tag = process_tag(ended.pid)
+    ended.wait()
+    here = socket.gethostname()
+
+    def running(tenant: str, cand: str, job_id: str, **tags: Any) -> Any:
+        r = _record(tenant, cand, "RUNNING", 0.0)
+        return dataclasses.replace(r, run_id=job_id, job_id=job_id, **tags)
+
+    records = [
+        running("a", "lenet", "seer-a", policy=BY_HAND, node=here, process=process_tag(live.pid)),
+        running("a", "svm", "seer-b", policy=BY_HAND, node="node-b", process="1:1"),
+        running("b", "lenet", "seer-c", policy=BY_HAND, node=here, process=ended_tag),
+        running("b", "svm", "own-live", policy="rate", node=here, process=process_tag(live.pid)),
+        running("c", "svm", "own", policy="rate", node=here, process=ended_tag),
+    ]
+    state = _state(_tenants(), records)
     monkeypatch.setattr(steps, "refresh", lambda *args, **kwargs: state)
     monkeypatch.setattr(steps, "redo_promotions", lambda svc, state: None)
-    monkeypatch.setattr(steps, "seer_options_from_params", lambda params: None)
 
     class Dispatcher:
         in_flight: list[JobSpec] = []
@@ -328,10 +345,16 @@ def test_a_restarted_scheduler_leaves_a_seer_job_started_by_hand_alone(
                           settings=SimpleNamespace(capacity_prices=None), policy="rate",
                           options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=None),
                           dispatcher=d, stop=steps.StopRequest())  # fmt: skip
-    steps.resume_orphans(svc)  # type: ignore[arg-type]
-    assert [(s.tenant, s.job_id) for s in d.sent] == [("b", own.job_id)]
+    try:
+        steps.resume_orphans(svc)  # type: ignore[arg-type]
+    finally:
+        live.kill()
+        live.wait()
+    assert sorted(s.job_id for s in d.sent) == ["own", "seer-c"]
     out = capsys.readouterr().out
-    assert "leaving a/seer-lenet-s1-0c1d2e3f to its `tenantml seer run`" in out
+    assert f"leaving a/seer-a to process {live.pid}, which is training it" in out
+    assert f"leaving b/own-live to process {live.pid}" in out
+    assert "leaving a/seer-b to its `tenantml seer run` on node-b" in out
 
 
 def test_seer_jobs_are_not_chained() -> None:

@@ -198,3 +198,40 @@ def test_run_context_provider_installed_and_direct(tracking: MlflowClient) -> No
     tags = tracking.get_run(run.info.run_id).data.tags
     assert tags["tenantml.policy"] == "rate" and tags["tenantml.tick"] == "7"
     assert not TenantRunContext().in_context()
+
+
+def test_a_process_tag_names_one_live_process() -> None:
+    """`process_tag` is ``<pid>:<start time>``: running while that process is, not once it has
+    ended, nor for another process that got its id (another start time); `trained_elsewhere`
+    names a live process on this machine other than this one."""
+    import dataclasses
+    import socket
+    import subprocess
+    import sys
+
+    from mlflow_plugin.tracking import (
+        JobRecord,
+        process_running,
+        process_tag,
+        trained_elsewhere,
+    )
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        tag = process_tag(child.pid)
+        assert process_running(tag) and process_running(process_tag())
+        pid, _, ticks = tag.partition(":")
+        if ticks:  # with /proc: the same id started at another time is another process
+            assert not process_running(f"{pid}:{int(ticks) + 1}")
+        job = JobRecord("r", "t", "svm", "svm-s1", "RUNNING", None, None, 1, 1, 0.0, None, None,
+                        node=socket.gethostname(), policy="seer", process=tag)  # fmt: skip
+        assert trained_elsewhere(job) == child.pid
+        assert trained_elsewhere(dataclasses.replace(job, node="elsewhere")) is None
+        assert trained_elsewhere(dataclasses.replace(job, status="FAILED")) is None
+        assert trained_elsewhere(dataclasses.replace(job, process=process_tag())) is None  # us
+        assert trained_elsewhere(dataclasses.replace(job, process=None)) is None
+    finally:
+        child.kill()
+        child.wait()
+    assert not process_running(tag) and trained_elsewhere(job) is None
+    assert not process_running(None) and not process_running("x:1") and not process_running("")
