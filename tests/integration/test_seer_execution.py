@@ -294,6 +294,12 @@ def test_ctrl_c_ends_a_seer_run_and_its_trial_processes(home: Path, sig: str) ->
         time.sleep(0.5)
     started = ranks()
     assert started, proc.communicate(timeout=60)
+    if sig == "SIGINT":  # the same request meanwhile: refused, the job is this process's
+        again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert again.returncode == 2, (again.stdout, again.stderr[-3000:])
+        assert f"is being trained by process {proc.pid} on this machine" in again.stderr
+        assert "Traceback" not in again.stderr, again.stderr[-3000:]
+        assert ranks(), "the first run's trials go on"
     proc.send_signal(signal.Signals[sig])
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (out, err[-3000:])
