@@ -24,7 +24,7 @@ import os
 import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from mlflow.entities import Experiment, Param, Run, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
@@ -41,7 +41,7 @@ __all__ = [
     "experiment_name",
     "job_record",
     "job_records",
-    "process_running",
+    "process_state",
     "process_tag",
     "runs_page",
     "set_tenant_models",
@@ -63,7 +63,7 @@ FLOW_RUN_ID, MODEL_URI = "tenantml.flow_run_id", "tenantml.model_uri"
 MODEL_SKIPPED = "tenantml.model_skipped"
 NODE = "tenantml.node"  # the host name of the machine that runs (ran) the job's latest attempt
 GPU = "tenantml.gpu"  # its CUDA_VISIBLE_DEVICES there, where set: with NODE, the GPU it used
-# the process that runs the job's latest attempt on NODE: ``<pid>:<start time>`` (`process_tag`)
+# the process that runs the job's latest attempt: ``<pid>:<start time>@<place>`` (`process_tag`)
 PROCESS = "tenantml.process"
 SEER_TRIAL = "tenantml.seer_trial"  # ``<job id>/<trial>`` of a SEER trial's nested run
 JOB_KIND, TRIAL_KIND = "job", "seer-trial"  # values of KIND on runs
@@ -272,7 +272,7 @@ class JobRecord:
     flow_run_id: str | None
     node: str | None = None  # NODE: where its latest attempt runs (ran)
     policy: str | None = None  # POLICY: the scheduler's, or `BY_HAND` for a `seer run` job
-    process: str | None = None  # PROCESS: on NODE, the process of its latest attempt
+    process: str | None = None  # PROCESS: the process of its latest attempt
 
     @staticmethod
     def from_run(run: Run) -> JobRecord:
@@ -309,29 +309,46 @@ def _start_ticks(pid: int) -> str:
     return stat.rsplit(")", 1)[1].split()[19]  # fields 3.. follow the command's ")"
 
 
+def _place() -> str:
+    """Where process ids mean the same processes: this host, its boot and this process's pid
+    namespace (containers that share a host name have their own, and so may their pid 1)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        pidns = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        boot, pidns = "", ""
+    return f"{socket.gethostname()}/{boot}/{pidns}"
+
+
 def process_tag(pid: int | None = None) -> str:
-    """``<pid>:<start time>`` of process ``pid`` (default: this one): a process id alone may
-    be reused once the process has ended; with its start time it names one process."""
+    """``<pid>:<start time>@<place>`` of process ``pid`` (default: this one): a process id may
+    be reused once its process has ended, and means another process in another container;
+    with its start time and place (`_place`) it names one process."""
     pid = os.getpid() if pid is None else pid
-    return f"{pid}:{_start_ticks(pid)}"
+    return f"{pid}:{_start_ticks(pid)}@{_place()}"
 
 
-def process_running(tag: str | None) -> bool:
-    """Whether the process `process_tag` named (on this machine) is still running: the same
-    id with the same start time (without ``/proc``: the id alone)."""
-    pid_text, _, ticks = (tag or "").partition(":")
-    if not pid_text.isdigit():
-        return False
+ProcessState = Literal["running", "ended", "unknown"]
+
+
+def process_state(tag: str | None) -> ProcessState:
+    """Whether the process `process_tag` named is ``running`` or has ``ended``; ``unknown``
+    when there is no tag or it names a process of another place (host, boot, container)."""
+    ident, _, place = (tag or "").partition("@")
+    pid_text, _, ticks = ident.partition(":")
+    if not pid_text.isdigit() or place != _place():
+        return "unknown"
     pid = int(pid_text)
     if ticks:
-        return _start_ticks(pid) == ticks
-    try:
+        return "running" if _start_ticks(pid) == ticks else "ended"
+    try:  # no /proc: the id alone
         os.kill(pid, 0)
     except ProcessLookupError:
-        return False
+        return "ended"
     except PermissionError:  # someone else's process
-        return True
-    return True
+        return "running"
+    return "running"
 
 
 class JobBusyError(ValueError):
@@ -340,15 +357,14 @@ class JobBusyError(ValueError):
 
 
 def trained_elsewhere(job: JobRecord) -> int | None:
-    """The id of another live process on this machine that runs ``job``'s latest attempt (a
-    `seer run`, a scheduler or its worker), else None: sent again, the job would train twice
-    into the same checkpoints."""
-    if job.status != "RUNNING" or job.node != socket.gethostname():
+    """The id of another live process in this place (`_place`) that runs ``job``'s latest
+    attempt (a `seer run`, a scheduler or its worker), else None: sent again, the job would
+    train twice into the same checkpoints."""
+    if job.status != "RUNNING" or not job.process or job.process == process_tag():
         return None
-    pid_text = (job.process or "").partition(":")[0]
-    if not pid_text.isdigit() or int(pid_text) == os.getpid():
+    if process_state(job.process) != "running":
         return None
-    return int(pid_text) if process_running(job.process) else None
+    return int(job.process.partition(":")[0])
 
 
 def job_records(client: MlflowClient, experiment_ids: Iterable[str]) -> list[JobRecord]:

@@ -92,7 +92,7 @@ def _unserved(view: TenantView) -> np.ndarray:
     measured = _measured(view)
     jobs = _jobs(view).astype(float)
     w = view.weights
-    theirs = view.eligible & measured
+    theirs = view.eligible & measured & (w > 0)  # weight 0: jobs that earn no share
     # a weighted round robin's pace: jobs per unit of weight over the measured tenants
     pace = jobs[theirs].sum() / w[theirs].sum() if w[theirs].sum() > 0 else np.inf
     per_weight = np.divide(jobs, w, out=np.full(len(w), np.inf), where=w > 0)

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import functools
 import signal
-import socket
 import tempfile
 import threading
 import time
@@ -73,7 +72,7 @@ import mlflow
 from mlflow.tracking import MlflowClient
 
 from mlflow_plugin.registry import serving_key
-from mlflow_plugin.tracking import JobRecord, ensure_scheduler_experiment, trained_elsewhere
+from mlflow_plugin.tracking import JobRecord, ensure_scheduler_experiment, process_state
 from store import ExampleStore
 from tasks._dispatch import DeploymentDispatcher, Dispatcher, Done, LocalDispatcher
 from tasks._plot import TickHistory, add_tick, load_tick_history, loss_picture
@@ -546,10 +545,9 @@ def resume_orphans(svc: Service) -> Progress:
     taken over: first the runs the back-end still holds (`Dispatcher.left_going`: a scheduler
     killed just after sending a job leaves a flow run with no MLflow run yet), adopted as they
     are; then each job left RUNNING in MLflow and not among those, adopted (its flow run is still
-    going) or dispatched again, slots taken in turn. A job another live process on this
-    machine trains (`trained_elsewhere`: a `tenantml seer run`, another scheduler) is left to
-    it, and so is a SEER job started by hand on another machine (`BY_HAND`): that command may
-    still be running there."""
+    going) or dispatched again, slots taken in turn. A SEER job started by hand (`BY_HAND`) is
+    left to its `tenantml seer run` unless that process has ended (`process_state`): it may be
+    training it, and its job id is not one the planner makes, so nothing else sends it."""
     state = refresh(svc.client, svc.store, svc.settings.capacity_prices, svc.options.prior)
     refreshed = time.monotonic()
     redo_promotions(svc, state)
@@ -575,18 +573,15 @@ def resume_orphans(svc: Service) -> Progress:
     for job in state.running():
         if (job.tenant, job.job_id) in taken:
             continue
-        if job.policy == BY_HAND and job.node != socket.gethostname():
-            # its `seer run` may still be going there: sent again, it would train twice
-            print(f"leaving {job.tenant}/{job.job_id} to its `tenantml seer run` on {job.node}")
+        if job.policy == BY_HAND and process_state(job.process) != "ended":
+            # its `seer run` is training it, or may be (on another machine or container): sent
+            # again, it would train twice into the same checkpoints
+            print(f"leaving {job.tenant}/{job.job_id} to its `tenantml seer run` "
+                  f"(process {job.process or 'unknown'})")  # fmt: skip
             continue
         spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
-        if job.flow_run_id and svc.dispatcher.adopt(spec, job.flow_run_id):
-            _resumed(spec)
-            continue
-        if (pid := trained_elsewhere(job)) is not None:  # a `seer run`, another scheduler
-            print(f"leaving {job.tenant}/{job.job_id} to process {pid}, which is training it")
-            continue
-        svc.dispatcher.submit(spec)
+        if not (job.flow_run_id and svc.dispatcher.adopt(spec, job.flow_run_id)):
+            svc.dispatcher.submit(spec)
         _resumed(spec)
     progress = Progress(state, refreshed, last_tick, Backoff(svc.patience_s), told=told)
     svc.stop.told = progress.told  # `Stopping` counts the jobs left going

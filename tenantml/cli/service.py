@@ -270,21 +270,23 @@ def status(
     ] = False,
     home: Home = None,
 ) -> None:
-    """Leaderboard: models tried, accuracy, cost, when, and which is `best`; with --plot
-    FILE.png, the loss picture the scheduler logs (loss.png), from MLflow's per-tick metrics.
+    """Every tenant: examples, models tried, the best, its accuracy, the loss estimate and the
+    weight; with NAME, its leaderboard: models tried, accuracy, cost, when, and which is `best`;
+    with --plot FILE.png, the loss picture the scheduler logs (loss.png), from MLflow's per-tick
+    metrics.
 
     The leaderboard is the copy the service keeps in the store, updated by the scheduler at
     every change (its age is shown); --fresh reads MLflow itself."""
     with _errors():
-        if name is None and plot is None:
-            raise ValueError(
-                "give a tenant name (its leaderboard) or --plot FILE.png (the loss estimates "
-                "over the ticks), or both"
-            )
         c = _client(home)
         if plot is not None:
             _write_loss_plot(c, plot)
         if name is None:
+            if plot is None and not c.tenants():
+                console.print("no tenants yet: declare one with `tenantml submit NAME SCHEMA`")
+            elif plot is None:  # every tenant, one line each
+                console.print(_live_table(c, "tenantml status", weights=True))
+                console.print("tenantml status NAME: a tenant's leaderboard")
             return
         lb = c.status(name, fresh=fresh)
         t = Table(title=f"{name}: {lb.schema}", title_justify="left")
@@ -629,13 +631,17 @@ def end_now(c: Any, line: str, run_id: str | None = None, cursor: bool = False) 
     os._exit(130)
 
 
-def _live_table(c: Any) -> Table:
+def _live_table(c: Any, title: str = "tenantml demo (embedded)", weights: bool = False) -> Table:
+    """Every tenant of `c`'s home on one line: examples, models finished on its current data of
+    all its candidates, the best of them and its accuracy, the posterior expected loss the
+    scheduler logs (`tasks.tick_metrics`, from MLflow now) and, with `weights`, its weight."""
     from tasks import load_state, tick_metrics
 
     state = load_state(c.mlflow, c.store)
     metrics = tick_metrics(state)
-    t = Table(title="tenantml demo (embedded)", title_justify="left")
-    for col in ("tenant", "examples", "tried", "best model", "accuracy", "loss estimate"):
+    t = Table(title=title, title_justify="left")
+    cols = ("tenant", "examples", "tried", "best model", "accuracy", "loss estimate")
+    for col in (*cols, "weight") if weights else cols:
         t.add_column(col)
     for ten in state.tenants:
         done = [  # on the tenant's current data (a feed or refine starts a new snapshot)
@@ -651,6 +657,7 @@ def _live_table(c: Any) -> Table:
             best.candidate if best else "-",
             f"{best.accuracy:.3f}" if best and best.accuracy is not None else "-",
             f"{metrics.get(f'loss_estimate.{ten.name}', 0.0):.3f}",
+            *([f"{ten.weight:g}"] if weights else []),
         )
     t.caption = f"total regret estimate {metrics.get('regret_estimate', 0.0):.3f}"
     return t

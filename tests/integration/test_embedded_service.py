@@ -104,6 +104,11 @@ def test_cli_mirrors_the_sdk(home: Path, tmp_path: Path) -> None:
     assert res.exit_code == 0 and "wine" in res.output.split()
     res = runner.invoke(app, ["status", "wine"])
     assert res.exit_code == 0 and "*" in res.output, res.output
+    res = runner.invoke(app, ["status"])  # every tenant on one line, loss estimate and weight
+    assert res.exit_code == 0, res.output
+    assert "estimate" in res.output and "weight" in res.output, res.output
+    row = next(line for line in res.output.splitlines() if " wine " in line)
+    assert "178" in row and "0." in row, row
     rows = tmp_path / "wine.csv"
     d = datasets.load("wine")
     header = ",".join(f"f{i}" for i in range(13))

@@ -201,37 +201,35 @@ def test_run_context_provider_installed_and_direct(tracking: MlflowClient) -> No
 
 
 def test_a_process_tag_names_one_live_process() -> None:
-    """`process_tag` is ``<pid>:<start time>``: running while that process is, not once it has
-    ended, nor for another process that got its id (another start time); `trained_elsewhere`
-    names a live process on this machine other than this one."""
+    """`process_tag` is ``<pid>:<start time>@<place>``: running while that process is, ended
+    once it has, also when another process got its id (another start time); unknown for
+    another place (host, boot, pid namespace). `trained_elsewhere` names a live process here
+    other than this one."""
     import dataclasses
-    import socket
     import subprocess
     import sys
 
-    from mlflow_plugin.tracking import (
-        JobRecord,
-        process_running,
-        process_tag,
-        trained_elsewhere,
-    )
+    from mlflow_plugin.tracking import JobRecord, process_state, process_tag, trained_elsewhere
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         tag = process_tag(child.pid)
-        assert process_running(tag) and process_running(process_tag())
-        pid, _, ticks = tag.partition(":")
+        assert process_state(tag) == "running" and process_state(process_tag()) == "running"
+        ident, _, place = tag.partition("@")
+        pid, _, ticks = ident.partition(":")
         if ticks:  # with /proc: the same id started at another time is another process
-            assert not process_running(f"{pid}:{int(ticks) + 1}")
+            assert process_state(f"{pid}:{int(ticks) + 1}@{place}") == "ended"
+        assert process_state(f"{ident}@another-host/boot/1") == "unknown"
         job = JobRecord("r", "t", "svm", "svm-s1", "RUNNING", None, None, 1, 1, 0.0, None, None,
-                        node=socket.gethostname(), policy="seer", process=tag)  # fmt: skip
+                        policy="seer", process=tag)  # fmt: skip
         assert trained_elsewhere(job) == child.pid
-        assert trained_elsewhere(dataclasses.replace(job, node="elsewhere")) is None
         assert trained_elsewhere(dataclasses.replace(job, status="FAILED")) is None
         assert trained_elsewhere(dataclasses.replace(job, process=process_tag())) is None  # us
         assert trained_elsewhere(dataclasses.replace(job, process=None)) is None
+        elsewhere = dataclasses.replace(job, process=f"{ident}@another-host/boot/1")
+        assert trained_elsewhere(elsewhere) is None
     finally:
         child.kill()
         child.wait()
-    assert not process_running(tag) and trained_elsewhere(job) is None
-    assert not process_running(None) and not process_running("x:1") and not process_running("")
+    assert process_state(tag) == "ended" and trained_elsewhere(job) is None
+    assert process_state(None) == process_state("x:1") == process_state("") == "unknown"

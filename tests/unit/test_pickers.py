@@ -239,3 +239,18 @@ def test_failed_jobs_do_not_narrow_the_calibrated_intervals() -> None:
     book.sync(h.append(Observation(0, 1, 0.0, 1.0, completed=False)))
     assert pol.tenant_rates(book, 0)[2] == before
     assert book.n_z2.tolist() == [1, 0, 1]
+
+
+def test_a_measured_tenant_of_weight_0_does_not_set_the_pace() -> None:
+    """A (weight 1) has 2 jobs, Z (weight 0) 10 measured ones, F (weight 1) 5 failed ones: F's
+    5 jobs per unit of weight are past A's 2, so F waits. Counting Z's jobs over A's weight
+    alone made the pace 12, and F was retried."""
+    view = TenantView(
+        np.array([True, True, True]),
+        np.array([2, 10, 5]),
+        np.array([1.0, 0.0, 1.0]),
+        np.array([0.05, 0.05, np.nan]),
+        np.zeros(3),
+    )
+    picker = Greedy()
+    assert picker.pick(view, None, RNG)[0] != 2
