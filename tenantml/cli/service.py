@@ -281,6 +281,8 @@ def status(
         c = _client(home)
         if plot is not None:
             _write_loss_plot(c, plot)
+        if name is None and plot is None and c.settings.user:
+            name = c.settings.user  # a tenant's identity reaches its own tenant only
         if name is None:
             if plot is None and not c.tenants():
                 console.print("no tenants yet: declare one with `tenantml submit NAME SCHEMA`")

@@ -173,6 +173,8 @@ def test_a_tenant_reaches_only_its_own_tenant(home: Path, tmp_path: Path) -> Non
         ), (args, res.returncode, res.stderr[-500:])
     listed = _cli(alpha, "tenants")
     assert listed.returncode == 0 and listed.stdout.split() == ["alpha"], listed
+    own = _cli(alpha, "status")  # with a tenant's identity: its own leaderboard
+    assert own.returncode == 0 and own.stdout.startswith("alpha:"), (own.stdout, own.stderr[-500:])
     # Names that try to escape the prefix are refused before any access check.
     for name in ("../beta", "bеta"):  # (all of tests/faults/test_fuzz_inputs.py's, in-process)
         res = _cli(alpha, "examples", name)
