@@ -96,6 +96,7 @@ __all__ = [
     "PLOT_EVERY_S",
     "STOP",
     "JobDispatched",
+    "JobLeft",
     "JobFinished",
     "Progress",
     "SchedulerEvent",
@@ -176,7 +177,18 @@ class Stopping:
     run_id: str | None
 
 
-SchedulerEvent = JobDispatched | JobFinished | Stopping
+@dataclass(frozen=True)
+class JobLeft:
+    """A job RUNNING at start-up that this scheduler leaves to the process training it (a
+    `tenantml seer run`: `resume_orphans`), named by its `process` tag."""
+
+    tenant: str
+    model: str
+    job_id: str
+    process: str | None
+
+
+SchedulerEvent = JobDispatched | JobFinished | JobLeft | Stopping
 
 _listeners: list[Callable[[SchedulerEvent], None]] = []
 
@@ -578,6 +590,7 @@ def resume_orphans(svc: Service) -> Progress:
             # again, it would train twice into the same checkpoints
             print(f"leaving {job.tenant}/{job.job_id} to its `tenantml seer run` "
                   f"(process {job.process or 'unknown'})")  # fmt: skip
+            _emit(JobLeft(job.tenant, job.candidate, job.job_id, job.process))
             continue
         spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
         if not (job.flow_run_id and svc.dispatcher.adopt(spec, job.flow_run_id)):

@@ -484,9 +484,16 @@ def _stopped_line(signal_name: str, in_flight: int, embedded: bool) -> str:
 
 
 def _event_line(event: Any) -> str:
-    """A scheduler event (`tasks.JobDispatched`, `tasks.JobFinished`) as one plain line."""
-    from tasks import JobDispatched
+    """A scheduler event (`tasks.JobDispatched`, `tasks.JobFinished`, `tasks.JobLeft`) as one
+    plain line."""
+    from tasks import JobDispatched, JobLeft
 
+    if isinstance(event, JobLeft):
+        pid = (event.process or "").partition(":")[0] or "unknown"
+        return (
+            f"left {event.tenant} {event.model} ({event.job_id}) to its `tenantml seer run`, "
+            f"which may still train it (process {pid}); it is sent again once that has ended"
+        )
     if isinstance(event, JobDispatched):
         if event.resumed:
             return f"resumed {event.tenant} {event.model} (left running by an earlier scheduler)"
@@ -539,12 +546,15 @@ class _RunView:
         console.print(self.table())
 
     def __call__(self, event: Any) -> None:
-        from tasks import JobDispatched, Stopping
+        from tasks import JobDispatched, JobLeft, Stopping
 
         if isinstance(event, Stopping):  # in the signal handler: nothing slow here
             self.stopping = event
             if self.embedded:
                 _exit_now(self.c, event, cursor=self.live is not None)
+            return
+        if isinstance(event, JobLeft):  # not this scheduler's: above the table, if any
+            console.print(_event_line(event))
             return
         key = f"{event.tenant}/{event.job_id}"
         if isinstance(event, JobDispatched):

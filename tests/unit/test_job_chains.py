@@ -346,12 +346,21 @@ def test_a_restarted_scheduler_leaves_a_seer_run_job_to_its_live_process(
                           settings=SimpleNamespace(capacity_prices=None), policy="rate",
                           options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=None),
                           dispatcher=d, stop=steps.StopRequest())  # fmt: skip
+    events: list[Any] = []
     try:
-        steps.resume_orphans(svc)  # type: ignore[arg-type]
+        with steps.listen(events.append):
+            steps.resume_orphans(svc)  # type: ignore[arg-type]
     finally:
         live.kill()
         live.wait()
     assert sorted(s.job_id for s in d.sent) == ["own", "seer-ended"]
+    left = [e for e in events if isinstance(e, steps.JobLeft)]
+    assert [e.job_id for e in left] == ["seer-live", "seer-far", "seer-old"]
+    from tenantml.cli.service import _event_line
+
+    line = _event_line(left[0])
+    assert line.startswith("left a lenet (seer-live) to its `tenantml seer run`"), line
+    assert f"(process {live.pid})" in line
     out = capsys.readouterr().out
     for job in ("seer-live", "seer-far", "seer-old"):
         assert f"leaving a/{job} to its `tenantml seer run`" in out, out
