@@ -38,7 +38,7 @@ from store import ExampleStore, is_class_output, open_store
 from store.schema import Schema
 from trainers._checkpoint import TrialCheckpoint
 from trainers._torch_data import TrainingData
-from trainers.elastic import BEST_SUFFIX, kept_best
+from trainers.elastic import BEST_SUFFIX, DEFAULT_CONFIG, kept_best
 from trainers.nets import TenantNet
 from trainers.torch_trainer import build_net, infer_batches
 
@@ -116,9 +116,9 @@ def build_net_and_optimizer(
     hp = stage.hyperparameters
     opt = torch.optim.SGD(
         net.parameters(),
-        lr=float(hp.get("lr", 0.01)),
-        momentum=float(hp.get("momentum", 0.9)),
-        weight_decay=float(hp.get("weight_decay", 5e-4)),
+        lr=float(hp.get("lr", DEFAULT_CONFIG["lr"])),
+        momentum=float(hp.get("momentum", DEFAULT_CONFIG["momentum"])),
+        weight_decay=float(hp.get("weight_decay", DEFAULT_CONFIG["weight_decay"])),
     )
     return net, opt
 

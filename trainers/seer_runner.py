@@ -185,7 +185,8 @@ def run_seer(
             state.started_at = time.time() - state.stages[state.next_stage]["start"] * 60.0
     else:
         rng = np.random.default_rng(job.seed)
-        configs = sample_configs(p.sampled_trials, rng)
+        # ours starts from the default recipe among its trials; the paper's draws them all
+        configs = sample_configs(p.sampled_trials, rng, with_default=job.tuner == "replan")
         ids = [f"trial-{i:03d}" for i in range(p.sampled_trials)]
         state = _State(dict(zip(ids, configs, strict=True)), ids, started_at=time.time())
         state.stages = [asdict(st) for st in p.stages]

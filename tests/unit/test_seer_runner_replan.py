@@ -161,3 +161,16 @@ def test_a_stage_costs_its_own_training_not_the_trials_earlier_stages() -> None:
     assert stage_gpu_s(StageEvent("t", 2, 2, 0, {"lr": 0.1}, r)) == 86.0
     old = StageResult(0.8, 90, 30, 60, 3.0, 2, 100.0, 2.0, 1.0, 45.0, 0.3)  # before the field
     assert stage_gpu_s(StageEvent("t", 2, 2, 0, {"lr": 0.1}, old)) == 206.0
+
+
+def test_replan_starts_from_the_default_recipe_the_paper_draws_every_trial() -> None:
+    import numpy as np
+
+    from trainers.elastic import DEFAULT_CONFIG, SEARCH_SPACE, sample_configs
+
+    ours = sample_configs(4, np.random.default_rng(7), with_default=True)
+    assert ours[0] == DEFAULT_CONFIG and len(ours) == 4
+    paper = sample_configs(4, np.random.default_rng(7))  # Alg. 1 line 2: all drawn
+    assert len(paper) == 4 and DEFAULT_CONFIG not in paper
+    assert all(c[k] in SEARCH_SPACE[k] for c in ours + paper for k in SEARCH_SPACE)
+    assert sample_configs(0, np.random.default_rng(7), with_default=True) == []
