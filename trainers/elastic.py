@@ -217,6 +217,7 @@ def run_trial_stage(stage: TrialStage) -> StageResult:
                     "port": _free_port(),
                     "out": out,
                     "launched": launched,
+                    "parent": os.getpid(),
                 },
                 f,
             )
@@ -316,9 +317,26 @@ def load_trial_model(
     return TrainedModel(candidate, schema, ds_classes, net.eval())
 
 
+def _die_with(parent: int | None) -> None:
+    """On Linux, have the kernel kill this rank when the process that launched it ends (a
+    SIGKILLed `seer run` or scheduler): an orphaned rank trained on and wrote its trial's
+    checkpoint at the stage's end, while the job, sent again, trained the same trial. (The
+    launcher's thread waits for its ranks, so it outlives them unless its process dies.)"""
+    if parent is None or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent:  # it ended before the call above
+        os._exit(1)
+
+
 def _main(argv: Sequence[str]) -> None:
     with open(argv[0]) as f:
         spec = json.load(f)
+    _die_with(spec.get("parent"))
     stage = TrialStage(**spec["stage"])
     _rank_main(int(argv[1]), stage, int(spec["port"]), spec["out"], float(spec["launched"]))
 

@@ -203,6 +203,55 @@ def test_a_stage_that_ends_below_the_trials_best_keeps_the_best_state(home: Path
     assert run_trial_stage(plain).best is None and saved("plain").best is None
 
 
+def test_a_trial_rank_dies_with_the_process_that_launched_it(home: Path) -> None:
+    """SIGKILL to the launcher (a `seer run`, a scheduler) mid-stage: its rank process ends
+    too, instead of training on and writing the trial's checkpoint beside the job sent again."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tasks.settings import Settings
+
+    url = Settings.load(home).store().blobs.url()
+    script = (
+        "import sys, time\n"
+        "from trainers.elastic import TrialStage, run_trial_stage\n"
+        "run_trial_stage(TrialStage('digits', 'lenet', 1, 'orphan', {'lr': 0.05}, ['cpu'],\n"
+        "    until=time.time() + 120, store_url=sys.argv[1]))\n"
+    )
+    launcher = subprocess.Popen([sys.executable, "-c", script, url])
+
+    def ranks() -> list[int]:
+        out = []
+        for p in Path("/proc").iterdir():
+            try:
+                stat = (p / "stat").read_text()
+                ppid = int(stat.rsplit(")", 1)[1].split()[1])
+                if p.name.isdigit() and ppid == launcher.pid:
+                    if b"trainers.elastic" in (p / "cmdline").read_bytes():
+                        out.append(int(p.name))
+            except (OSError, ValueError, IndexError):
+                continue
+        return out
+
+    deadline = time.monotonic() + 60
+    while not ranks() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    started = ranks()
+    assert started, "no rank started"
+    time.sleep(2)  # past the rank's start-up
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait()
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in started) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    alive = [pid for pid in started if Path(f"/proc/{pid}").exists()]
+    for pid in alive:  # (reaped by init once dead; kill what the test would leave)
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, f"rank {alive} outlived its launcher"
+
+
 def test_a_trial_stage_scores_its_curve_within_the_stage(home: Path) -> None:
     """``evals = 4``: rank 0 scores the validation split at 1/4, 1/2 and 3/4 of the stage's
     time and at its end, each at a later step (the curve `replan` extrapolates)."""
