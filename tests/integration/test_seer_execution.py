@@ -38,6 +38,20 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ["TENANTML_HOME"] = old
 
 
+def _rank_pids(parent: int) -> list[int]:
+    """The SEER rank processes (``python -m trainers.elastic``) whose parent is `parent`."""
+    out = []
+    for p in Path("/proc").iterdir():
+        try:
+            ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if p.name.isdigit() and ppid == parent:
+                if b"trainers.elastic" in (p / "cmdline").read_bytes():
+                    out.append(int(p.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
 def _weights(store, key: str):  # type: ignore[no-untyped-def]
     import torch
 
@@ -223,17 +237,7 @@ def test_a_trial_rank_dies_with_the_process_that_launched_it(home: Path) -> None
     launcher = subprocess.Popen([sys.executable, "-c", script, url])
 
     def ranks() -> list[int]:
-        out = []
-        for p in Path("/proc").iterdir():
-            try:
-                stat = (p / "stat").read_text()
-                ppid = int(stat.rsplit(")", 1)[1].split()[1])
-                if p.name.isdigit() and ppid == launcher.pid:
-                    if b"trainers.elastic" in (p / "cmdline").read_bytes():
-                        out.append(int(p.name))
-            except (OSError, ValueError, IndexError):
-                continue
-        return out
+        return _rank_pids(launcher.pid)
 
     deadline = time.monotonic() + 60
     while not ranks() and time.monotonic() < deadline:
@@ -328,15 +332,7 @@ def test_ctrl_c_ends_a_seer_run_and_its_trial_processes(home: Path, sig: str) ->
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
 
     def ranks() -> list[int]:
-        out = []
-        for p in Path("/proc").iterdir():
-            try:
-                if p.name.isdigit() and int((p / "stat").read_text().split()[3]) == proc.pid:
-                    if b"trainers.elastic" in (p / "cmdline").read_bytes():
-                        out.append(int(p.name))
-            except (OSError, ValueError, IndexError):
-                continue
-        return out
+        return _rank_pids(proc.pid)
 
     deadline = time.monotonic() + 120
     while not ranks() and proc.poll() is None and time.monotonic() < deadline:
