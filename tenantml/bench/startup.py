@@ -59,6 +59,7 @@ COMMANDS: dict[str, tuple[tuple[str, ...], int]] = {
     "examples": (("examples", "t00"), 0),
     "status": (("status", "t00"), 0),  # the leaderboard `submit` published in the store
     "status --fresh": (("status", "t00", "--fresh"), 0),  # asks MLflow
+    "status (all)": (("status",), 0),  # every tenant: MLflow, and the loss estimates computed
     "feed": (("feed", "t00", "--csv", "{csv}", "--label-column", "label"), 0),
     "infer": (("infer", "t00", "--csv", "{inputs}"), 1),  # no model yet
 }
