@@ -298,14 +298,17 @@ class JobRecord:
         )
 
 
-def _start_ticks(pid: int) -> str:
+def _start_ticks(pid: int) -> str | None:
     """When process ``pid`` started (clock ticks after boot, ``/proc/<pid>/stat`` field 22);
-    empty where there is no such process or no ``/proc``."""
+    empty where there is no such process; None where ``/proc`` cannot tell (none here, or it
+    hides other users' processes: ``hidepid``)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
+    except FileNotFoundError:
+        return "" if os.path.isdir("/proc/self") else None
     except OSError:
-        return ""
+        return None
     return stat.rsplit(")", 1)[1].split()[19]  # fields 3.. follow the command's ")"
 
 
@@ -326,23 +329,27 @@ def process_tag(pid: int | None = None) -> str:
     be reused once its process has ended, and means another process in another container;
     with its start time and place (`_place`) it names one process."""
     pid = os.getpid() if pid is None else pid
-    return f"{pid}:{_start_ticks(pid)}@{_place()}"
+    return f"{pid}:{_start_ticks(pid) or ''}@{_place()}"
 
 
 ProcessState = Literal["running", "ended", "unknown"]
 
 
-def process_state(tag: str | None) -> ProcessState:
+def process_state(tag: str | None, node: str | None = None) -> ProcessState:
     """Whether the process `process_tag` named is ``running`` or has ``ended``; ``unknown``
-    when there is no tag or it names a process of another place (host, boot, container)."""
-    ident, _, place = (tag or "").partition("@")
+    when there is no tag or it names a process of another place (host, boot, container). A
+    tag written before places were recorded (``<pid>:<start time>``) counts as this place's
+    when ``node``, the run's host, is this host."""
+    ident, at, place = (tag or "").partition("@")
     pid_text, _, ticks = ident.partition(":")
-    if not pid_text.isdigit() or place != _place():
+    here = place == _place() if at else node == socket.gethostname()
+    if not pid_text.isdigit() or not here:
         return "unknown"
     pid = int(pid_text)
-    if ticks:
-        return "running" if _start_ticks(pid) == ticks else "ended"
-    try:  # no /proc: the id alone
+    now = _start_ticks(pid)
+    if ticks and now is not None:
+        return "running" if now == ticks else "ended"
+    try:  # /proc cannot tell: the id alone
         os.kill(pid, 0)
     except ProcessLookupError:
         return "ended"
@@ -362,7 +369,7 @@ def trained_elsewhere(job: JobRecord) -> int | None:
     train twice into the same checkpoints."""
     if job.status != "RUNNING" or not job.process or job.process == process_tag():
         return None
-    if process_state(job.process) != "running":
+    if process_state(job.process, job.node) != "running":
         return None
     return int(job.process.partition(":")[0])
 

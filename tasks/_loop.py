@@ -44,7 +44,8 @@ What a person watching sees:
 
 * events, in this process, to the callbacks registered with `listen`: `JobDispatched` (step 5,
   and each orphan resumed), `JobFinished` (step 1: accuracy, cost, the tenant's loss estimate
-  after it), `Stopping` (a signal);
+  after it), `JobLeft` (at start-up, a `seer run` job left to its process), `Stopping` (a
+  signal);
 * ``loss.png`` in the scheduler's run: every tenant's loss estimate and the total over the
   ticks (`tasks._plot`), drawn again at most every `PLOT_EVERY_S` seconds by `log_tick` and
   once at the end;
@@ -186,6 +187,7 @@ class JobLeft:
     model: str
     job_id: str
     process: str | None
+    node: str | None = None
 
 
 SchedulerEvent = JobDispatched | JobFinished | JobLeft | Stopping
@@ -585,12 +587,12 @@ def resume_orphans(svc: Service) -> Progress:
     for job in state.running():
         if (job.tenant, job.job_id) in taken:
             continue
-        if job.policy == BY_HAND and process_state(job.process) != "ended":
+        if job.policy == BY_HAND and process_state(job.process, job.node) != "ended":
             # its `seer run` is training it, or may be (on another machine or container): sent
             # again, it would train twice into the same checkpoints
             print(f"leaving {job.tenant}/{job.job_id} to its `tenantml seer run` "
                   f"(process {job.process or 'unknown'})")  # fmt: skip
-            _emit(JobLeft(job.tenant, job.candidate, job.job_id, job.process))
+            _emit(JobLeft(job.tenant, job.candidate, job.job_id, job.process, job.node))
             continue
         spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
         if not (job.flow_run_id and svc.dispatcher.adopt(spec, job.flow_run_id)):

@@ -336,8 +336,9 @@ class Client:
     ) -> dict[str, Any]:
         """Run the scheduler flow here (see `flows.scheduler.scheduler` for the options).
 
-        `on_progress` is called with each `tasks.JobDispatched`, `tasks.JobFinished` and
-        `tasks.Stopping` as it happens. SIGINT or SIGTERM (Ctrl-C) stops the scheduler after
+        `on_progress` is called with each `tasks.JobDispatched`, `tasks.JobFinished`,
+        `tasks.JobLeft` (a `seer run` job left to its process) and `tasks.Stopping` as it
+        happens. SIGINT or SIGTERM (Ctrl-C) stops the scheduler after
         the pass it interrupts: the summary's ``interrupted`` names the signal and
         ``in_flight`` counts the jobs left going, which the next `run` resumes. Started while a
         server is unreachable, it waits for it (`tasks.outage.wait_for_servers`); build the

@@ -489,10 +489,14 @@ def _event_line(event: Any) -> str:
     from tasks import JobDispatched, JobLeft
 
     if isinstance(event, JobLeft):
-        pid = (event.process or "").partition(":")[0] or "unknown"
+        ident, _, place = (event.process or "").partition("@")
+        pid = ident.partition(":")[0] or "unknown"
+        host = event.node or place.split("/")[0] or "an unknown host"
         return (
             f"left {event.tenant} {event.model} ({event.job_id}) to its `tenantml seer run`, "
-            f"which may still train it (process {pid}); it is sent again once that has ended"
+            f"which may still train it (process {pid} on {host}): "
+            "the same request resumes it, and a scheduler started once that process has "
+            "ended on this host sends it again"
         )
     if isinstance(event, JobDispatched):
         if event.resumed:

@@ -247,13 +247,24 @@ def test_a_trial_rank_dies_with_the_process_that_launched_it(home: Path) -> None
     time.sleep(2)  # past the rank's start-up
     launcher.send_signal(signal.SIGKILL)
     launcher.wait()
+
+    def alive() -> list[int]:  # a zombie (state Z) has ended: a subreaper may not reap it
+        out = []
+        for pid in started:
+            try:
+                if (Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    out.append(pid)
+            except OSError:
+                continue
+        return out
+
     deadline = time.monotonic() + 10
-    while any(Path(f"/proc/{pid}").exists() for pid in started) and time.monotonic() < deadline:
+    while alive() and time.monotonic() < deadline:
         time.sleep(0.2)
-    alive = [pid for pid in started if Path(f"/proc/{pid}").exists()]
-    for pid in alive:  # (reaped by init once dead; kill what the test would leave)
+    left = alive()
+    for pid in left:  # kill what the test would leave
         os.kill(pid, signal.SIGKILL)
-    assert not alive, f"rank {alive} outlived its launcher"
+    assert not left, f"rank {left} outlived its launcher"
 
 
 def test_a_trial_stage_scores_its_curve_within_the_stage(home: Path) -> None:

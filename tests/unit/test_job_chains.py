@@ -297,6 +297,7 @@ def test_a_restarted_scheduler_leaves_a_seer_run_job_to_its_live_process(
     is left to it: sent again, two processes trained the same trials into the same
     checkpoints. One whose process has ended (a Ctrl-C, a crash) is sent again, so it
     finishes; the scheduler's own jobs are sent again as before."""
+    import socket
     import subprocess
     import sys
     from types import SimpleNamespace
@@ -360,7 +361,7 @@ def test_a_restarted_scheduler_leaves_a_seer_run_job_to_its_live_process(
 
     line = _event_line(left[0])
     assert line.startswith("left a lenet (seer-live) to its `tenantml seer run`"), line
-    assert f"(process {live.pid})" in line
+    assert f"(process {live.pid} on {socket.gethostname()})" in line
     out = capsys.readouterr().out
     for job in ("seer-live", "seer-far", "seer-old"):
         assert f"leaving a/{job} to its `tenantml seer run`" in out, out

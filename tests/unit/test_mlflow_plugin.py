@@ -206,6 +206,7 @@ def test_a_process_tag_names_one_live_process() -> None:
     another place (host, boot, pid namespace). `trained_elsewhere` names a live process here
     other than this one."""
     import dataclasses
+    import socket
     import subprocess
     import sys
 
@@ -233,3 +234,27 @@ def test_a_process_tag_names_one_live_process() -> None:
         child.wait()
     assert process_state(tag) == "ended" and trained_elsewhere(job) is None
     assert process_state(None) == process_state("x:1") == process_state("") == "unknown"
+    # a tag from before places were recorded: this host's when the run's node is this host
+    assert process_state(ident) == "unknown"
+    assert process_state(ident, socket.gethostname()) == "ended"
+    assert process_state(process_tag().partition("@")[0], socket.gethostname()) == "running"
+
+
+def test_a_process_proc_hides_is_asked_by_its_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``/proc`` mounted with ``hidepid``: another user's process cannot be read there, which
+    is no sign that it ended; its id answers (a live `seer run` read as ended would have its
+    job sent again beside it)."""
+    import builtins
+
+    import mlflow_plugin.tracking as tracking
+
+    tag = tracking.process_tag()
+    real_open = builtins.open
+
+    def hidden(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(path).startswith("/proc/") and str(path).endswith("/stat"):
+            raise PermissionError(13, "hidden", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", hidden)
+    assert tracking.process_state(tag) == "running"
