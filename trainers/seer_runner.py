@@ -15,16 +15,18 @@ GPU-seconds spent, the stages still to run) goes to the store, so a restarted jo
 the next stage.
 
 ``replan`` (`policy.seer.replan`, issue 19) starts from `policy.seer.replan.starting_plan`
-(the filled plan, `policy.seer.fill`, or E-Grid's where that one bets on one finalist early),
-scores every trial ``EVALS_PER_STAGE`` times a stage, and after every stage but the last
-re-plans the rest: the unspent budget goes to the remaining stages (``fill`` capped at the
+(the filled plan, `policy.seer.fill`, or E-Grid's where that one bets on one finalist early)
+with the default SGD recipe as its first trial (`trainers.elastic.DEFAULT_CONFIG`), scores
+every trial ``EVALS_PER_STAGE`` times a stage, and after every stage but the last re-plans the
+rest: the unspent budget goes to the remaining stages (``fill`` capped at the
 trials alive), then `policy.seer.replan.choose` compares continuing that plan with training the
 k most promising trials to the deadline (``exploit-k``), each trial's curve extrapolated by
 EarlyCurve's fit. Progress is counted in optimizer steps (the global batch is fixed, so a step
 is the same work on any ``p``); steps per minute on one GPU are measured from the stage just
 run. Survivors are the best trials of the whole stage (a filled plan's brackets do not feed
 each other one to one). Every decision is kept (`SeerResult.decisions`) for the job's record.
-It returns the best trial of the whole run (the paper's returns the best of its last stage).
+It returns the best state any trial reached at a stage end (`returned_state`; the paper's
+returns the best trial of its last stage as it ended).
 """
 
 from __future__ import annotations
