@@ -48,7 +48,7 @@ def seer(
         job_record,
         trained_elsewhere,
     )
-    from tasks import JobSpec, drop_checkpoints, record, train_task
+    from tasks import JobSpec, drop_checkpoints, record, request_lock, train_task
 
     settings = Settings.load().apply()
     client = MlflowClient(settings.tracking_uri)
@@ -64,16 +64,18 @@ def seer(
     experiment_id = ensure_tenant_experiment(
         client, tenant, str(schema), [], settings.artifact_location
     )
-    rec = job_record(client, experiment_id, job_id)
-    if rec is not None and (pid := trained_elsewhere(rec)) is not None:
-        raise JobBusyError(
-            f"SEER job {job_id} of {tenant} is being trained by process {pid} on this machine "
-            "(an earlier `tenantml seer run` of the same request, or a scheduler that took it "
-            "over); wait for it to end, or stop that process and run this again to go on"
-        )
-    reused = rec is not None and rec.status == "FINISHED"  # the same options on the same data
-    if not reused:
-        rec = train_task(spec, client, store, experiment_id, str(runtime.flow_run.id or ""))
+    with request_lock(settings.home, job_id):
+        rec = job_record(client, experiment_id, job_id)
+        if rec is not None and (pid := trained_elsewhere(rec)) is not None:
+            raise JobBusyError(
+                f"SEER job {job_id} of {tenant} is being trained by process {pid} on this "
+                "machine (an earlier `tenantml seer run` of the same request, or a scheduler "
+                "that took it over); wait for it to end, or stop that process and run this "
+                "again to go on"
+            )
+        reused = rec is not None and rec.status == "FINISHED"  # the same options, same data
+        if not reused:
+            rec = train_task(spec, client, store, experiment_id, str(runtime.flow_run.id or ""))
     assert rec is not None
     best = record(client, rec)
     if best is None and (served := best_model(client, tenant)) and served.run_id == rec.run_id:

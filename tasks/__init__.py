@@ -53,7 +53,7 @@ if TYPE_CHECKING:
         loss_picture,
     )
     from tasks._prefect import decide, record, refresh, train_task
-    from tasks._seer import BY_HAND, SeerOptions, seer_options_from_params
+    from tasks._seer import BY_HAND, SeerOptions, request_lock, seer_options_from_params
     from tasks._service import (
         MAX_CHAIN,
         JobSpec,
@@ -121,6 +121,7 @@ __all__ = [
     "state_of",
     "run_job",
     "scheduler_run",
+    "request_lock",
     "seer_options_from_params",
     "should_stop",
     "stop_on_signals",
@@ -140,6 +141,7 @@ _HOME: dict[str, str] = {
     "LOSS_PREFIX": "tasks._plot",
     "BY_HAND": "tasks._seer",
     "SeerOptions": "tasks._seer",
+    "request_lock": "tasks._seer",
     "seer_options_from_params": "tasks._seer",
     "DeploymentDispatcher": "tasks._dispatch",
     "Dispatcher": "tasks._dispatch",

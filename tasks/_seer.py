@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlflow_plugin.jobrun import JobRun
@@ -30,13 +32,50 @@ from trainers import TrainResult
 if TYPE_CHECKING:
     from trainers.seer_runner import SeerJob
 
-__all__ = ["BY_HAND", "SeerOptions", "derive_seer", "seer_options_from_params", "train_seer"]
+__all__ = [
+    "BY_HAND",
+    "SeerOptions",
+    "derive_seer",
+    "request_lock",
+    "seer_options_from_params",
+    "train_seer",
+]
 
 #: the policy a SEER job started by hand (`flows.seer`: ``tenantml seer run``, the UI's
 #: deployment) is recorded under; its command resumes it, a scheduler leaves it alone
 BY_HAND = "seer"
 
 PARAM_PREFIX = "seer."
+
+
+@contextmanager
+def request_lock(home: Path, job_id: str) -> Iterator[None]:
+    """Hold job `job_id`'s lock file in ``home/locks`` while a `seer run` of it checks and
+    trains: two runs of one request started together both passed the check of the job's
+    process (neither had recorded one yet) and trained the same trials. The lock is this
+    machine's, and goes with the process that held it.
+
+    Raises:
+        mlflow_plugin.tracking.JobBusyError: another process holds it.
+    """
+    import fcntl
+
+    from mlflow_plugin.tracking import JobBusyError
+
+    path = home / "locks" / f"{job_id}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise JobBusyError(
+                f"SEER job {job_id} is being run by another `tenantml seer run` of the same "
+                "request on this machine; wait for it to end, or stop it and run this again"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _int(text: str) -> int:

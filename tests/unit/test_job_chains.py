@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -407,3 +408,19 @@ def test_a_chains_finished_jobs_are_taken_before_its_run_ends_and_once() -> None
     assert untold_jobs([run, single], told) == n - 2 + 1
     assert untold_jobs([run, single], told, chained=True) == n - 2
     assert untold_jobs([single], set(), chained=True) == 0
+
+
+def test_one_seer_request_runs_once_per_machine_at_a_time(tmp_path: Path) -> None:
+    """Two `seer run`s of one request started together: the second is refused while the first
+    holds the request's lock, and may run once it is let go."""
+    from mlflow_plugin.tracking import JobBusyError
+    from tasks import request_lock
+
+    with request_lock(tmp_path, "seer-lenet-s1-0c1d2e3f"):
+        with pytest.raises(JobBusyError, match="another `tenantml seer run` of the same"):
+            with request_lock(tmp_path, "seer-lenet-s1-0c1d2e3f"):
+                pass
+        with request_lock(tmp_path, "seer-lenet-s1-99999999"):  # another request
+            pass
+    with request_lock(tmp_path, "seer-lenet-s1-0c1d2e3f"):
+        pass
