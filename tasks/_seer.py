@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -64,15 +65,22 @@ def request_lock(home: Path, job_id: str) -> Iterator[None]:
 
     path = home / "locks" / f"{job_id}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
+    with open(path, "a+") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "unknown"
             raise JobBusyError(
-                f"SEER job {job_id} is being run by another `tenantml seer run` of the same "
-                "request on this machine; wait for it to end, or stop it and run this again"
+                f"SEER job {job_id} is being trained by process {holder} on this machine "
+                "(another `tenantml seer run` of the same request); wait for it to end, or "
+                "stop that process and run this again to go on"
             ) from None
         try:
+            f.seek(0)
+            f.truncate()
+            f.write(str(os.getpid()))
+            f.flush()
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)

@@ -338,7 +338,7 @@ def test_ctrl_c_ends_a_seer_run_and_its_trial_processes(home: Path, sig: str) ->
 
     seed = str(11 + len(sig))  # a job of its own per signal
     cmd = [sys.executable, "-m", "tenantml.cli", "seer", "run", "digits", "--model", "lenet",
-           "--deadline", "1", "--budget", "4", "--seed", seed, "--home", str(home)]  # fmt: skip
+           "--deadline", "3", "--budget", "8", "--seed", seed, "--home", str(home)]  # fmt: skip
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
 
