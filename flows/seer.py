@@ -38,7 +38,8 @@ def seer(
     """Run SEER for `model` of `tenant` on its latest snapshot; returns the job's record. The
     options and their defaults: `tasks._seer.SeerOptions`. The same options on the same
     snapshot are one job: run again once it FINISHED, it returns that job's record with
-    ``reused`` True (its checkpoints are gone; its model is in MLflow)."""
+    ``reused`` True (its checkpoints are gone; its model is in MLflow); while another process
+    trains it, ``{"job_id", "busy": why}`` and nothing runs."""
     from mlflow.tracking import MlflowClient
 
     from mlflow_plugin.registry import best_model
@@ -64,18 +65,21 @@ def seer(
     experiment_id = ensure_tenant_experiment(
         client, tenant, str(schema), [], settings.artifact_location
     )
-    with request_lock(settings.home, job_id):
-        rec = job_record(client, experiment_id, job_id)
-        if rec is not None and (pid := trained_elsewhere(rec)) is not None:
-            raise JobBusyError(
-                f"SEER job {job_id} of {tenant} is being trained by process {pid} on this "
-                "machine (an earlier `tenantml seer run` of the same request, or a scheduler "
-                "that took it over); wait for it to end, or stop that process and run this "
-                "again to go on"
-            )
-        reused = rec is not None and rec.status == "FINISHED"  # the same options, same data
-        if not reused:
-            rec = train_task(spec, client, store, experiment_id, str(runtime.flow_run.id or ""))
+    try:
+        with request_lock(settings.home, job_id):
+            rec = job_record(client, experiment_id, job_id)
+            if rec is not None and (pid := trained_elsewhere(rec)) is not None:
+                raise JobBusyError(
+                    f"SEER job {job_id} of {tenant} is being trained by process {pid} on this "
+                    "machine (an earlier `tenantml seer run` of the same request, or a "
+                    "scheduler that took it over); wait for it to end, or stop that process "
+                    "and run this again to go on"
+                )
+            reused = rec is not None and rec.status == "FINISHED"  # same options, same data
+            if not reused:
+                rec = train_task(spec, client, store, experiment_id, str(runtime.flow_run.id or ""))
+    except JobBusyError as e:  # an answer, not a failure: no retry, no traceback
+        return {"job_id": job_id, "busy": str(e)}
     assert rec is not None
     best = record(client, rec)
     if best is None and (served := best_model(client, tenant)) and served.run_id == rec.run_id:

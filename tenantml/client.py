@@ -286,7 +286,8 @@ class Client:
     ) -> dict[str, Any]:
         """Tune `model` of tenant `name` with SEER under a deadline (minutes) and a budget
         (GPU-minutes), here; see `flows.seer.seer` for the options. The plan and the model are
-        checked before anything runs (`policy.seer.PlanError` / ValueError name the problem)."""
+        checked before anything runs (`policy.seer.PlanError` / ValueError name the problem);
+        `mlflow_plugin.tracking.JobBusyError` when another process trains the same request."""
         from flows.seer import seer
         from policy.seer import plan
         from trainers import torch_candidates
@@ -316,6 +317,10 @@ class Client:
         if self.store.manifest(name).n_enabled < 10:
             raise ValueError(f"tenant {name!r} has fewer than 10 enabled examples; feed more")
         out: dict[str, Any] = seer(name, model, deadline_min, budget_gpu_min, **options)
+        if "busy" in out:  # another process trains that job (a ValueError: one line)
+            from mlflow_plugin.tracking import JobBusyError
+
+            raise JobBusyError(out["busy"])
         return out
 
     def start_prefect(self) -> None:
