@@ -42,6 +42,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tenantml._signals import sigterm_as_interrupt
+
 __all__ = [
     "BUILT_IN_TENANTS",
     "CARRIED_IMAGES",
@@ -356,20 +358,6 @@ def _last_loss_estimates(home: Path) -> dict[str, float]:
     }
 
 
-def _term_as_interrupt() -> Any:
-    """In the main thread, SIGTERM raises KeyboardInterrupt as Ctrl-C does (so the service this
-    process started is stopped too); returns the handler it replaced (None elsewhere)."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    return signal.signal(signal.SIGTERM, interrupt)
-
-
 def stop_as_a_user(proc: subprocess.Popen[Any], grace_s: float = STOP_GRACE_S) -> None:
     """Ctrl-C to `proc`'s process group (started with ``start_new_session``): the service stops
     as a user stops it; SIGKILL if it has not after `grace_s`."""
@@ -415,7 +403,7 @@ def run_service(
         cmd += ["--policy", system]
     log = open(home / "run.log", "w")  # noqa: SIM115 (closed below)
     t0 = time.time()
-    term = _term_as_interrupt()  # before the service exists: no SIGTERM may orphan it
+    term = sigterm_as_interrupt()  # before the service exists: no SIGTERM may orphan it
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)  # fmt: skip
     try:

@@ -26,6 +26,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from tenantml._signals import sigterm_as_interrupt
+
 __all__ = ["register"]
 
 console = Console(markup=False, highlight=False, soft_wrap=True)  # data may hold [brackets]
@@ -403,7 +405,7 @@ def run(
 
     # Until the scheduler's own handler is armed (the imports take seconds), SIGTERM interrupts
     # as Ctrl-C does, so both end in the same one line.
-    before = signal.signal(signal.SIGTERM, _interrupt)
+    before = sigterm_as_interrupt()
     view: _RunView | None = None
     try:
         with _errors():
@@ -456,7 +458,8 @@ def run(
         console.print(_stopped_line(name, in_flight, view is None or view.embedded))
         raise typer.Exit(130) from None
     finally:
-        signal.signal(signal.SIGTERM, before)
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
     # The command ends here: spare the exit the collector's pass over every object MLflow,
     # Prefect and torch left (seconds; Python runs it while it finalizes the modules).
     gc.freeze()
@@ -467,13 +470,6 @@ def run(
         f"{out['ticks']} ticks, {out['jobs']} jobs in {out['wall_s']:.0f} s; "
         f"GPU busy {out['busy_fraction']:.0%}"
     )
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    """SIGTERM as Ctrl-C: KeyboardInterrupt, named after the signal."""
-    import signal
-
-    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _stopped_line(signal_name: str, in_flight: int, embedded: bool) -> str:
@@ -704,7 +700,7 @@ def demo(
 
     # Until the scheduler takes the signals, SIGTERM interrupts as Ctrl-C does (`run` does the
     # same): the command ends with a line, and Prefect's temporary server stops with it.
-    before = signal.signal(signal.SIGTERM, _interrupt)
+    before = sigterm_as_interrupt()
     try:
         _demo(ticks, max_epochs, job_budget, budget_s, home)
     except KeyboardInterrupt as e:  # while feeding, or after the scheduler
@@ -713,7 +709,8 @@ def demo(
         # leaves that to Prefect's atexit hook orphaned one starting as the signal came
         end_now(None, f"stopped by {name}; the demo goes on from here next time")
     finally:
-        signal.signal(signal.SIGTERM, before)
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
 
 
 def _demo(
