@@ -73,9 +73,10 @@ def sample_configs(
     space diverges for a small CNN (learning rates 0.5 and 1, momentum 0.99 and more: a job of
     two trials on digits drew two such and returned 0.0), so a small budget then still does
     as well as the default recipe (as FLAML's search starts from its low-cost default)."""
+    first = [dict(DEFAULT_CONFIG)] if with_default and n > 0 else []
     drawn = [{k: float(rng.choice(v)) for k, v in SEARCH_SPACE.items()}
-             for _ in range(n - 1 if with_default and n > 0 else n)]  # fmt: skip
-    return [dict(DEFAULT_CONFIG), *drawn] if with_default and n > 0 else drawn
+             for _ in range(n - len(first))]  # fmt: skip
+    return first + drawn
 
 
 @dataclass(frozen=True)
@@ -266,12 +267,11 @@ def _rank_main(rank: int, stage: TrialStage, port: int, out: str, launched: floa
         store, schema, data = tr.load_trial_data(stage)
         net, opt = tr.build_net_and_optimizer(stage, schema, data, group.device)
         resumed = tr.resume_trial(store, stage, net, opt)
-        resumed_step, earlier_train_s = resumed.step, resumed.train_s
         trial = tr.Trial.wrap(net, opt, data, group, stage.global_batch)
         started = time.time()
-        stage_steps, last_loss, curve = tr.run_steps(trial, stage, group, resumed_step)
-        train_s = earlier_train_s + time.time() - started
-        step = resumed_step + stage_steps
+        stage_steps, last_loss, curve = tr.run_steps(trial, stage, group, resumed.step)
+        train_s = resumed.train_s + time.time() - started
+        step = resumed.step + stage_steps
         if group.rank == 0:
             accuracy = tr.evaluate(trial, last_loss)
             checkpoint_s, best = tr.write_checkpoint(
@@ -281,7 +281,7 @@ def _rank_main(rank: int, stage: TrialStage, port: int, out: str, launched: floa
                 accuracy=accuracy,
                 steps=step,
                 stage_steps=stage_steps,
-                resumed_step=resumed_step,
+                resumed_step=resumed.step,
                 epochs=step / trial.share.steps_per_epoch,
                 world_size=group.world,
                 train_s=train_s,
@@ -292,7 +292,7 @@ def _rank_main(rank: int, stage: TrialStage, port: int, out: str, launched: floa
                 extra={"backend": group.backend, "devices": list(stage.devices)},
                 curve=[*curve, [float(step), accuracy]],
                 best=None if best is None else [best[0], float(best[1])],
-                stage_train_s=train_s - earlier_train_s,
+                stage_train_s=train_s - resumed.train_s,
             )
             with open(out, "w") as f:
                 json.dump(asdict(result), f)
