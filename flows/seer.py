@@ -69,11 +69,11 @@ def seer(
         with request_lock(settings.home, job_id):
             rec = job_record(client, experiment_id, job_id)
             if rec is not None and (pid := trained_elsewhere(rec)) is not None:
-                raise JobBusyError(
-                    f"SEER job {job_id} of {tenant} is being trained by process {pid} on this "
-                    "machine (an earlier `tenantml seer run` of the same request, or a "
-                    "scheduler that took it over); wait for it to end, or stop that process "
-                    "and run this again to go on"
+                raise JobBusyError.training(
+                    job_id,
+                    pid,
+                    "an earlier `tenantml seer run` of the same request, or a "
+                    "scheduler that took it over",
                 )
             reused = rec is not None and rec.status == "FINISHED"  # same options, same data
             if not reused:

@@ -19,6 +19,7 @@ below.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -312,6 +313,7 @@ def _start_ticks(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]  # fields 3.. follow the command's ")"
 
 
+@functools.cache
 def _place() -> str:
     """Where process ids mean the same processes: this host, its boot and this process's pid
     namespace (containers that share a host name have their own, and so may their pid 1)."""
@@ -361,6 +363,14 @@ def process_state(tag: str | None, node: str | None = None) -> ProcessState:
 class JobBusyError(ValueError):
     """A job asked for is being trained by another live process (`trained_elsewhere`); a
     ValueError, so a command reports it as one line, as it does a bad request."""
+
+    @classmethod
+    def training(cls, job_id: str, pid: object, who: str) -> JobBusyError:
+        """The error for job `job_id` that process `pid` (`who`: what it is) trains here."""
+        return cls(
+            f"SEER job {job_id} is being trained by process {pid} on this machine ({who}); "
+            "wait for it to end, or stop that process and run this again to go on"
+        )
 
 
 def trained_elsewhere(job: JobRecord) -> int | None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlflow_plugin.jobrun import JobRun
+from mlflow_plugin.tracking import JobBusyError
 from store import ExampleStore
 from trainers import TrainResult
 
@@ -61,8 +62,6 @@ def request_lock(home: Path, job_id: str) -> Iterator[None]:
     """
     import fcntl
 
-    from mlflow_plugin.tracking import JobBusyError
-
     path = home / "locks" / f"{job_id}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as f:
@@ -71,10 +70,8 @@ def request_lock(home: Path, job_id: str) -> Iterator[None]:
         except BlockingIOError:
             f.seek(0)
             holder = f.read().strip() or "unknown"
-            raise JobBusyError(
-                f"SEER job {job_id} is being trained by process {holder} on this machine "
-                "(another `tenantml seer run` of the same request); wait for it to end, or "
-                "stop that process and run this again to go on"
+            raise JobBusyError.training(
+                job_id, holder, "another `tenantml seer run` of the same request"
             ) from None
         try:
             f.seek(0)
