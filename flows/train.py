@@ -11,10 +11,15 @@ The job moves its tenant's `best` itself when it beats it (`record`, idempotent)
 pool starts after every scheduler has stopped (dispatched, then the scheduler killed before the
 job's MLflow run existed) is seen by no scheduler, and its model would otherwise never become
 `best` (found by the bounded chaos run). The scheduler records every job it sees as well.
+
+A `tenantml seer run` job a scheduler sends again (its process had ended) is trained under the
+request's lock, and left alone when its `seer run` trains it again: one trainer per job.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, runtime
@@ -31,9 +36,14 @@ def train(spec: dict[str, Any]) -> list[dict[str, Any]]:
     then fails with the first error, once all had their turn."""
     from mlflow.tracking import MlflowClient
 
-    from mlflow_plugin.tracking import ensure_tenant_experiment, job_record
+    from mlflow_plugin.tracking import (
+        JobBusyError,
+        ensure_tenant_experiment,
+        job_record,
+        trained_elsewhere,
+    )
     from store import ExampleStore
-    from tasks import JobSpec, SlotHold, drop_checkpoints, record, train_task
+    from tasks import BY_HAND, JobSpec, SlotHold, drop_checkpoints, record, train_task
     from tasks.outage import patient, serve_patiently
 
     settings = Settings.load().apply()
@@ -56,15 +66,27 @@ def train(spec: dict[str, Any]) -> list[dict[str, Any]]:
                     client, job.tenant, str(schema), [], settings.artifact_location
                 )
             exp_id = experiments[job.tenant]
-            rec = job_record(client, exp_id, job.job_id)
-            if rec is not None and rec.status == "FINISHED":  # an earlier attempt trained it
-                record(client, rec)  # (if it ended before its `record`)
-                drop_checkpoints(store, rec)
-                out.append(_summary(rec))
+            try:
+                with _request_lock(settings.home, job):
+                    rec = job_record(client, exp_id, job.job_id)
+                    if rec is not None and rec.status == "FINISHED":  # an earlier attempt did
+                        record(client, rec)  # (if it ended before its `record`)
+                        drop_checkpoints(store, rec)
+                        out.append(_summary(rec))
+                        slot.job_done()
+                        continue
+                    if job.policy == BY_HAND and rec is not None:
+                        pid = trained_elsewhere(rec)
+                        if pid is not None:
+                            raise JobBusyError.training(job.job_id, pid, "its `seer run`")
+                    done = train_task(
+                        job, client, store, exp_id, str(runtime.flow_run.id or ""), slot
+                    )
+            except JobBusyError as e:  # its `seer run` trains it again: left to that process
+                print(f"left {job.tenant}/{job.job_id}: {e}")
+                out.append({"job_id": job.job_id, "left": str(e)})
                 slot.job_done()
                 continue
-            try:
-                done = train_task(job, client, store, exp_id, str(runtime.flow_run.id or ""), slot)
             except Exception as e:  # the chain goes on; the run fails at the end
                 if len(jobs) == 1:
                     raise
@@ -78,6 +100,17 @@ def train(spec: dict[str, Any]) -> list[dict[str, Any]]:
     if error is not None:
         raise error
     return out
+
+
+def _request_lock(home: Path, job: Any) -> AbstractContextManager[None]:
+    """A `seer run` job (`tasks.BY_HAND`, resumed by a scheduler after its process ended) is
+    trained under its request's lock (`tasks.request_lock`): without it, the user's `seer run`
+    of the same request, started before this run recorded its process, trained it too."""
+    from tasks import BY_HAND, RESUMED_BY_SCHEDULER, request_lock
+
+    if job.policy != BY_HAND:
+        return nullcontext()
+    return request_lock(home, job.job_id, RESUMED_BY_SCHEDULER)
 
 
 def _summary(done: Any) -> dict[str, Any]:

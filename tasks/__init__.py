@@ -53,7 +53,13 @@ if TYPE_CHECKING:
         loss_picture,
     )
     from tasks._prefect import decide, record, refresh, train_task
-    from tasks._seer import BY_HAND, SeerOptions, request_lock, seer_options_from_params
+    from tasks._seer import (
+        BY_HAND,
+        RESUMED_BY_SCHEDULER,
+        SeerOptions,
+        request_lock,
+        seer_options_from_params,
+    )
     from tasks._service import (
         MAX_CHAIN,
         JobSpec,
@@ -72,6 +78,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BY_HAND",
+    "RESUMED_BY_SCHEDULER",
     "loss_picture",
     "load_tick_history",
     "add_tick",
@@ -140,6 +147,7 @@ _HOME: dict[str, str] = {
     "TOTAL": "tasks._plot",
     "LOSS_PREFIX": "tasks._plot",
     "BY_HAND": "tasks._seer",
+    "RESUMED_BY_SCHEDULER": "tasks._seer",
     "SeerOptions": "tasks._seer",
     "request_lock": "tasks._seer",
     "seer_options_from_params": "tasks._seer",

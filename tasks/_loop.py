@@ -534,7 +534,8 @@ def redo_promotions(svc: Service, state: ServiceState) -> None:
 
 def _orphan_spec(svc: Service, job: JobRecord, slot: int, last_tick: int) -> JobSpec:
     """The spec of a job left RUNNING, rebuilt from its MLflow record (same job id, so it resumes
-    from its checkpoint; a SEER job stays one), placed on `slot`."""
+    from its checkpoint; a SEER job stays one), placed on `slot`. A `seer run` job stays
+    `BY_HAND`: its `train` run takes the request's lock (`flows.train`)."""
     seer = seer_options_from_params(svc.client.get_run(job.run_id).data.params)
     lock = svc.lock_dir and f"{svc.lock_dir}/slot-{slot}.lock"
     return JobSpec(
@@ -543,7 +544,7 @@ def _orphan_spec(svc: Service, job: JobRecord, slot: int, last_tick: int) -> Job
         job.snapshot or 0,
         job.job_id,
         job.tick or last_tick,
-        svc.policy,
+        BY_HAND if job.policy == BY_HAND else svc.policy,
         None,
         svc.options.max_epochs,
         slot=slot,

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BY_HAND",
+    "RESUMED_BY_SCHEDULER",
+    "SEER_RUN",
     "SeerOptions",
     "derive_seer",
     "request_lock",
@@ -50,12 +52,19 @@ BY_HAND = "seer"
 PARAM_PREFIX = "seer."
 
 
+#: what holds a request's lock (`request_lock`), as its refusal names it
+SEER_RUN = "another `tenantml seer run` of the same request"
+RESUMED_BY_SCHEDULER = "a scheduler's `train` job, resuming the request's job"
+
+
 @contextmanager
-def request_lock(home: Path, job_id: str) -> Iterator[None]:
-    """Hold job `job_id`'s lock file in ``home/locks`` while a `seer run` of it checks and
-    trains: two runs of one request started together both passed the check of the job's
-    process (neither had recorded one yet) and trained the same trials. The lock is this
-    machine's, and goes with the process that held it.
+def request_lock(home: Path, job_id: str, holder: str = SEER_RUN) -> Iterator[None]:
+    """Hold job `job_id`'s lock file in ``home/locks`` while a process checks whether another
+    trains the job, and trains it: a `seer run` of the request, or a scheduler's `train` job
+    that resumes the request's job after its `seer run` ended. Two started together both passed
+    the check of the job's process (neither had recorded one yet) and trained the same trials.
+    The lock is this machine's, and goes with the process that held it. The file names the
+    holder: its process id, then `holder` (what it is, for the refusal).
 
     Raises:
         mlflow_plugin.tracking.JobBusyError: another process holds it.
@@ -69,14 +78,12 @@ def request_lock(home: Path, job_id: str) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
-            holder = f.read().strip() or "unknown"
-            raise JobBusyError.training(
-                job_id, holder, "another `tenantml seer run` of the same request"
-            ) from None
+            pid, _, who = f.read().strip().partition("\n")
+            raise JobBusyError.training(job_id, pid or "unknown", who or SEER_RUN) from None
         try:
             f.seek(0)
             f.truncate()
-            f.write(str(os.getpid()))
+            f.write(f"{os.getpid()}\n{holder}")
             f.flush()
             yield
         finally:

@@ -467,3 +467,63 @@ def test_a_chain_trains_its_jobs_in_one_flow_run_and_a_resend_skips_the_finished
     lb = c.status("wine", fresh=True)
     assert lb.best is not None and lb.best.candidate in ("knn", "logistic_regression")
     assert len(lb.rows) == 3
+
+
+def test_a_resent_seer_run_job_is_left_to_its_seer_run(tmp_path: Path) -> None:
+    """A `seer run` job a scheduler sends again (its process had ended) while the user runs the
+    same request again: the `train` run leaves it to that `seer run` when the request's lock is
+    held (both started before either recorded its process) or when the job's record names a
+    live process; otherwise it trains it, under the lock, as `BY_HAND` still."""
+    import socket
+
+    from flows.train import train
+    from mlflow_plugin.tracking import (
+        NODE,
+        POLICY,
+        PROCESS,
+        JobBusyError,
+        ensure_tenant_experiment,
+        job_record,
+        process_tag,
+        start_job_run,
+    )
+    from tasks import BY_HAND, JobSpec, request_lock
+    from tenantml.client import Client
+
+    c = Client(tmp_path / "home")
+    d = _tenant_data("wine")
+    c.submit("wine", d.schema)
+    c.feed("wine", d.inputs, d.labels)
+    snap = c.store.manifest("wine").version
+    job_id = f"seer-knn-s{snap}-0c1d2e3f"
+    spec = JobSpec("wine", "knn", snap, job_id, 1, BY_HAND, None, 2)
+    once = train.with_options(retries=0)
+    exp_id = ensure_tenant_experiment(c.mlflow, "wine", str(d.schema), [], None)
+
+    with request_lock(c.settings.home, job_id):  # the user's `seer run`, not yet recorded
+        [left] = once(spec.params())
+    assert left["job_id"] == job_id and f"process {os.getpid()}" in left["left"], left
+    assert job_record(c.mlflow, exp_id, job_id) is None  # nothing trained, nothing recorded
+
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:  # the user's `seer run` recorded its process and trains
+        tags = {PROCESS: process_tag(live.pid), NODE: socket.gethostname(), POLICY: BY_HAND}
+        params = {"model": "knn", "snapshot": snap}
+        start_job_run(c.mlflow, exp_id, tenant="wine", job_id=job_id, params=params, tags=tags)
+        [left] = once(spec.params())
+        assert f"process {live.pid}" in left["left"], left
+        assert job_record(c.mlflow, exp_id, job_id).status == "RUNNING"  # type: ignore[union-attr]
+    finally:
+        live.kill()
+        live.wait()
+    [done] = once(spec.params())  # that process ended: the scheduler's run trains it
+    rec = job_record(c.mlflow, exp_id, job_id)
+    assert rec is not None and rec.status == "FINISHED" and done["run_id"] == rec.run_id
+    assert rec.policy == BY_HAND
+    # while a scheduler's run holds the lock, a `seer run` is refused, and told by whom
+    from tasks import RESUMED_BY_SCHEDULER
+
+    with request_lock(c.settings.home, job_id, RESUMED_BY_SCHEDULER):
+        with pytest.raises(JobBusyError, match=r"a scheduler's `train` job"):
+            with request_lock(c.settings.home, job_id):
+                pass

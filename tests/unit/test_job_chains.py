@@ -355,7 +355,8 @@ def test_a_restarted_scheduler_leaves_a_seer_run_job_to_its_live_process(
     finally:
         live.kill()
         live.wait()
-    assert sorted(s.job_id for s in d.sent) == ["own", "seer-ended"]
+    # sent again as it was: a `seer run` job stays one (its `train` run takes the request's lock)
+    assert {s.job_id: s.policy for s in d.sent} == {"own": "rate", "seer-ended": BY_HAND}
     left = [e for e in events if isinstance(e, steps.JobLeft)]
     assert [e.job_id for e in left] == ["seer-live", "seer-far", "seer-old"]
     from tenantml.cli.service import _event_line
