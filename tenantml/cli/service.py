@@ -57,6 +57,13 @@ def _errors() -> Iterator[None]:
         err.print(f"error: {msg}", soft_wrap=True)
         raise typer.Exit(2) from None
     except Exception as e:  # MLflow's RestException (not imported here: it loads all MLflow)
+        if (gone := _server_gone(e)) is not None:
+            err.print(
+                f"error: {gone} stopped answering during the command; start the servers with "
+                "`tenantml up`, then run it again",
+                soft_wrap=True,
+            )
+            raise typer.Exit(1) from None
         if getattr(e, "error_code", None) not in ("PERMISSION_DENIED", "UNAUTHENTICATED"):
             raise
         err.print(
@@ -65,6 +72,22 @@ def _errors() -> Iterator[None]:
             soft_wrap=True,
         )
         raise typer.Exit(2) from None
+
+
+def _server_gone(e: BaseException) -> str | None:
+    """When `e` is a failed connection (`tasks.outage.is_outage`: a server went away after the
+    command's client had checked the servers), the server that does not answer now, as 'the X
+    server at URL' (or the failed request's first words, if all answer again); else None."""
+    from tasks.outage import is_outage, unreachable_server
+    from tasks.settings import Settings
+
+    if not is_outage(e):
+        return None
+    try:
+        named = unreachable_server(Settings.load())  # the home the command's client applied
+    except Exception:  # settings unreadable now: the request says enough
+        named = None
+    return named or f"a server ({str(e).splitlines()[0][:200]})"
 
 
 def _client(home: Path | None) -> Any:

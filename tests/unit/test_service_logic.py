@@ -329,6 +329,60 @@ def test_unreachable_server_is_named_and_the_cli_exits_1(
     assert res.exit_code == 1 and "is not reachable" in res.output and "tenantml up" in res.output
 
 
+def test_a_server_that_stops_answering_during_a_command_is_named_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_env: None
+) -> None:
+    """The MLflow server answers the command's check of the servers, then goes away before
+    the command reads it: one line naming the server and what to do, exit 1 (before: MLflow's
+    traceback, `status` and `status --fresh`)."""
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from typer.testing import CliRunner
+
+    from tenantml.cli import app
+    from tenantml.ops.servers import free_port
+
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"OK")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    def answer_once(port: int) -> threading.Thread:
+        """A server on `port` that answers one request (the check), then is gone."""
+        server = HTTPServer(("127.0.0.1", port), Health)
+
+        def serve() -> None:
+            server.handle_request()
+            server.server_close()
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        return thread
+
+    for k in ("TENANTML_TRACKING_URI", "TENANTML_STORE", "PREFECT_API_URL"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    store_dir = tmp_path / "examples"
+    (tmp_path / "servers.json").write_text(json.dumps({
+        "tracking_uri": uri, "store": store_dir.as_uri()}))  # fmt: skip
+    Settings.load(tmp_path).store().create_tenant("t", Schema(input=Tensor(4), output=Tensor(2)))
+    for args in (["status"], ["status", "t", "--fresh"]):
+        thread = answer_once(port)
+        res = CliRunner().invoke(app, [*args, "--home", str(tmp_path)])
+        thread.join(10)
+        assert res.exit_code == 1, (args, res.output, res.exception)
+        assert f"error: the MLflow server at {uri} stopped answering during the command" in (
+            res.output
+        ), res.output
+        assert "tenantml up" in res.output and "Traceback" not in res.output
+
+
 def test_planner_hands_torch_models_seer_jobs_with_deadline_from_the_cost_estimate() -> None:
     # the image tenant with its CNNs only (its pixel arms are scikit-learn models: no SEER)
     img = _tenant("img", IMG)
