@@ -12,8 +12,12 @@ pool starts after every scheduler has stopped (dispatched, then the scheduler ki
 job's MLflow run existed) is seen by no scheduler, and its model would otherwise never become
 `best` (found by the bounded chaos run). The scheduler records every job it sees as well.
 
-A `tenantml seer run` job a scheduler sends again (its process had ended) is trained under the
-request's lock, and left alone when its `seer run` trains it again: one trainer per job.
+One trainer per job: a job whose latest attempt's process still runs on this machine is left
+to it. The scheduler sends a job again when its flow run is marked crashed, and the heartbeat
+rule marks a live run crashed after 120 s without a beat (a Prefect outage that long): before,
+two processes then trained the same job into the same checkpoints. A `tenantml seer run` job a
+scheduler sends again (its process had ended) is also trained under the request's lock, and
+left to a `seer run` of the request started before this run recorded its process.
 """
 
 from __future__ import annotations
@@ -75,14 +79,13 @@ def train(spec: dict[str, Any]) -> list[dict[str, Any]]:
                         out.append(_summary(rec))
                         slot.job_done()
                         continue
-                    if job.policy == BY_HAND and rec is not None:
-                        pid = trained_elsewhere(rec)
-                        if pid is not None:
-                            raise JobBusyError.training(job.job_id, pid, "its `seer run`")
+                    if rec is not None and (pid := trained_elsewhere(rec)) is not None:
+                        who = "its `seer run`" if job.policy == BY_HAND else _EARLIER_ATTEMPT
+                        raise JobBusyError.training(job.job_id, pid, who)
                     done = train_task(
                         job, client, store, exp_id, str(runtime.flow_run.id or ""), slot
                     )
-            except JobBusyError as e:  # its `seer run` trains it again: left to that process
+            except JobBusyError as e:  # another live process trains it: left to that process
                 print(f"left {job.tenant}/{job.job_id}: {e}")
                 out.append({"job_id": job.job_id, "left": str(e)})
                 slot.job_done()
@@ -100,6 +103,11 @@ def train(spec: dict[str, Any]) -> list[dict[str, Any]]:
     if error is not None:
         raise error
     return out
+
+
+#: who trains a job sent again while its earlier attempt's process still runs: its flow run was
+#: marked crashed (no heartbeat for 120 s, e.g. through a Prefect outage) while it trained
+_EARLIER_ATTEMPT = "the job's earlier attempt, whose flow run was marked crashed"
 
 
 def _request_lock(home: Path, job: Any) -> AbstractContextManager[None]:

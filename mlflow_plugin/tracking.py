@@ -368,7 +368,7 @@ class JobBusyError(ValueError):
     def training(cls, job_id: str, pid: object, who: str) -> JobBusyError:
         """The error for job `job_id` that process `pid` (`who`: what it is) trains here."""
         return cls(
-            f"SEER job {job_id} is being trained by process {pid} on this machine ({who}); "
+            f"job {job_id} is being trained by process {pid} on this machine ({who}); "
             "wait for it to end, or stop that process and run this again to go on"
         )
 

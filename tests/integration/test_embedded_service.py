@@ -473,7 +473,8 @@ def test_a_resent_seer_run_job_is_left_to_its_seer_run(tmp_path: Path) -> None:
     """A `seer run` job a scheduler sends again (its process had ended) while the user runs the
     same request again: the `train` run leaves it to that `seer run` when the request's lock is
     held (both started before either recorded its process) or when the job's record names a
-    live process; otherwise it trains it, under the lock, as `BY_HAND` still."""
+    live process; otherwise it trains it, under the lock, as `BY_HAND` still. Any job whose
+    record names a live process here is left to it: one trainer per job."""
     import socket
 
     from flows.train import train
@@ -513,6 +514,13 @@ def test_a_resent_seer_run_job_is_left_to_its_seer_run(tmp_path: Path) -> None:
         [left] = once(spec.params())
         assert f"process {live.pid}" in left["left"], left
         assert job_record(c.mlflow, exp_id, job_id).status == "RUNNING"  # type: ignore[union-attr]
+        # a scheduler's own job, sent again while its earlier attempt still trains here (its
+        # flow run marked crashed through a Prefect outage): left to that attempt too
+        own = JobSpec("wine", "knn", snap, f"knn-s{snap}", 1, "rate", None, 2)
+        tags[POLICY] = "rate"
+        start_job_run(c.mlflow, exp_id, tenant="wine", job_id=own.job_id, params=params, tags=tags)
+        [left] = once(own.params())
+        assert f"process {live.pid}" in left["left"] and "marked crashed" in left["left"], left
     finally:
         live.kill()
         live.wait()
