@@ -7,6 +7,9 @@ G jobs run. ``ticks=N`` stops after N ticks once their jobs have finished, ``bud
 tick started after S seconds and their jobs have finished; with neither it runs until stopped
 (or, with ``stop_when_idle``, until no tenant has a model left to try).
 
+One scheduler per home (`tasks.scheduler_lock`): a second one started beside it returns
+``{"busy": why}`` at once and sends nothing (two each decided alone and filled the same slots).
+
 Restart safety: the state is rebuilt from MLflow at start. Jobs a previous scheduler left RUNNING
 are taken over (servers: its flow run is still going) or dispatched again with the same job id
 (they resume from their checkpoints); promotions a crash skipped are redone (idempotent).
@@ -22,6 +25,7 @@ resume on the next scheduler. The scheduler's MLflow run ends KILLED; it logs ``
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from typing import Any
 
 from prefect import flow
@@ -29,7 +33,9 @@ from prefect import flow
 from flows.train import train
 from tasks import (
     JobSpec,
+    SchedulerBusyError,
     SchedulerOptions,
+    Service,
     connect,
     decide_tick,
     dispatch_tick,
@@ -40,6 +46,7 @@ from tasks import (
     refresh_if_stale,
     release_dispatcher,
     resume_orphans,
+    scheduler_lock,
     scheduler_run,
     should_stop,
     stop_on_signals,
@@ -77,22 +84,33 @@ def scheduler(
     options = SchedulerOptions(**locals())  # locals(): the 18 parameters
     with stop_on_signals():
         svc = connect(options, run_train=train)
-        progress = resume_orphans(svc)
-        with scheduler_run(svc, progress) as run, release_dispatcher(svc):
-            while not svc.stop.requested:
-                try:
-                    record_finished_jobs(svc, progress)
-                    jobs: list[JobSpec] = []
-                    if wants_tick(svc, progress):
-                        refresh_if_stale(svc, progress)
-                        jobs = decide_tick(svc, progress)
-                        if jobs:
-                            dispatch_tick(svc, progress, jobs)
-                            log_tick(svc, progress, jobs)
-                    if should_stop(svc, progress, jobs):
-                        break
-                except Exception as e:
-                    wait_out_outage(svc, progress, e)  # re-raises all but a server outage
-                else:
-                    pause(svc, progress)
-            return log_summary(svc, progress, run)
+        with ExitStack() as held:
+            try:
+                held.enter_context(scheduler_lock(svc.settings.home))
+            except SchedulerBusyError as e:  # an answer, not a failure: no traceback
+                print(f"not started: {e}")
+                return {"busy": str(e)}
+            return _serve(svc)
+
+
+def _serve(svc: Service) -> dict[str, Any]:
+    """The loop of the module docstring, from the jobs an earlier scheduler left to the summary."""
+    progress = resume_orphans(svc)
+    with scheduler_run(svc, progress) as run, release_dispatcher(svc):
+        while not svc.stop.requested:
+            try:
+                record_finished_jobs(svc, progress)
+                jobs: list[JobSpec] = []
+                if wants_tick(svc, progress):
+                    refresh_if_stale(svc, progress)
+                    jobs = decide_tick(svc, progress)
+                    if jobs:
+                        dispatch_tick(svc, progress, jobs)
+                        log_tick(svc, progress, jobs)
+                if should_stop(svc, progress, jobs):
+                    break
+            except Exception as e:
+                wait_out_outage(svc, progress, e)  # re-raises all but a server outage
+            else:
+                pause(svc, progress)
+        return log_summary(svc, progress, run)

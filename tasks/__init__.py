@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tasks._dispatch import DeploymentDispatcher, Dispatcher, Done, LocalDispatcher
+    from tasks._locks import SchedulerBusyError, scheduler_lock
     from tasks._loop import (
         STOP,
         JobDispatched,
@@ -98,6 +99,7 @@ __all__ = [
     "Planner",
     "Progress",
     "SchedulerEvent",
+    "SchedulerBusyError",
     "SchedulerOptions",
     "SeerOptions",
     "Service",
@@ -127,6 +129,7 @@ __all__ = [
     "resume_orphans",
     "state_of",
     "run_job",
+    "scheduler_lock",
     "scheduler_run",
     "request_lock",
     "seer_options_from_params",
@@ -164,7 +167,9 @@ _HOME: dict[str, str] = {
     "Progress": "tasks._loop",
     "STOP": "tasks._loop",
     "SchedulerEvent": "tasks._loop",
+    "SchedulerBusyError": "tasks._locks",
     "SchedulerOptions": "tasks._loop",
+    "scheduler_lock": "tasks._locks",
     "Service": "tasks._loop",
     "ServiceState": "tasks._service",
     "SlotHold": "tasks._service",

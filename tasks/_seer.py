@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from mlflow_plugin.jobrun import JobRun
 from mlflow_plugin.tracking import JobBusyError
 from store import ExampleStore
+from tasks._locks import home_lock
 from trainers import TrainResult
 
 if TYPE_CHECKING:
@@ -57,37 +57,21 @@ SEER_RUN = "another `tenantml seer run` of the same request"
 RESUMED_BY_SCHEDULER = "a scheduler's `train` job, resuming the request's job"
 
 
-@contextmanager
-def request_lock(home: Path, job_id: str, holder: str = SEER_RUN) -> Iterator[None]:
-    """Hold job `job_id`'s lock file in ``home/locks`` while a process checks whether another
+def request_lock(home: Path, job_id: str, holder: str = SEER_RUN) -> AbstractContextManager[None]:
+    """Hold job `job_id`'s lock (`tasks._locks.home_lock`) while a process checks whether another
     trains the job, and trains it: a `seer run` of the request, or a scheduler's `train` job
     that resumes the request's job after its `seer run` ended. Two started together both passed
     the check of the job's process (neither had recorded one yet) and trained the same trials.
-    The lock is this machine's, and goes with the process that held it. The file names the
-    holder: its process id, then `holder` (what it is, for the refusal).
+    `holder`: what this process is, for the refusal.
 
     Raises:
         mlflow_plugin.tracking.JobBusyError: another process holds it.
     """
-    import fcntl
 
-    path = home / "locks" / f"{job_id}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            pid, _, who = f.read().strip().partition("\n")
-            raise JobBusyError.training(job_id, pid or "unknown", who or SEER_RUN) from None
-        try:
-            f.seek(0)
-            f.truncate()
-            f.write(f"{os.getpid()}\n{holder}")
-            f.flush()
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    def refuse(pid: str, who: str) -> Exception:
+        return JobBusyError.training(job_id, pid, who or SEER_RUN)
+
+    return home_lock(home, job_id, holder, refuse)
 
 
 def _int(text: str) -> int:

@@ -347,7 +347,10 @@ class Client:
         the pass it interrupts: the summary's ``interrupted`` names the signal and
         ``in_flight`` counts the jobs left going, which the next `run` resumes. Started while a
         server is unreachable, it waits for it (`tasks.outage.wait_for_servers`); build the
-        client with ``check_servers=False`` to get that far."""
+        client with ``check_servers=False`` to get that far.
+
+        Raises:
+            tasks.SchedulerBusyError: another scheduler runs on this home (on this machine)."""
         self._operator_only("running the scheduler")
         self.start_prefect()  # a no-op when `start_prefect` was called earlier
         from flows.scheduler import scheduler
@@ -364,5 +367,9 @@ class Client:
         start = time.monotonic()
         with listen(on_progress) if on_progress is not None else nullcontext():
             out: dict[str, Any] = scheduler(ticks=ticks, **options)
+        if "busy" in out:  # another scheduler runs on this home (a ValueError: one line)
+            from tasks import SchedulerBusyError
+
+            raise SchedulerBusyError(out["busy"])
         out.setdefault("wall_s", time.monotonic() - start)
         return out

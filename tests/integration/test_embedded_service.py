@@ -535,3 +535,31 @@ def test_a_resent_seer_run_job_is_left_to_its_seer_run(tmp_path: Path) -> None:
         with pytest.raises(JobBusyError, match=r"a scheduler's `train` job"):
             with request_lock(c.settings.home, job_id):
                 pass
+
+
+def test_a_second_scheduler_on_one_home_is_refused_in_one_line(tmp_path: Path) -> None:
+    """`tenantml run` while another scheduler runs on the same home: refused at once in one
+    line naming that process (exit 2), nothing sent; before, both decided alone and filled the
+    same slots. Once the first has ended, it runs."""
+    from tasks import scheduler_lock
+
+    home = tmp_path / "home"
+    env = {**os.environ, "TENANTML_HOME": str(home)}
+    setup = (
+        "from tenantml.client import Client\nfrom tenantml import datasets\n"
+        "c = Client()\nd = datasets.load('wine')\n"
+        "c.submit('wine', d.schema, models=['knn'])\nc.feed('wine', d.inputs, d.labels)\n"
+    )
+    subprocess.run([sys.executable, "-c", setup], env=env, check=True, timeout=300)
+    cmd = [sys.executable, "-m", "tenantml.cli", "run", "--ticks", "1"]
+    log = tmp_path / "run.log"
+    with scheduler_lock(home):  # the first scheduler (this process)
+        with open(log, "w") as out:
+            res = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=300)
+        text = log.read_text()
+        assert res.returncode == 2, text
+        assert f"error: a scheduler already runs on {home}: process {os.getpid()} (" in text, text
+        assert "Traceback" not in text, text
+    with open(log, "w") as out:  # the first has ended: this one runs its tick
+        res = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=300)
+    assert res.returncode == 0 and "1 ticks, 1 jobs" in log.read_text(), log.read_text()

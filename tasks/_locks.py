@@ -1,0 +1,102 @@
+"""Locks of one home on one machine: a file in ``TENANTML_HOME/locks`` held with ``flock``.
+
+* `home_lock(home, name, holder, refuse)`: hold ``locks/<name>.lock``; the file names its
+  holder (the process id, then what it is); ``refuse(pid, who)`` is raised when another
+  process holds it (default `LockHeld`). The kernel lets go
+  of a lock with its process (a crash, a SIGKILL), so a lock never outlives its holder.
+* `scheduler_lock(home)`: one scheduler per home (`SchedulerBusyError` for a second one).
+
+`tasks._seer.request_lock` (one trainer per `tenantml seer run` request) is built on
+`home_lock` too. Several machines with one home each are not covered: a lock is this
+machine's.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+
+__all__ = ["LockHeld", "SchedulerBusyError", "home_lock", "scheduler_lock"]
+
+
+class LockHeld(Exception):
+    """Another process holds the lock: its process id and what it is, as it wrote them."""
+
+    def __init__(self, pid: str, who: str) -> None:
+        super().__init__(pid, who)
+        self.pid, self.who = pid, who
+
+
+class SchedulerBusyError(ValueError):
+    """Another scheduler runs on this home; a ValueError, so a command says it in one line."""
+
+
+@contextmanager
+def home_lock(
+    home: Path,
+    name: str,
+    holder: str,
+    refuse: Callable[[str, str], Exception] = LockHeld,
+) -> Iterator[None]:
+    """Hold ``home/locks/<name>.lock`` for the block, the file naming this process and
+    `holder`.
+
+    Raises:
+        ``refuse(pid, who)``: another process holds it (its process id and what it is, as it
+        wrote them; ``"unknown"`` and ``""`` where it wrote nothing).
+    """
+    path = home / "locks" / f"{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            pid, _, who = f.read().strip().partition("\n")
+            raise refuse(pid or "unknown", who) from None
+        try:
+            f.seek(0)
+            f.truncate()
+            f.write(f"{os.getpid()}\n{holder}")
+            f.flush()
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _command() -> str:
+    """This process's command line, short, as a refusal names it (``python -m tenantml.cli run
+    --ticks 4``, ``python tenantml run``): the program and script by their base names."""
+    try:
+        words = [
+            w.decode(errors="replace")
+            for w in Path("/proc/self/cmdline").read_bytes().split(b"\0")
+            if w
+        ]
+    except OSError:  # no /proc: what Python was given
+        words = [sys.executable, *sys.argv]
+    words = [Path(w).name if "/" in w else w for w in words[:2]] + words[2:]
+    text = " ".join(words)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def scheduler_lock(home: Path) -> AbstractContextManager[None]:
+    """Be the one scheduler of `home` for the block: two on one home each decided alone and
+    sent jobs for the same free slots.
+
+    Raises:
+        SchedulerBusyError: another scheduler holds it (named: process id and command).
+    """
+
+    def refuse(pid: str, who: str) -> Exception:
+        return SchedulerBusyError(
+            f"a scheduler already runs on {home}: process {pid} ({who or 'unknown'}); stop it "
+            "(Ctrl-C in its terminal, or `kill` that process) or wait for it to end, then "
+            "start this one: two schedulers on one home would each fill the same slots"
+        )
+
+    return home_lock(home, "scheduler", _command(), refuse)
