@@ -66,7 +66,7 @@ def seer(
         client, tenant, str(schema), [], settings.artifact_location
     )
     try:
-        with request_lock(settings.home, job_id):
+        with request_lock(settings.home, tenant, job_id):
             rec = job_record(client, experiment_id, job_id)
             if rec is not None and (pid := trained_elsewhere(rec)) is not None:
                 raise JobBusyError.training(

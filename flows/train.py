@@ -15,9 +15,10 @@ job's MLflow run existed) is seen by no scheduler, and its model would otherwise
 One trainer per job: a job whose latest attempt's process still runs on this machine is left
 to it. The scheduler sends a job again when its flow run is marked crashed, and the heartbeat
 rule marks a live run crashed after 120 s without a beat (a Prefect outage that long): before,
-two processes then trained the same job into the same checkpoints. A `tenantml seer run` job a
-scheduler sends again (its process had ended) is also trained under the request's lock, and
-left to a `seer run` of the request started before this run recorded its process.
+two processes then trained the same job into the same checkpoints. A SEER job is also trained
+under its request's lock (`tasks.request_lock`), so that a job of `tenantml seer run` a scheduler
+sends again (its process had ended) is left to a `seer run` of the request started before this
+run recorded its process, and that `seer run` is refused while this one trains.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ __all__ = ["train"]
 @flow(name="train", retries=2, retry_delay_seconds=2, log_prints=True)
 def train(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """Train the job `spec` (a `tasks.JobSpec` as a dict) and the jobs chained after it; returns
-    their MLflow records. A chained job that fails does not stop the ones after it; the run
-    then fails with the first error, once all had their turn."""
+    their MLflow records (run_id, status, accuracy, cost_s), and ``{"job_id", "left": why}`` for
+    a job left to another live process that trains it. A chained job that fails does not stop
+    the ones after it; the run then fails with the first error, once all had their turn."""
     from mlflow.tracking import MlflowClient
 
     from mlflow_plugin.tracking import (
@@ -73,31 +75,31 @@ def train(spec: dict[str, Any]) -> list[dict[str, Any]]:
             try:
                 with _request_lock(settings.home, job):
                     rec = job_record(client, exp_id, job.job_id)
-                    if rec is not None and rec.status == "FINISHED":  # an earlier attempt did
-                        record(client, rec)  # (if it ended before its `record`)
-                        drop_checkpoints(store, rec)
-                        out.append(_summary(rec))
-                        slot.job_done()
-                        continue
-                    if rec is not None and (pid := trained_elsewhere(rec)) is not None:
-                        who = "its `seer run`" if job.policy == BY_HAND else _EARLIER_ATTEMPT
-                        raise JobBusyError.training(job.job_id, pid, who)
-                    done = train_task(
-                        job, client, store, exp_id, str(runtime.flow_run.id or ""), slot
-                    )
+                    earlier = rec is not None and rec.status == "FINISHED"  # an earlier attempt
+                    if not earlier:
+                        if rec is not None and (pid := trained_elsewhere(rec)) is not None:
+                            who = "its `seer run`" if rec.policy == BY_HAND else _EARLIER_ATTEMPT
+                            raise JobBusyError.training(job.job_id, pid, who)
+                        try:
+                            rec = train_task(
+                                job, client, store, exp_id, str(runtime.flow_run.id or ""), slot
+                            )
+                        except Exception as e:  # the chain goes on; the run fails at the end
+                            if len(jobs) == 1:
+                                raise
+                            error = error or e
+                            continue
             except JobBusyError as e:  # another live process trains it: left to that process
-                print(f"left {job.tenant}/{job.job_id}: {e}")
+                print(f"left {job.tenant}/{job.job_id} to another process: {e}")
                 out.append({"job_id": job.job_id, "left": str(e)})
                 slot.job_done()
                 continue
-            except Exception as e:  # the chain goes on; the run fails at the end
-                if len(jobs) == 1:
-                    raise
-                error = error or e
-                continue
-            record(client, done)
-            drop_checkpoints(store, done)  # its model is in MLflow now
-            out.append(_summary(done))
+            assert rec is not None  # FINISHED: trained now, or by an earlier attempt
+            record(client, rec)  # (an earlier attempt: if it ended before its `record`)
+            drop_checkpoints(store, rec)  # its model is in MLflow now
+            out.append(_summary(rec))
+            if earlier:
+                slot.job_done()
     finally:
         slot.release()
     if error is not None:
@@ -111,14 +113,15 @@ _EARLIER_ATTEMPT = "the job's earlier attempt, whose flow run was marked crashed
 
 
 def _request_lock(home: Path, job: Any) -> AbstractContextManager[None]:
-    """A `seer run` job (`tasks.BY_HAND`, resumed by a scheduler after its process ended) is
-    trained under its request's lock (`tasks.request_lock`): without it, the user's `seer run`
-    of the same request, started before this run recorded its process, trained it too."""
-    from tasks import BY_HAND, RESUMED_BY_SCHEDULER, request_lock
+    """A SEER job is trained under its request's lock (`tasks.request_lock`), which a `tenantml
+    seer run` of the same job holds while it checks and trains: a job of that command sent again
+    by a scheduler (its process had ended) was trained twice when the user ran the request
+    again before this run had recorded its process."""
+    from tasks import RESUMED_BY_SCHEDULER, request_lock
 
-    if job.policy != BY_HAND:
+    if job.seer is None:
         return nullcontext()
-    return request_lock(home, job.job_id, RESUMED_BY_SCHEDULER)
+    return request_lock(home, job.tenant, job.job_id, RESUMED_BY_SCHEDULER)
 
 
 def _summary(done: Any) -> dict[str, Any]:

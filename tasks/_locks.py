@@ -59,9 +59,9 @@ def home_lock(
             pid, _, who = f.read().strip().partition("\n")
             raise refuse(pid or "unknown", who) from None
         try:
-            f.seek(0)
-            f.truncate()
+            f.seek(0)  # written, then cut to its length: a refused reader never sees it empty
             f.write(f"{os.getpid()}\n{holder}")
+            f.truncate()
             f.flush()
             yield
         finally:

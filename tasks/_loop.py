@@ -180,14 +180,18 @@ class Stopping:
 
 @dataclass(frozen=True)
 class JobLeft:
-    """A job RUNNING at start-up that this scheduler leaves to the process training it (a
-    `tenantml seer run`: `resume_orphans`), named by its `process` tag."""
+    """A job this scheduler leaves to the process training it, named by its `process` tag: at
+    start-up, a `tenantml seer run`'s (`resume_orphans`); or a job it sent whose `train` run
+    found another live process training it (`seer_run` False: the job's earlier attempt, its
+    flow run marked crashed while it trained; `flows.train`). That process records the job,
+    and moves `best`, when it ends."""
 
     tenant: str
     model: str
     job_id: str
     process: str | None
     node: str | None = None
+    seer_run: bool = True
 
 
 SchedulerEvent = JobDispatched | JobFinished | JobLeft | Stopping
@@ -534,8 +538,8 @@ def redo_promotions(svc: Service, state: ServiceState) -> None:
 
 def _orphan_spec(svc: Service, job: JobRecord, slot: int, last_tick: int) -> JobSpec:
     """The spec of a job left RUNNING, rebuilt from its MLflow record (same job id, so it resumes
-    from its checkpoint; a SEER job stays one), placed on `slot`. A `seer run` job stays
-    `BY_HAND`: its `train` run takes the request's lock (`flows.train`)."""
+    from its checkpoint; a SEER job stays one), placed on `slot`. A `seer run` job is trained
+    for real, never as the sleep stand-in of a dispatch benchmark (``sleep_s``)."""
     seer = seer_options_from_params(svc.client.get_run(job.run_id).data.params)
     lock = svc.lock_dir and f"{svc.lock_dir}/slot-{slot}.lock"
     return JobSpec(
@@ -544,11 +548,11 @@ def _orphan_spec(svc: Service, job: JobRecord, slot: int, last_tick: int) -> Job
         job.snapshot or 0,
         job.job_id,
         job.tick or last_tick,
-        BY_HAND if job.policy == BY_HAND else svc.policy,
+        svc.policy,
         None,
         svc.options.max_epochs,
         slot=slot,
-        sleep_s=svc.options.sleep_s,
+        sleep_s=None if job.policy == BY_HAND else svc.options.sleep_s,
         slot_lock=lock,
         seer=seer,
     )
@@ -712,6 +716,16 @@ def record_finished_jobs(svc: Service, progress: Progress) -> None:
             progress.told.discard((done.spec.tenant, done.spec.job_id))
             progress.finished.pop(0)
             continue
+        if _left(done, rec):  # another live process trains it: not this scheduler's result
+            progress.finished.pop(0)
+            process, node = (rec.process, rec.node) if rec else (None, None)
+            seer_run = rec is None or rec.policy == BY_HAND  # None: its `seer run`'s lock
+            print(
+                f"job {done.spec.tenant}/{done.spec.job_id} left to process {process or 'unknown'}"
+            )
+            _emit(JobLeft(done.spec.tenant, done.spec.candidate, done.spec.job_id, process, node,
+                          seer_run))  # fmt: skip
+            continue
         status = "ok" if done.ok else f"failed ({done.detail})"
         print(
             f"job {done.spec.tenant}/{done.spec.job_id} {status} in "
@@ -742,6 +756,12 @@ def record_finished_jobs(svc: Service, progress: Progress) -> None:
             _log_estimates(svc, progress, losses)
     elif refreshed:  # what `refresh_if_stale` would have published (a weight changed, ...)
         publish_leaderboards(svc, progress.state)
+
+
+def _left(done: Done, rec: JobRecord | None) -> bool:
+    """`done` ended well, yet its job is not FINISHED: its `train` run left it to another live
+    process (`flows.train`). A run that trains a job ends it FINISHED, or fails."""
+    return done.ok and not done.early and (rec is None or rec.status != "FINISHED")
 
 
 def _told_before(progress: Progress, done: Done) -> bool:

@@ -54,15 +54,17 @@ PARAM_PREFIX = "seer."
 
 #: what holds a request's lock (`request_lock`), as its refusal names it
 SEER_RUN = "another `tenantml seer run` of the same request"
-RESUMED_BY_SCHEDULER = "a scheduler's `train` job, resuming the request's job"
+RESUMED_BY_SCHEDULER = "a scheduler's `train` run of the job"
 
 
-def request_lock(home: Path, job_id: str, holder: str = SEER_RUN) -> AbstractContextManager[None]:
-    """Hold job `job_id`'s lock (`tasks._locks.home_lock`) while a process checks whether another
-    trains the job, and trains it: a `seer run` of the request, or a scheduler's `train` job
-    that resumes the request's job after its `seer run` ended. Two started together both passed
-    the check of the job's process (neither had recorded one yet) and trained the same trials.
-    `holder`: what this process is, for the refusal.
+def request_lock(
+    home: Path, tenant: str, job_id: str, holder: str = SEER_RUN
+) -> AbstractContextManager[None]:
+    """Hold the lock of tenant `tenant`'s job `job_id` (`tasks._locks.home_lock`; job ids repeat
+    across tenants) while a process checks whether another trains the job, and trains it: a
+    `seer run` of the request, or a scheduler's `train` run of a SEER job. Two started together
+    both passed the check of the job's process (neither had recorded one yet) and trained the
+    same trials. `holder`: what this process is, for the refusal.
 
     Raises:
         mlflow_plugin.tracking.JobBusyError: another process holds it.
@@ -71,7 +73,7 @@ def request_lock(home: Path, job_id: str, holder: str = SEER_RUN) -> AbstractCon
     def refuse(pid: str, who: str) -> Exception:
         return JobBusyError.training(job_id, pid, who or SEER_RUN)
 
-    return home_lock(home, job_id, holder, refuse)
+    return home_lock(home, f"{tenant}.{job_id}", holder, refuse)  # names: [a-z][a-z0-9_-]*
 
 
 def _int(text: str) -> int:

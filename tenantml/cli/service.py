@@ -59,8 +59,8 @@ def _errors() -> Iterator[None]:
     except Exception as e:  # MLflow's RestException (not imported here: it loads all MLflow)
         if (gone := _server_gone(e)) is not None:
             err.print(
-                f"error: {gone} stopped answering during the command; start the servers with "
-                "`tenantml up`, then run it again",
+                f"error: {gone} does not answer; start it (`tenantml up` starts this machine's "
+                "servers), then run the command again",
                 soft_wrap=True,
             )
             raise typer.Exit(1) from None
@@ -75,19 +75,19 @@ def _errors() -> Iterator[None]:
 
 
 def _server_gone(e: BaseException) -> str | None:
-    """When `e` is a failed connection (`tasks.outage.is_outage`: a server went away after the
-    command's client had checked the servers), the server that does not answer now, as 'the X
-    server at URL' (or the failed request's first words, if all answer again); else None."""
+    """The server that does not answer now, as 'the X server at URL', when `e` is a failed
+    connection (`tasks.outage.is_outage`: a server went away after the command's client was
+    made); else None, and the error stays as it is (its text may only quote a connection
+    failure: a SEER rank's log)."""
     from tasks.outage import is_outage, unreachable_server
     from tasks.settings import Settings
 
     if not is_outage(e):
         return None
     try:
-        named = unreachable_server(Settings.load())  # the home the command's client applied
-    except Exception:  # settings unreadable now: the request says enough
-        named = None
-    return named or f"a server ({str(e).splitlines()[0][:200]})"
+        return unreachable_server(Settings.load())  # the home the command's client applied
+    except Exception:  # settings unreadable now: the error as it is
+        return None
 
 
 def _client(home: Path | None) -> Any:
@@ -511,6 +511,12 @@ def _event_line(event: Any) -> str:
         ident, _, place = (event.process or "").partition("@")
         pid = ident.partition(":")[0] or "unknown"
         host = event.node or place.split("/")[0] or "an unknown host"
+        if not event.seer_run:
+            return (
+                f"left {event.tenant} {event.model} ({event.job_id}) to its earlier attempt, "
+                f"which still trains it (process {pid} on {host}; its flow run was marked "
+                "crashed): it records the job, and moves `best` if better, when it ends"
+            )
         return (
             f"left {event.tenant} {event.model} ({event.job_id}) to its `tenantml seer run`, "
             f"which may still train it (process {pid} on {host}): "
@@ -576,10 +582,12 @@ class _RunView:
             if self.embedded:
                 _exit_now(self.c, event, cursor=self.live is not None)
             return
+        key = f"{event.tenant}/{event.job_id}"
         if isinstance(event, JobLeft):  # not this scheduler's: above the table, if any
             console.print(_event_line(event))
+            if self.running.pop(key, None) is not None and self.live is not None:
+                self.live.update(self.table())
             return
-        key = f"{event.tenant}/{event.job_id}"
         if isinstance(event, JobDispatched):
             self.running[key] = f"{event.tenant} {event.model}"
         else:

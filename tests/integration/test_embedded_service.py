@@ -469,12 +469,13 @@ def test_a_chain_trains_its_jobs_in_one_flow_run_and_a_resend_skips_the_finished
     assert len(lb.rows) == 3
 
 
-def test_a_resent_seer_run_job_is_left_to_its_seer_run(tmp_path: Path) -> None:
-    """A `seer run` job a scheduler sends again (its process had ended) while the user runs the
-    same request again: the `train` run leaves it to that `seer run` when the request's lock is
-    held (both started before either recorded its process) or when the job's record names a
-    live process; otherwise it trains it, under the lock, as `BY_HAND` still. Any job whose
-    record names a live process here is left to it: one trainer per job."""
+def test_a_resent_job_is_left_to_a_live_process_that_trains_it(tmp_path: Path) -> None:
+    """One trainer per job. A SEER job of `tenantml seer run` that a scheduler sends again (its
+    process had ended), while the user runs the same request again: the `train` run leaves it
+    to that `seer run` when the request's lock is held (both started before either recorded its
+    process) or when the job's record names a live process. A scheduler's own job sent again
+    while its earlier attempt still trains here (its flow run crashed alive) is left to that
+    attempt; once no process trains it, the run trains it."""
     import socket
 
     from flows.train import train
@@ -482,59 +483,54 @@ def test_a_resent_seer_run_job_is_left_to_its_seer_run(tmp_path: Path) -> None:
         NODE,
         POLICY,
         PROCESS,
-        JobBusyError,
         ensure_tenant_experiment,
         job_record,
         process_tag,
         start_job_run,
     )
-    from tasks import BY_HAND, JobSpec, request_lock
+    from tasks import BY_HAND, JobSpec, SeerOptions, request_lock
     from tenantml.client import Client
 
     c = Client(tmp_path / "home")
-    d = _tenant_data("wine")
-    c.submit("wine", d.schema)
-    c.feed("wine", d.inputs, d.labels)
-    snap = c.store.manifest("wine").version
-    job_id = f"seer-knn-s{snap}-0c1d2e3f"
-    spec = JobSpec("wine", "knn", snap, job_id, 1, BY_HAND, None, 2)
+    for name, n in (("digits", 300), ("wine", None)):
+        d = _tenant_data(name, n)
+        c.submit(name, d.schema)
+        c.feed(name, d.inputs, d.labels)
+    exp = {t: ensure_tenant_experiment(c.mlflow, t, str(c.store.schema(t)), [], None)
+           for t in ("digits", "wine")}  # fmt: skip
+    seer_id = "seer-lenet-s1-0c1d2e3f"
+    seer = SeerOptions(deadline_min=1.0, budget_gpu_min=1.0).as_dict()
+    resent = JobSpec("digits", "lenet", 1, seer_id, 1, "rate", None, 2, seer=seer)
     once = train.with_options(retries=0)
-    exp_id = ensure_tenant_experiment(c.mlflow, "wine", str(d.schema), [], None)
 
-    with request_lock(c.settings.home, job_id):  # the user's `seer run`, not yet recorded
-        [left] = once(spec.params())
-    assert left["job_id"] == job_id and f"process {os.getpid()}" in left["left"], left
-    assert job_record(c.mlflow, exp_id, job_id) is None  # nothing trained, nothing recorded
+    with request_lock(c.settings.home, "digits", seer_id):  # a `seer run`, not yet recorded
+        [left] = once(resent.params())
+    assert left["job_id"] == seer_id and f"process {os.getpid()}" in left["left"], left
+    assert job_record(c.mlflow, exp["digits"], seer_id) is None  # nothing trained or recorded
 
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:  # the user's `seer run` recorded its process and trains
-        tags = {PROCESS: process_tag(live.pid), NODE: socket.gethostname(), POLICY: BY_HAND}
-        params = {"model": "knn", "snapshot": snap}
-        start_job_run(c.mlflow, exp_id, tenant="wine", job_id=job_id, params=params, tags=tags)
-        [left] = once(spec.params())
-        assert f"process {live.pid}" in left["left"], left
-        assert job_record(c.mlflow, exp_id, job_id).status == "RUNNING"  # type: ignore[union-attr]
-        # a scheduler's own job, sent again while its earlier attempt still trains here (its
-        # flow run marked crashed through a Prefect outage): left to that attempt too
-        own = JobSpec("wine", "knn", snap, f"knn-s{snap}", 1, "rate", None, 2)
-        tags[POLICY] = "rate"
-        start_job_run(c.mlflow, exp_id, tenant="wine", job_id=own.job_id, params=params, tags=tags)
+    here = {PROCESS: process_tag(live.pid), NODE: socket.gethostname()}
+    own = JobSpec("wine", "knn", 1, "knn-s1", 1, "rate", None, 2)
+    try:  # the `seer run` has recorded its process, and trains
+        start_job_run(c.mlflow, exp["digits"], tenant="digits", job_id=seer_id,
+                      params={"model": "lenet", "snapshot": 1},
+                      tags={**here, POLICY: BY_HAND})  # fmt: skip
+        [left] = once(resent.params())
+        assert f"process {live.pid} on this machine (its `seer run`)" in left["left"], left
+        rec = job_record(c.mlflow, exp["digits"], seer_id)
+        assert rec is not None and rec.status == "RUNNING" and rec.process == here[PROCESS]
+        # the scheduler's own job, its earlier attempt still training here
+        start_job_run(c.mlflow, exp["wine"], tenant="wine", job_id=own.job_id,
+                      params={"model": "knn", "snapshot": 1},
+                      tags={**here, POLICY: "rate"})  # fmt: skip
         [left] = once(own.params())
         assert f"process {live.pid}" in left["left"] and "marked crashed" in left["left"], left
     finally:
         live.kill()
         live.wait()
-    [done] = once(spec.params())  # that process ended: the scheduler's run trains it
-    rec = job_record(c.mlflow, exp_id, job_id)
+    [done] = once(own.params())  # that attempt's process has ended: this run trains the job
+    rec = job_record(c.mlflow, exp["wine"], own.job_id)
     assert rec is not None and rec.status == "FINISHED" and done["run_id"] == rec.run_id
-    assert rec.policy == BY_HAND
-    # while a scheduler's run holds the lock, a `seer run` is refused, and told by whom
-    from tasks import RESUMED_BY_SCHEDULER
-
-    with request_lock(c.settings.home, job_id, RESUMED_BY_SCHEDULER):
-        with pytest.raises(JobBusyError, match=r"a scheduler's `train` job"):
-            with request_lock(c.settings.home, job_id):
-                pass
 
 
 def test_a_second_scheduler_on_one_home_is_refused_in_one_line(tmp_path: Path) -> None:

@@ -346,7 +346,7 @@ def test_a_restarted_scheduler_leaves_a_seer_run_job_to_its_live_process(
     client = SimpleNamespace(get_run=lambda run_id: run)
     svc = SimpleNamespace(client=client, store=None, patience_s=1.0, slots=1, lock_dir=None,
                           settings=SimpleNamespace(capacity_prices=None), policy="rate",
-                          options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=None),
+                          options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=0.5),
                           dispatcher=d, stop=steps.StopRequest())  # fmt: skip
     events: list[Any] = []
     try:
@@ -355,8 +355,9 @@ def test_a_restarted_scheduler_leaves_a_seer_run_job_to_its_live_process(
     finally:
         live.kill()
         live.wait()
-    # sent again as it was: a `seer run` job stays one (its `train` run takes the request's lock)
-    assert {s.job_id: s.policy for s in d.sent} == {"own": "rate", "seer-ended": BY_HAND}
+    # a dispatch benchmark's sleep jobs (``sleep_s``) stand in for its own jobs, never for the
+    # `seer run` job it resumes (it finished one with accuracy 0 and no model)
+    assert {s.job_id: s.sleep_s for s in d.sent} == {"own": 0.5, "seer-ended": None}
     left = [e for e in events if isinstance(e, steps.JobLeft)]
     assert [e.job_id for e in left] == ["seer-live", "seer-far", "seer-old"]
     from tenantml.cli.service import _event_line
@@ -413,18 +414,76 @@ def test_a_chains_finished_jobs_are_taken_before_its_run_ends_and_once() -> None
 
 def test_one_seer_request_runs_once_per_machine_at_a_time(tmp_path: Path) -> None:
     """Two `seer run`s of one request started together: the second is refused while the first
-    holds the request's lock, and may run once it is let go."""
+    holds the request's lock, and may run once it is let go. Another request, or the same job
+    id of another tenant (snapshots count per tenant), is not held by it."""
     import os
 
     from mlflow_plugin.tracking import JobBusyError
-    from tasks import request_lock
+    from tasks import RESUMED_BY_SCHEDULER, request_lock
 
-    with request_lock(tmp_path, "seer-lenet-s1-0c1d2e3f"):
-        busy = f"being trained by process {os.getpid()} on this machine"
+    job = "seer-lenet-s1-0c1d2e3f"
+    with request_lock(tmp_path, "a", job):
+        busy = f"being trained by process {os.getpid()} on this machine .another `tenantml seer"
         with pytest.raises(JobBusyError, match=busy):
-            with request_lock(tmp_path, "seer-lenet-s1-0c1d2e3f"):
+            with request_lock(tmp_path, "a", job):
                 pass
-        with request_lock(tmp_path, "seer-lenet-s1-99999999"):  # another request
+        with request_lock(tmp_path, "a", "seer-lenet-s1-99999999"):  # another request
             pass
-    with request_lock(tmp_path, "seer-lenet-s1-0c1d2e3f"):
+        with request_lock(tmp_path, "b", job):  # another tenant
+            pass
+    with request_lock(tmp_path, "a", job, RESUMED_BY_SCHEDULER):  # a scheduler's run holds it
+        with pytest.raises(JobBusyError, match="a scheduler's `train` run of the job"):
+            with request_lock(tmp_path, "a", job):
+                pass
+    with request_lock(tmp_path, "a", job):
         pass
+
+
+def test_a_job_its_train_run_left_to_another_process_is_not_counted_as_finished(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run the scheduler sent ends well, but its job is still RUNNING in MLflow: its `train`
+    run left it to a live process (the job's earlier attempt, crashed alive; or a `seer run`
+    of the request). The scheduler says so (`JobLeft`) and neither counts it as a finished job
+    nor its cost as this scheduler's training; a job that did finish is told as before."""
+    from types import SimpleNamespace
+
+    import tasks._loop as steps
+    from tasks import BY_HAND
+    from tasks._dispatch import Done
+    from tenantml.cli.service import _event_line
+
+    left = dataclasses.replace(
+        _record("a", "lenet", "RUNNING", 0.0), cost_s=30.0, process="4242:1@host/boot/1"
+    )
+    seer = dataclasses.replace(
+        _record("b", "lenet", "RUNNING", 0.0), job_id="seer-lenet-s1-0c1d2e3f", policy=BY_HAND
+    )
+    done = _record("c", "knn")
+    state = _state(_tenants(), [left, seer, done])
+    monkeypatch.setattr(steps, "refresh", lambda *args, **kwargs: state)
+    monkeypatch.setattr(steps, "record", lambda client, rec: None)
+    monkeypatch.setattr(steps, "publish_leaderboards", lambda *args, **kwargs: None)
+
+    def spec(r: Any) -> JobSpec:
+        return JobSpec(r.tenant, r.candidate, 1, r.job_id, 1, "rate", None, 2)
+
+    class Dispatcher:
+        in_flight: list[JobSpec] = []
+
+        def poll(self) -> list[Done]:
+            return [Done(spec(r), True, 0.5) for r in (left, seer, done)]
+
+    svc = SimpleNamespace(dispatcher=Dispatcher(), client=None, store=None,
+                          settings=SimpleNamespace(capacity_prices=None),
+                          options=SimpleNamespace(refresh_s=10.0, prior="learnt"))  # fmt: skip
+    progress = steps.Progress(state, 0.0, 0, None)  # type: ignore[arg-type]
+    events: list[Any] = []
+    with steps.listen(events.append):
+        steps.record_finished_jobs(svc, progress)  # type: ignore[arg-type]
+    assert [type(e).__name__ for e in events] == ["JobLeft", "JobLeft", "JobFinished"]
+    assert [getattr(e, "seer_run", None) for e in events[:2]] == [False, True]
+    assert progress.jobs_done == 1 and progress.train_s == done.cost_s
+    line = _event_line(events[0])
+    assert line.startswith("left a lenet") and "earlier attempt" in line, line
+    assert "(process 4242 on host;" in line, line

@@ -334,7 +334,8 @@ def test_a_server_that_stops_answering_during_a_command_is_named_in_one_line(
 ) -> None:
     """The MLflow server answers the command's check of the servers, then goes away before
     the command reads it: one line naming the server and what to do, exit 1 (before: MLflow's
-    traceback, `status` and `status --fresh`)."""
+    traceback, `status` and `status --fresh`). An error that quotes a refused connection while
+    the servers answer is not one."""
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
     from typer.testing import CliRunner
@@ -377,10 +378,25 @@ def test_a_server_that_stops_answering_during_a_command_is_named_in_one_line(
         res = CliRunner().invoke(app, [*args, "--home", str(tmp_path)])
         thread.join(10)
         assert res.exit_code == 1, (args, res.output, res.exception)
-        assert f"error: the MLflow server at {uri} stopped answering during the command" in (
+        assert f"error: the MLflow server at {uri} does not answer; start it" in res.output, (
             res.output
-        ), res.output
+        )
         assert "tenantml up" in res.output and "Traceback" not in res.output
+    # An error that only quotes a failed connection (a SEER rank's log), while every server
+    # answers, stays as it is: not taken for an outage.
+    from tenantml.cli.service import _errors
+
+    server = HTTPServer(("127.0.0.1", port), Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("TENANTML_HOME", str(tmp_path))
+    try:
+        with pytest.raises(RuntimeError, match="rank 1 exited"):
+            with _errors():
+                raise RuntimeError("rank 1 exited with 1: errno: 111 - Connection refused")
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_planner_hands_torch_models_seer_jobs_with_deadline_from_the_cost_estimate() -> None:
