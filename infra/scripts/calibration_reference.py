@@ -9,7 +9,10 @@ better models were tried, so that reference is low. Runs of other budgets on the
 best any of them served as a second reference (biased up a little: a maximum of noisy test
 accuracies), and prints per tenant the mean predicted loss (the last estimate the service
 logged, read from the run's home as `bench-live` reads it), the mean realised loss against
-either reference, and the mean absolute error.
+either reference, and the mean absolute error. The last column is a floor set by the noise of
+the realised losses: the error of a constant per tenant chosen in hindsight (the median of its
+realised losses against the longer reference over the splits); an estimate that errs much more
+than it is biased, not just noisy.
 
 Usage: ``python infra/scripts/calibration_reference.py RUN [--also DIR ...] [--system live]``:
 ``RUN`` a `bench-live --repeats N` output (``seed-K/summary.json`` and ``seed-K/homes/SYSTEM``
@@ -77,14 +80,20 @@ def main() -> None:
             )
     print(
         f"{'tenant':14s} {'predicted':>9s} {'realised':>9s} {'MAE':>7s} "
-        f"{'realised*':>9s} {'MAE*':>7s}   (* against the best of every run of the split)"
+        f"{'realised*':>9s} {'MAE*':>7s} {'floor*':>7s}   (* against the best of every run of "
+        "the split; floor: a constant per tenant, chosen in hindsight)"
     )
+    floor = {  # per tenant: |realised* - its median| per split
+        name: np.abs(np.array(v)[:, 2] - np.median(np.array(v)[:, 2])) for name, v in rows.items()
+    }
     every = [r for v in rows.values() for r in v]
+    all_floor = np.concatenate(list(floor.values()))
     for name, v in [*sorted(rows.items()), ("all", every)]:
         a = np.array(v)  # (n, 3): predicted, realised in this run, realised against all runs
+        f = floor[name] if name in floor else all_floor
         print(f"{name:14s} {a[:, 0].mean():9.4f} {a[:, 1].mean():9.4f} "
               f"{np.abs(a[:, 0] - a[:, 1]).mean():7.4f} {a[:, 2].mean():9.4f} "
-              f"{np.abs(a[:, 0] - a[:, 2]).mean():7.4f}")  # fmt: skip
+              f"{np.abs(a[:, 0] - a[:, 2]).mean():7.4f} {f.mean():7.4f}")  # fmt: skip
 
 
 if __name__ == "__main__":
