@@ -13,11 +13,23 @@ the best model (after the tenant's data changed, until a model is measured on th
 a conservative guess of its served model's accuracy there, `policy._book.STALE_FLOOR`). The
 total regret estimate is ``sum_i w_i * loss_i``.
 
-Calibration (as `policy.rate.RatePolicy` does for its decisions): tenant ``i``'s posterior
-covariance is scaled by ``kappa_i = (nu + sum z^2) / (nu + n_i)`` over the ``n_i`` standardised
-surprises ``z = (y - mu) / sd`` of its own measured results, ``nu = calibration``
-pseudo-observations at 1; a tenant the shared kernel predicts better than it claims gets a narrower
-posterior.
+Calibration, learnt across tenants (`calibration_scales`): tenant ``i``'s posterior covariance
+is scaled by ``kappa_i = (nu kappa_0 + sum_i z^2) / (nu + n_i)`` over the ``n_i`` standardised
+surprises ``z = (y - mu) / sd`` of its own measured results (each against the posterior before
+it), with ``nu = calibration`` pseudo-observations at ``kappa_0 = (nu + sum z^2) / (nu + n)``,
+the same scale over all ``n`` surprises of all tenants. Every tenant is predicted by the same
+shared kernel, so how well it predicted the others is evidence about how well it predicts this
+one (an empirical-Bayes prior for the scale, as the kernel itself is learnt across tenants): a
+tenant with few results starts from the installation's scale, and its own surprises move it
+from there. `policy.rate.RatePolicy`'s decisions scale each tenant by its own surprises only
+(``kappa_0 = 1``), as before: this pooling was measured for the estimates (docs/live.md), not for
+the decisions. ``calibration=0``: the posterior as it is.
+
+(Until 2026-11-27 the estimates scaled as the decisions do, ``kappa_0 = 1``. At the end of the
+30-s `bench-live` runs of `results/bl-h30-told` the tenants' surprises had a mean ``z^2`` of
+about 0.3, and with 5-8 results each, ``nu`` = 3 pseudo-observations at 1 kept each tenant's
+scale at 0.4-0.6: 13-15 untried arms, each too wide, and estimates of 0.024 against a realised
+0.007-0.018.)
 
 (Until 2026-11 this was ``max_k E[max(0, f_k - b_i)]``, the best single model's expected
 improvement: a lower bound that ignores that several models may beat ``b_i``.)
@@ -27,10 +39,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from policy._book import TenantBook
+from policy._book import IntArray, TenantBook
 from policy._types import FloatArray, History, Problem
 
-__all__ = ["CALIBRATION", "SAMPLES", "expected_loss", "loss_estimates"]
+__all__ = ["CALIBRATION", "SAMPLES", "calibration_scales", "expected_loss", "loss_estimates"]
 
 #: ``nu`` of the calibration, shared with `policy.rate.RatePolicy`'s decisions
 CALIBRATION = 3.0
@@ -66,6 +78,7 @@ def loss_estimates(
         raise ValueError("loss estimates need a GP prior (Problem.prior)")
     book = TenantBook(problem, cost_aware=False)
     book.sync(history)
+    scales = calibration_scales(book.sum_z2, book.n_z2, calibration)
     out = np.zeros(problem.n_tenants)
     for i in range(problem.n_tenants):
         untried = book.candidates(i)
@@ -73,8 +86,18 @@ def loss_estimates(
             continue
         post = book.posterior(i)
         rng = np.random.default_rng([seed, i])
-        cov = post.cov()[np.ix_(untried, untried)]
-        if calibration > 0:
-            cov = cov * (calibration + book.sum_z2[i]) / (calibration + book.n_z2[i])
+        cov = post.cov()[np.ix_(untried, untried)] * scales[i]
         out[i] = expected_loss(post.mu[untried], cov, float(book.best[i]), rng)
+    return out
+
+
+def calibration_scales(sum_z2: FloatArray, n_z2: IntArray, nu: float = CALIBRATION) -> FloatArray:
+    """``(n,)`` scales ``kappa_i`` of the tenants' posterior covariances (module docstring):
+    ``sum_z2`` ``(n,)`` each tenant's sum of squared surprises, ``n_z2`` ``(n,)`` how many;
+    ``nu`` pseudo-observations at the installation's scale ``kappa_0``. ``nu=0``: all 1 (the
+    posterior as it is). With no surprise anywhere, all 1."""
+    if nu <= 0:
+        return np.ones(len(sum_z2))
+    kappa_0 = (nu + float(np.sum(sum_z2))) / (nu + float(np.sum(n_z2)))
+    out: FloatArray = (nu * kappa_0 + sum_z2) / (nu + n_z2)
     return out

@@ -70,3 +70,35 @@ def test_calibration_narrows_a_tenant_the_prior_predicts_well() -> None:
     surprised = History(tuple(Observation(0, k, 0.7 + 0.15 * (-1) ** k, 1.0) for k in range(4)))
     assert loss_estimates(problem, surprised)[0] > loss_estimates(problem, surprised,
                                                                   calibration=0)[0]  # fmt: skip
+
+
+def test_the_calibration_scale_is_learnt_across_tenants() -> None:
+    """A tenant with no results of its own starts from the scale the shared kernel earned on
+    the other tenants (their surprises), not from the kernel's own claim: narrower where the
+    kernel predicted the others better than it claimed, wider where worse. Its own results then
+    move it from there; with none anywhere, every scale is 1."""
+    from policy import History, Observation, Problem, loss_estimates
+    from policy.estimates import calibration_scales
+
+    kappa = calibration_scales(np.array([1.0, 0.0]), np.array([10, 0]), nu=3.0)
+    kappa_0 = (3 + 1.0) / (3 + 10)
+    assert np.allclose(kappa, [(3 * kappa_0 + 1.0) / 13, kappa_0])
+    assert np.allclose(calibration_scales(np.zeros(2), np.zeros(2, int)), 1.0)
+    assert calibration_scales(np.array([40.0, 0.0]), np.array([10, 0]))[1] > 3  # surprised
+    assert np.allclose(calibration_scales(np.array([5.0]), np.array([2]), nu=0), 1.0)
+
+    m = 12
+    cov = 0.01 * (0.5 * np.eye(m) + 0.5)
+    prior = ArmPrior.create(np.full(m, 0.7), cov, 1e-4)
+    problem = Problem.create(["a", "new"], [f"m{k}" for k in range(m)],
+                             np.ones((2, m), dtype=bool), np.ones((2, m)), prior=prior)  # fmt: skip
+    new = 1
+    own = (Observation(new, 0, 0.7, 1.0),)  # the new tenant's one result, as predicted
+    raw = loss_estimates(problem, History(own), calibration=0)[new]
+    alone = loss_estimates(problem, History(own))[new]  # no other tenant's evidence yet
+    assert 0 < alone < raw
+    as_predicted = History(own + tuple(Observation(0, k, 0.7, 1.0) for k in range(6)))
+    learnt = loss_estimates(problem, as_predicted)[new]
+    assert learnt < 0.8 * alone  # narrowed by what the kernel did on tenant a
+    surprising = tuple(Observation(0, k, 0.7 + 0.2 * (-1) ** k, 1.0) for k in range(6))
+    assert loss_estimates(problem, History(own + surprising))[new] > raw  # widened by it
