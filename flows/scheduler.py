@@ -53,6 +53,7 @@ from tasks import (
     wait_out_outage,
     wants_tick,
 )
+from tasks.settings import Settings
 
 __all__ = ["scheduler"]
 
@@ -82,15 +83,13 @@ def scheduler(
     returns a summary: ticks, jobs, last_tick, wall_s, busy_fraction, run_id, interrupted,
     in_flight."""
     options = SchedulerOptions(**locals())  # locals(): the 18 parameters
-    with stop_on_signals():
-        svc = connect(options, run_train=train)
-        with ExitStack() as held:
-            try:
-                held.enter_context(scheduler_lock(svc.settings.home))
-            except SchedulerBusyError as e:  # an answer, not a failure: no traceback
-                print(f"not started: {e}")
-                return {"busy": str(e)}
-            return _serve(svc)
+    with stop_on_signals(), ExitStack() as held:
+        try:  # first: a second scheduler is refused at once, not after waiting for the servers
+            held.enter_context(scheduler_lock(Settings.resolve_home()))
+        except SchedulerBusyError as e:  # an answer, not a failure: no traceback
+            print(f"not started: {e}")
+            return {"busy": str(e)}
+        return _serve(connect(options, run_train=train))
 
 
 def _serve(svc: Service) -> dict[str, Any]:

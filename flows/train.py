@@ -80,19 +80,18 @@ def train(spec: dict[str, Any]) -> list[dict[str, Any]]:
                         if rec is not None and (pid := trained_elsewhere(rec)) is not None:
                             who = "its `seer run`" if rec.policy == BY_HAND else _EARLIER_ATTEMPT
                             raise JobBusyError.training(job.job_id, pid, who)
-                        try:
-                            rec = train_task(
-                                job, client, store, exp_id, str(runtime.flow_run.id or ""), slot
-                            )
-                        except Exception as e:  # the chain goes on; the run fails at the end
-                            if len(jobs) == 1:
-                                raise
-                            error = error or e
-                            continue
+                        rec = train_task(
+                            job, client, store, exp_id, str(runtime.flow_run.id or ""), slot
+                        )
             except JobBusyError as e:  # another live process trains it: left to that process
                 print(f"left {job.tenant}/{job.job_id} to another process: {e}")
                 out.append({"job_id": job.job_id, "left": str(e)})
                 slot.job_done()
+                continue
+            except Exception as e:  # the chain goes on; the run fails at the end
+                if len(jobs) == 1:
+                    raise
+                error = error or e
                 continue
             assert rec is not None  # FINISHED: trained now, or by an earlier attempt
             record(client, rec)  # (an earlier attempt: if it ended before its `record`)
@@ -107,9 +106,9 @@ def train(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-#: who trains a job sent again while its earlier attempt's process still runs: its flow run was
-#: marked crashed (no heartbeat for 120 s, e.g. through a Prefect outage) while it trained
-_EARLIER_ATTEMPT = "the job's earlier attempt, whose flow run was marked crashed"
+#: who trains a job sent again while its earlier attempt's process still runs (its flow run was
+#: marked crashed while it trained: no heartbeat for 120 s, e.g. through a Prefect outage)
+_EARLIER_ATTEMPT = "an earlier attempt of the job, still running"
 
 
 def _request_lock(home: Path, job: Any) -> AbstractContextManager[None]:

@@ -51,21 +51,25 @@ def home_lock(
     """
     path = home / "locks" / f"{name}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as f:
+    # not O_APPEND ("a+"): every write went to the end, and a refused reader, which reads the
+    # first line, named the first holder ever
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            f.seek(0)
-            pid, _, who = f.read().strip().partition("\n")
+            text = os.pread(fd, 4096, 0).decode(errors="replace")
+            pid, _, who = text.strip().partition("\n")
             raise refuse(pid or "unknown", who) from None
+        data = f"{os.getpid()}\n{holder}".encode()
+        os.pwrite(fd, data, 0)  # one write at 0, then cut to its length: the id is never
+        os.ftruncate(fd, len(data))  # missing (a reader between the two may see a longer tail)
         try:
-            f.seek(0)  # written, then cut to its length: a refused reader never sees it empty
-            f.write(f"{os.getpid()}\n{holder}")
-            f.truncate()
-            f.flush()
             yield
         finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def _command() -> str:
@@ -80,7 +84,7 @@ def _command() -> str:
     except OSError:  # no /proc: what Python was given
         words = [sys.executable, *sys.argv]
     words = [Path(w).name if "/" in w else w for w in words[:2]] + words[2:]
-    text = " ".join(words)
+    text = " ".join(" ".join(words).split())  # one line (a `python -c` script has several)
     return text if len(text) <= 120 else text[:117] + "..."
 
 

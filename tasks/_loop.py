@@ -182,9 +182,10 @@ class Stopping:
 class JobLeft:
     """A job this scheduler leaves to the process training it, named by its `process` tag: at
     start-up, a `tenantml seer run`'s (`resume_orphans`); or a job it sent whose `train` run
-    found another live process training it (`seer_run` False: the job's earlier attempt, its
-    flow run marked crashed while it trained; `flows.train`). That process records the job,
-    and moves `best`, when it ends."""
+    found another live process training it (`flows.train`; `seer_run` False: an earlier
+    attempt of the job, whose flow run was marked crashed while it trained). That process
+    records the job, and moves `best`, when it ends; meanwhile the job is pending for the
+    policy (`Progress.left`)."""
 
     tenant: str
     model: str
@@ -434,7 +435,9 @@ class Progress:
     `plotted`: when ``loss.png`` was last drawn (``time.monotonic``), or the start: the first
     picture comes `PLOT_EVERY_S` into the run, not at its first tick (one tick's picture says
     nothing, and drawing it, matplotlib's import included, held the interpreter for about 1 s
-    while the first jobs trained beside it); `log_summary` draws the last one.
+    while the first jobs trained beside it); `log_summary` draws the last one. `left`: the jobs
+    left to another process that trains them (`JobLeft`), with when (``time.monotonic``):
+    pending for the policy while that process trains them (`still_left`).
     """
 
     state: ServiceState
@@ -449,6 +452,7 @@ class Progress:
     started: float = field(default_factory=time.monotonic)
     losses: TickHistory = field(default_factory=dict)
     plotted: float = field(default_factory=time.monotonic)
+    left: dict[tuple[str, str], tuple[JobSpec, float]] = field(default_factory=dict)
 
     def wants_more_ticks(self, ticks: int | None, budget_s: float | None = None) -> bool:
         """Fewer than `ticks` ticks done (always, for ``ticks=None``), and fewer than
@@ -564,9 +568,11 @@ def resume_orphans(svc: Service) -> Progress:
     taken over: first the runs the back-end still holds (`Dispatcher.left_going`: a scheduler
     killed just after sending a job leaves a flow run with no MLflow run yet), adopted as they
     are; then each job left RUNNING in MLflow and not among those, adopted (its flow run is still
-    going) or dispatched again, slots taken in turn. A SEER job started by hand (`BY_HAND`) is
-    left to its `tenantml seer run` unless that process has ended (`process_state`): it may be
-    training it, and its job id is not one the planner makes, so nothing else sends it."""
+    going) or dispatched again, slots taken in turn. A job whose latest attempt's process still
+    runs here is left to it (`JobLeft`, pending in `Progress.left`), and so is a SEER job
+    started by hand (`BY_HAND`) unless its `tenantml seer run` is known to have ended
+    (`process_state`): it may be training it, and its job id is not one the planner makes, so
+    nothing else sends it."""
     state = refresh(svc.client, svc.store, svc.settings.capacity_prices, svc.options.prior)
     refreshed = time.monotonic()
     redo_promotions(svc, state)
@@ -578,6 +584,7 @@ def resume_orphans(svc: Service) -> Progress:
     # jobs of an adopted chained run that finished before this scheduler: recorded when the
     # run ends, never told or counted by this one (the earlier scheduler may have told them)
     told: set[tuple[str, str]] = set()
+    left: dict[tuple[str, str], tuple[JobSpec, float]] = {}
     finished = {(r.tenant, r.job_id) for r in state.records if r.status == "FINISHED"}
     for spec, flow_run_id in held:
         jobs = {(j.tenant, j.job_id) for j in spec.chain()}  # a chained run: all its jobs
@@ -592,18 +599,27 @@ def resume_orphans(svc: Service) -> Progress:
     for job in state.running():
         if (job.tenant, job.job_id) in taken:
             continue
-        if job.policy == BY_HAND and process_state(job.process, job.node) != "ended":
-            # its `seer run` is training it, or may be (on another machine or container): sent
-            # again, it would train twice into the same checkpoints
-            print(f"leaving {job.tenant}/{job.job_id} to its `tenantml seer run` "
+        runs = process_state(job.process, job.node)
+        by_hand = job.policy == BY_HAND
+        if runs == "running" or (by_hand and runs == "unknown"):
+            # a live process here trains it (an attempt whose flow run was marked crashed
+            # while it trained; a `seer run`), or a `seer run` may (on another machine or
+            # container): sent again, it would train twice into the same checkpoints
+            who = "its `tenantml seer run`" if by_hand else "an earlier attempt that trains it"
+            print(f"leaving {job.tenant}/{job.job_id} to {who} "
                   f"(process {job.process or 'unknown'})")  # fmt: skip
-            _emit(JobLeft(job.tenant, job.candidate, job.job_id, job.process, job.node))
+            _emit(JobLeft(job.tenant, job.candidate, job.job_id, job.process, job.node, by_hand))
+            spec = JobSpec(
+                job.tenant, job.candidate, job.snapshot or 0, job.job_id, 0, job.policy or ""
+            )
+            left[(job.tenant, job.job_id)] = (spec, time.monotonic())  # pending while it trains
             continue
         spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
         if not (job.flow_run_id and svc.dispatcher.adopt(spec, job.flow_run_id)):
             svc.dispatcher.submit(spec)
         _resumed(spec)
-    progress = Progress(state, refreshed, last_tick, Backoff(svc.patience_s), told=told)
+    progress = Progress(state, refreshed, last_tick, Backoff(svc.patience_s), told=told,
+                        left=left)  # fmt: skip
     svc.stop.told = progress.told  # `Stopping` counts the jobs left going
     return progress
 
@@ -718,8 +734,11 @@ def record_finished_jobs(svc: Service, progress: Progress) -> None:
             continue
         if _left(done, rec):  # another live process trains it: not this scheduler's result
             progress.finished.pop(0)
-            process, node = (rec.process, rec.node) if rec else (None, None)
-            seer_run = rec is None or rec.policy == BY_HAND  # None: its `seer run`'s lock
+            # the process the record names, if it runs (else the lock's holder, not recorded yet)
+            known = rec is not None and process_state(rec.process, rec.node) == "running"
+            process, node = (rec.process, rec.node) if rec and known else (None, None)
+            seer_run = not known or rec is None or rec.policy == BY_HAND
+            progress.left[(done.spec.tenant, done.spec.job_id)] = (done.spec, time.monotonic())
             print(
                 f"job {done.spec.tenant}/{done.spec.job_id} left to process {process or 'unknown'}"
             )
@@ -762,6 +781,30 @@ def _left(done: Done, rec: JobRecord | None) -> bool:
     """`done` ended well, yet its job is not FINISHED: its `train` run left it to another live
     process (`flows.train`). A run that trains a job ends it FINISHED, or fails."""
     return done.ok and not done.early and (rec is None or rec.status != "FINISHED")
+
+
+#: seconds a job left to another process may go without an MLflow run (left because a `seer
+#: run` held the request's lock: it records its run within seconds) before it may be sent again
+UNRECORDED_LEFT_S = 60.0
+
+
+def still_left(
+    state: ServiceState, left: dict[tuple[str, str], tuple[JobSpec, float]], now: float
+) -> dict[tuple[str, str], tuple[JobSpec, float]]:
+    """The jobs of `left` (`Progress.left`) another process still trains: RUNNING in `state`
+    with a process not known to have ended (`process_state`), or not recorded yet for under
+    `UNRECORDED_LEFT_S`. The others may be picked again: FINISHED (a result now), FAILED, or
+    their process ended (sent again, they resume from their checkpoints)."""
+    keep = {}
+    for key, (spec, since) in left.items():
+        rec = _record_of(state, spec)
+        if rec is None:
+            alive = now - since < UNRECORDED_LEFT_S
+        else:
+            alive = rec.status == "RUNNING" and process_state(rec.process, rec.node) != "ended"
+        if alive:
+            keep[key] = (spec, since)
+    return keep
 
 
 def _told_before(progress: Progress, done: Done) -> bool:
@@ -824,10 +867,12 @@ def decide_tick(svc: Service, progress: Progress) -> list[JobSpec]:
     requested meanwhile), given what is in flight, short ones chained (``chain_s``); with
     ``sleep_s`` each is a sleep-based stand-in job (dispatch benchmarks)."""
     opts = svc.options
+    progress.left = still_left(progress.state, progress.left, time.monotonic())
     jobs = decide(
         svc.planner,
         progress.state,
         in_flight=svc.dispatcher.in_flight,
+        elsewhere=[spec for spec, _ in progress.left.values()],
         tick=progress.tick + 1,
         max_epochs=opts.max_epochs,
         job_budget_s=opts.job_budget_s,

@@ -3,6 +3,8 @@ the decorator and no logic of their own (ARCHITECTURE principle 10)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from mlflow.tracking import MlflowClient
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -49,11 +51,13 @@ def decide(
     chain_s: float | None = None,
     sleep_s: float | None = None,
     seer_tuner: str = "replan",
+    elsewhere: Sequence[JobSpec] = (),
 ) -> list[JobSpec]:
     """The policy (policy/) picks (tenant, model) for every free slot (`Planner.decide`)."""
     return planner.decide(
         state,
         in_flight=in_flight,
+        elsewhere=elsewhere,
         tick=tick,
         max_epochs=max_epochs,
         job_budget_s=job_budget_s,

@@ -605,13 +605,16 @@ class Planner:
         seer_tuner: str = "replan",
         chain_s: float | None = None,
         sleep_s: float | None = None,
+        elsewhere: Sequence[JobSpec] = (),
     ) -> list[JobSpec]:
         """New jobs for the free slots: the policy's picks on the tenants' latest snapshots.
 
         `in_flight`: the runs sent and not ended, one spec each (with its chained jobs); at most
         `capacity` runs are in flight, and every job in them is pending for the policy until
         `state` holds it FINISHED (a chain's earlier jobs, or a job whose flow run is still
-        recording): then it is a result.
+        recording): then it is a result. `elsewhere`: jobs another process trains (a `tenantml
+        seer run`, an attempt crashed alive: `tasks._loop.Progress.left`), pending too, on no
+        slot of this scheduler's: without them the policy picked such a job again at once.
 
         ``seer_budget_x``: torch models get a SEER job instead of the learning-rate grid, with
         the policy's cost estimate as deadline and ``seer_budget_x`` x that in GPU-minutes
@@ -639,7 +642,7 @@ class Planner:
         known = {(r.tenant, r.job_id) for r in state.records if r.status == "FINISHED"}
         pending = tuple(
             Assignment(ti[j.tenant], mi[j.candidate])
-            for run in in_flight
+            for run in (*in_flight, *elsewhere)
             for j in run.chain()
             if j.tenant in ti and j.candidate in mi and (j.tenant, j.job_id) not in known
         )

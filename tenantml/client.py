@@ -342,7 +342,7 @@ class Client:
         """Run the scheduler flow here (see `flows.scheduler.scheduler` for the options).
 
         `on_progress` is called with each `tasks.JobDispatched`, `tasks.JobFinished`,
-        `tasks.JobLeft` (a `seer run` job left to its process) and `tasks.Stopping` as it
+        `tasks.JobLeft` (a job left to another process that trains it) and `tasks.Stopping` as it
         happens. SIGINT or SIGTERM (Ctrl-C) stops the scheduler after
         the pass it interrupts: the summary's ``interrupted`` names the signal and
         ``in_flight`` counts the jobs left going, which the next `run` resumes. Started while a

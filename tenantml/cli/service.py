@@ -513,9 +513,9 @@ def _event_line(event: Any) -> str:
         host = event.node or place.split("/")[0] or "an unknown host"
         if not event.seer_run:
             return (
-                f"left {event.tenant} {event.model} ({event.job_id}) to its earlier attempt, "
-                f"which still trains it (process {pid} on {host}; its flow run was marked "
-                "crashed): it records the job, and moves `best` if better, when it ends"
+                f"left {event.tenant} {event.model} ({event.job_id}) to an earlier attempt "
+                f"that still trains it (process {pid} on {host}): it records the job, and "
+                "moves `best` if better, when it ends"
             )
         return (
             f"left {event.tenant} {event.model} ({event.job_id}) to its `tenantml seer run`, "

@@ -297,7 +297,9 @@ def test_a_restarted_scheduler_leaves_a_seer_run_job_to_its_live_process(
     whose process still runs, or may (another machine or container, or no process recorded),
     is left to it: sent again, two processes trained the same trials into the same
     checkpoints. One whose process has ended (a Ctrl-C, a crash) is sent again, so it
-    finishes; the scheduler's own jobs are sent again as before."""
+    finishes. The scheduler's own jobs are sent again, unless their latest attempt's process
+    still runs here (its flow run marked crashed while it trained): left to it too. Every job
+    left is pending for the policy (`Progress.left`)."""
     import socket
     import subprocess
     import sys
@@ -324,6 +326,8 @@ def test_a_restarted_scheduler_leaves_a_seer_run_job_to_its_live_process(
         running("a", "knn", "seer-old", policy=BY_HAND, process=None),
         running("b", "lenet", "seer-ended", policy=BY_HAND, process=ended_tag),
         running("c", "svm", "own", policy="rate", process=live_tag),
+        running("c", "knn", "own-ended", policy="rate", process=ended_tag),
+        running("c", "lenet", "own-far", policy="rate", process=far),  # a lost node's, maybe
     ]
     state = _state(_tenants(), records)
     monkeypatch.setattr(steps, "refresh", lambda *args, **kwargs: state)
@@ -351,15 +355,18 @@ def test_a_restarted_scheduler_leaves_a_seer_run_job_to_its_live_process(
     events: list[Any] = []
     try:
         with steps.listen(events.append):
-            steps.resume_orphans(svc)  # type: ignore[arg-type]
+            progress = steps.resume_orphans(svc)  # type: ignore[arg-type]
     finally:
         live.kill()
         live.wait()
     # a dispatch benchmark's sleep jobs (``sleep_s``) stand in for its own jobs, never for the
     # `seer run` job it resumes (it finished one with accuracy 0 and no model)
-    assert {s.job_id: s.sleep_s for s in d.sent} == {"own": 0.5, "seer-ended": None}
+    sent = {s.job_id: s.sleep_s for s in d.sent}
+    assert sent == {"own-ended": 0.5, "own-far": 0.5, "seer-ended": None}
     left = [e for e in events if isinstance(e, steps.JobLeft)]
-    assert [e.job_id for e in left] == ["seer-live", "seer-far", "seer-old"]
+    assert [(e.job_id, e.seer_run) for e in left] == [
+        ("seer-live", True), ("seer-far", True), ("seer-old", True), ("own", False)]  # fmt: skip
+    assert {job for _, job in progress.left} == {e.job_id for e in left}
     from tenantml.cli.service import _event_line
 
     line = _event_line(left[0])
@@ -439,51 +446,107 @@ def test_one_seer_request_runs_once_per_machine_at_a_time(tmp_path: Path) -> Non
         pass
 
 
-def test_a_job_its_train_run_left_to_another_process_is_not_counted_as_finished(
+def test_a_job_its_train_run_left_to_another_process_is_not_counted_nor_sent_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A run the scheduler sent ends well, but its job is still RUNNING in MLflow: its `train`
     run left it to a live process (the job's earlier attempt, crashed alive; or a `seer run`
-    of the request). The scheduler says so (`JobLeft`) and neither counts it as a finished job
-    nor its cost as this scheduler's training; a job that did finish is told as before."""
+    of the request). The scheduler says so (`JobLeft`), counts neither the job nor its cost as
+    its own, and keeps it pending for the policy while that process trains it: before, the
+    policy picked the same job at once, and the next run left it again, tick after tick."""
+    import socket
+    import subprocess
+    import sys
+    import time
     from types import SimpleNamespace
 
     import tasks._loop as steps
+    from mlflow_plugin.tracking import process_tag
     from tasks import BY_HAND
     from tasks._dispatch import Done
     from tenantml.cli.service import _event_line
 
-    left = dataclasses.replace(
-        _record("a", "lenet", "RUNNING", 0.0), cost_s=30.0, process="4242:1@host/boot/1"
-    )
-    seer = dataclasses.replace(
-        _record("b", "lenet", "RUNNING", 0.0), job_id="seer-lenet-s1-0c1d2e3f", policy=BY_HAND
-    )
-    done = _record("c", "knn")
-    state = _state(_tenants(), [left, seer, done])
-    monkeypatch.setattr(steps, "refresh", lambda *args, **kwargs: state)
-    monkeypatch.setattr(steps, "record", lambda client, rec: None)
-    monkeypatch.setattr(steps, "publish_leaderboards", lambda *args, **kwargs: None)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended_tag = process_tag(ended.pid)
+    ended.wait()
+    try:
+        here = {"process": process_tag(live.pid), "node": socket.gethostname()}
+        left = dataclasses.replace(_record("a", "knn", "RUNNING", 0.0), cost_s=30.0, **here)
+        seer = dataclasses.replace(_record("b", "knn", "RUNNING", 0.0),
+                                   job_id="seer-knn-s1-0c1d2e3f", policy=BY_HAND)  # fmt: skip
+        done = _record("c", "knn")
+        state = _state(_tenants(), [left, seer, done])
+        monkeypatch.setattr(steps, "refresh", lambda *args, **kwargs: state)
+        monkeypatch.setattr(steps, "record", lambda client, rec: None)
+        monkeypatch.setattr(steps, "publish_leaderboards", lambda *args, **kwargs: None)
 
-    def spec(r: Any) -> JobSpec:
-        return JobSpec(r.tenant, r.candidate, 1, r.job_id, 1, "rate", None, 2)
+        def spec(r: Any) -> JobSpec:
+            return JobSpec(r.tenant, r.candidate, 1, r.job_id, 1, "rate", None, 2)
 
-    class Dispatcher:
-        in_flight: list[JobSpec] = []
+        class Dispatcher:
+            in_flight: list[JobSpec] = []
 
-        def poll(self) -> list[Done]:
-            return [Done(spec(r), True, 0.5) for r in (left, seer, done)]
+            def poll(self) -> list[Done]:
+                return [Done(spec(r), True, 0.5) for r in (left, seer, done)]
 
-    svc = SimpleNamespace(dispatcher=Dispatcher(), client=None, store=None,
-                          settings=SimpleNamespace(capacity_prices=None),
-                          options=SimpleNamespace(refresh_s=10.0, prior="learnt"))  # fmt: skip
-    progress = steps.Progress(state, 0.0, 0, None)  # type: ignore[arg-type]
-    events: list[Any] = []
-    with steps.listen(events.append):
-        steps.record_finished_jobs(svc, progress)  # type: ignore[arg-type]
-    assert [type(e).__name__ for e in events] == ["JobLeft", "JobLeft", "JobFinished"]
-    assert [getattr(e, "seer_run", None) for e in events[:2]] == [False, True]
-    assert progress.jobs_done == 1 and progress.train_s == done.cost_s
-    line = _event_line(events[0])
-    assert line.startswith("left a lenet") and "earlier attempt" in line, line
-    assert "(process 4242 on host;" in line, line
+        svc = SimpleNamespace(dispatcher=Dispatcher(), client=None, store=None,
+                              settings=SimpleNamespace(capacity_prices=None),
+                              options=SimpleNamespace(refresh_s=10.0, prior="learnt"))  # fmt: skip
+        progress = steps.Progress(state, 0.0, 0, None)  # type: ignore[arg-type]
+        events: list[Any] = []
+        with steps.listen(events.append):
+            steps.record_finished_jobs(svc, progress)  # type: ignore[arg-type]
+        assert [type(e).__name__ for e in events] == ["JobLeft", "JobLeft", "JobFinished"]
+        assert [getattr(e, "seer_run", None) for e in events[:2]] == [False, True]
+        assert progress.jobs_done == 1 and progress.train_s == done.cost_s
+        line = _event_line(events[0])
+        assert line.startswith("left a knn") and "an earlier attempt" in line, line
+        assert f"(process {live.pid} on {socket.gethostname()})" in line, line
+        assert "process unknown" in _event_line(events[1])  # no live process recorded: the lock's
+
+        # Pending while their processes train them: the policy does not pick them again.
+        now = time.monotonic()
+        assert set(steps.still_left(state, progress.left, now)) == {
+            ("a", left.job_id), ("b", seer.job_id)}  # fmt: skip
+        planner = Planner("roundrobin", slots=3)
+        one = _state(_tenants(1), [left])
+        picks = planner.decide(one, in_flight=[], tick=2)
+        assert "knn" in {p.candidate for p in picks}  # what the policy would pick again
+        pending = [s for s, _ in progress.left.values()]
+        again = Planner("roundrobin", slots=3).decide(one, in_flight=[], tick=2, elsewhere=pending)
+        assert "knn" not in {p.candidate for p in again} and len(again) == 3
+        # ... and not once it is FINISHED, FAILED, its process ended, or unrecorded too long
+        gone = _state(_tenants(), [dataclasses.replace(left, process=ended_tag), done])
+        kept = steps.still_left(gone, progress.left, now)
+        assert set(kept) == {("b", seer.job_id)}  # not recorded yet, for under a minute
+        assert steps.still_left(gone, kept, now + steps.UNRECORDED_LEFT_S + 1) == {}
+        finished = _state(_tenants(), [dataclasses.replace(left, status="FINISHED")])
+        assert ("a", left.job_id) not in steps.still_left(finished, progress.left, now)
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_a_lock_names_its_present_holder_after_earlier_ones(tmp_path: Path) -> None:
+    """Earlier holders (other processes, since ended) leave nothing behind: a refusal names the
+    process that holds the lock now, and what it is, exactly (the file was opened for append,
+    and every refusal named the first holder ever)."""
+    import os
+    import subprocess
+    import sys
+
+    from tasks import SchedulerBusyError, scheduler_lock
+
+    hold = "from pathlib import Path; from tasks import scheduler_lock\n" \
+           f"with scheduler_lock(Path({str(tmp_path)!r})): pass"  # fmt: skip
+    for _ in range(2):  # two earlier schedulers, ended
+        subprocess.run([sys.executable, "-c", hold], check=True, timeout=60)
+    with scheduler_lock(tmp_path):
+        with pytest.raises(SchedulerBusyError) as refused:
+            with scheduler_lock(tmp_path):
+                pass
+    text = str(refused.value)
+    assert f"a scheduler already runs on {tmp_path}: process {os.getpid()} (" in text, text
+    assert "\n" not in text and text.count("process ") == 1, text
+    assert (tmp_path / "locks" / "scheduler.lock").read_text().startswith(f"{os.getpid()}\n")
