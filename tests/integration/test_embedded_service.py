@@ -36,6 +36,22 @@ def _tenant_data(name: str, n: int | None = None) -> datasets.DemoData:
     return datasets.DemoData(d.name, d.schema, d.inputs[idx], labels, d.description)
 
 
+def _fed_home(home: Path, *tenants: tuple[str, int | None, list[str] | None]) -> dict[str, str]:
+    """A new home with each of `tenants` (data set, rows or None for all, models or None for
+    all) submitted and fed by another process; returns the environment that names the home."""
+    env = {**os.environ, "TENANTML_HOME": str(home)}
+    lines = ["from tenantml.client import Client", "from tenantml import datasets", "c = Client()"]
+    for data, rows, models in tenants:
+        name = data.replace("_", "-")
+        lines += [
+            f"d = datasets.load({data!r})",
+            f"c.submit({name!r}, d.schema, models={models!r})",
+            f"c.feed({name!r}, d.inputs[:{rows}], d.labels[:{rows}])",
+        ]
+    subprocess.run([sys.executable, "-c", "\n".join(lines)], env=env, check=True, timeout=300)
+    return env
+
+
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("home")
@@ -233,13 +249,7 @@ def test_kill_the_scheduler_and_restart_loses_and_duplicates_nothing(
 ) -> None:
     """A scheduler in its own process is SIGKILLed while a job runs; a new one takes over."""
     home = tmp_path / "svc"
-    env = {**os.environ, "TENANTML_HOME": str(home)}
-    setup = (
-        "from tenantml.client import Client\nfrom tenantml import datasets\n"
-        "c = Client()\nd = datasets.load('digits')\n"
-        "c.submit('digits', d.schema)\nc.feed('digits', d.inputs[:600], d.labels[:600])\n"
-    )
-    subprocess.run([sys.executable, "-c", setup], env=env, check=True, timeout=300)
+    env = _fed_home(home, ("digits", 600, None))
     cmd = [sys.executable, "-m", "tenantml.cli", "run", "--ticks", "4", "--max-epochs", "6",
            "--policy", "roundrobin"]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, start_new_session=True,
@@ -335,14 +345,7 @@ def test_ctrl_c_stops_the_demo_with_one_line(tmp_path: Path) -> None:
 def signal_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A home of its own with two small tenants (their models get stand-in sleep jobs here)."""
     home = tmp_path_factory.mktemp("signals")
-    setup = (
-        "from tenantml.client import Client\nfrom tenantml import datasets\nc = Client()\n"
-        "for n in ('wine', 'breast_cancer'):\n"
-        "    d = datasets.load(n)\n    c.submit(n.replace('_', '-'), d.schema)\n"
-        "    c.feed(n.replace('_', '-'), d.inputs, d.labels)\n"
-    )
-    env = {**os.environ, "TENANTML_HOME": str(home)}
-    subprocess.run([sys.executable, "-c", setup], env=env, check=True, timeout=300)
+    _fed_home(home, ("wine", None, None), ("breast_cancer", None, None))
     return home
 
 
@@ -540,13 +543,7 @@ def test_a_second_scheduler_on_one_home_is_refused_in_one_line(tmp_path: Path) -
     from tasks import scheduler_lock
 
     home = tmp_path / "home"
-    env = {**os.environ, "TENANTML_HOME": str(home)}
-    setup = (
-        "from tenantml.client import Client\nfrom tenantml import datasets\n"
-        "c = Client()\nd = datasets.load('wine')\n"
-        "c.submit('wine', d.schema, models=['knn'])\nc.feed('wine', d.inputs, d.labels)\n"
-    )
-    subprocess.run([sys.executable, "-c", setup], env=env, check=True, timeout=300)
+    env = _fed_home(home, ("wine", None, ["knn"]))
     cmd = [sys.executable, "-m", "tenantml.cli", "run", "--ticks", "1"]
     log = tmp_path / "run.log"
     with scheduler_lock(home):  # the first scheduler (this process)
