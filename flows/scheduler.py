@@ -84,7 +84,7 @@ def scheduler(
     in_flight."""
     options = SchedulerOptions(**locals())  # locals(): the 18 parameters
     with stop_on_signals(), ExitStack() as held:
-        try:  # first: a second scheduler is refused at once, not after waiting for the servers
+        try:  # first: a second scheduler is refused before it connects (or waits out an outage)
             held.enter_context(scheduler_lock(Settings.resolve_home()))
         except SchedulerBusyError as e:  # an answer, not a failure: no traceback
             print(f"not started: {e}")

@@ -14,16 +14,17 @@ a conservative guess of its served model's accuracy there, `policy._book.STALE_F
 total regret estimate is ``sum_i w_i * loss_i``.
 
 Calibration, learnt across tenants (`calibration_scales`): tenant ``i``'s posterior covariance
-is scaled by ``kappa_i = (nu kappa_0 + sum_i z^2) / (nu + n_i)`` over the ``n_i`` standardised
+is scaled by ``kappa_i = (nu kappa_0i + sum_i z^2) / (nu + n_i)`` over the ``n_i`` standardised
 surprises ``z = (y - mu) / sd`` of its own measured results (each against the posterior before
-it), with ``nu = calibration`` pseudo-observations at ``kappa_0 = (nu + sum z^2) / (nu + n)``,
-the same scale over all ``n`` surprises of all tenants. Every tenant is predicted by the same
-shared kernel, so how well it predicted the others is evidence about how well it predicts this
-one (an empirical-Bayes prior for the scale, as the kernel itself is learnt across tenants): a
-tenant with few results starts from the installation's scale, and its own surprises move it
-from there. `policy.rate.RatePolicy`'s decisions scale each tenant by its own surprises only
-(``kappa_0 = 1``), as before: this pooling was measured for the estimates (docs/live.md), not for
-the decisions. ``calibration=0``: the posterior as it is.
+it), with ``nu = calibration`` pseudo-observations at ``kappa_0i = (nu + sum_(j != i) z^2) /
+(nu + sum_(j != i) n_j)``, the same scale over the other tenants' surprises. Every tenant is
+predicted by the same shared kernel, so how well it predicted the others is evidence about how
+well it predicts this one (an empirical-Bayes prior for the scale, as the kernel itself is
+learnt across tenants): a tenant with few results starts from the others' scale, and its own
+surprises move it from there; a lone tenant's is its own, as before. `policy.rate.RatePolicy`'s
+decisions scale each tenant by its own surprises only (``kappa_0i = 1``), as before: this
+pooling was measured for the estimates (docs/live.md), not for the decisions.
+``calibration=0``: the posterior as it is.
 
 (Until 2026-11-27 the estimates scaled as the decisions do, ``kappa_0 = 1``. At the end of the
 30-s `bench-live` runs of `results/bl-h30-told` the tenants' surprises had a mean ``z^2`` of
@@ -94,10 +95,12 @@ def loss_estimates(
 def calibration_scales(sum_z2: FloatArray, n_z2: IntArray, nu: float = CALIBRATION) -> FloatArray:
     """``(n,)`` scales ``kappa_i`` of the tenants' posterior covariances (module docstring):
     ``sum_z2`` ``(n,)`` each tenant's sum of squared surprises, ``n_z2`` ``(n,)`` how many;
-    ``nu`` pseudo-observations at the installation's scale ``kappa_0``. ``nu=0``: all 1 (the
+    ``nu`` pseudo-observations at the other tenants' scale ``kappa_0i``. ``nu=0``: all 1 (the
     posterior as it is). With no surprise anywhere, all 1."""
     if nu <= 0:
         return np.ones(len(sum_z2))
-    kappa_0 = (nu + float(np.sum(sum_z2))) / (nu + float(np.sum(n_z2)))
+    others_z2 = float(np.sum(sum_z2)) - sum_z2  # each tenant's own left out (not counted twice)
+    others_n = float(np.sum(n_z2)) - n_z2
+    kappa_0 = (nu + others_z2) / (nu + others_n)
     out: FloatArray = (nu * kappa_0 + sum_z2) / (nu + n_z2)
     return out

@@ -44,8 +44,8 @@ What a person watching sees:
 
 * events, in this process, to the callbacks registered with `listen`: `JobDispatched` (step 5,
   and each orphan resumed), `JobFinished` (step 1: accuracy, cost, the tenant's loss estimate
-  after it), `JobLeft` (at start-up, a `seer run` job left to its process), `Stopping` (a
-  signal);
+  after it), `JobLeft` (a job left to another process that trains it: at start-up, or when
+  the run sent for it found that process), `Stopping` (a signal);
 * ``loss.png`` in the scheduler's run: every tenant's loss estimate and the total over the
   ticks (`tasks._plot`), drawn again at most every `PLOT_EVERY_S` seconds by `log_tick` and
   once at the end;
@@ -609,10 +609,11 @@ def resume_orphans(svc: Service) -> Progress:
             print(f"leaving {job.tenant}/{job.job_id} to {who} "
                   f"(process {job.process or 'unknown'})")  # fmt: skip
             _emit(JobLeft(job.tenant, job.candidate, job.job_id, job.process, job.node, by_hand))
-            spec = JobSpec(
-                job.tenant, job.candidate, job.snapshot or 0, job.job_id, 0, job.policy or ""
-            )
-            left[(job.tenant, job.job_id)] = (spec, time.monotonic())  # pending while it trains
+            if runs == "running":  # pending while it trains (`still_left`); elsewhere: not
+                spec = JobSpec(
+                    job.tenant, job.candidate, job.snapshot or 0, job.job_id, 0, job.policy or ""
+                )
+                left[(job.tenant, job.job_id)] = (spec, time.monotonic())
             continue
         spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
         if not (job.flow_run_id and svc.dispatcher.adopt(spec, job.flow_run_id)):
@@ -734,7 +735,8 @@ def record_finished_jobs(svc: Service, progress: Progress) -> None:
             continue
         if _left(done, rec):  # another live process trains it: not this scheduler's result
             progress.finished.pop(0)
-            # the process the record names, if it runs (else the lock's holder, not recorded yet)
+            # the process the record names if it runs; else the holder of the request's lock
+            # (a `seer run` that has not recorded its process yet)
             known = rec is not None and process_state(rec.process, rec.node) == "running"
             process, node = (rec.process, rec.node) if rec and known else (None, None)
             seer_run = not known or rec is None or rec.policy == BY_HAND
@@ -783,26 +785,27 @@ def _left(done: Done, rec: JobRecord | None) -> bool:
     return done.ok and not done.early and (rec is None or rec.status != "FINISHED")
 
 
-#: seconds a job left to another process may go without an MLflow run (left because a `seer
-#: run` held the request's lock: it records its run within seconds) before it may be sent again
-UNRECORDED_LEFT_S = 60.0
+#: seconds a job left to another process stays pending whatever its record says: left because
+#: a `seer run` held the request's lock, the record may not name that process yet (it does so
+#: within seconds of its start)
+LEFT_GRACE_S = 60.0
 
 
 def still_left(
     state: ServiceState, left: dict[tuple[str, str], tuple[JobSpec, float]], now: float
 ) -> dict[tuple[str, str], tuple[JobSpec, float]]:
     """The jobs of `left` (`Progress.left`) another process still trains: RUNNING in `state`
-    with a process not known to have ended (`process_state`), or not recorded yet for under
-    `UNRECORDED_LEFT_S`. The others may be picked again: FINISHED (a result now), FAILED, or
-    their process ended (sent again, they resume from their checkpoints)."""
+    with a process running on this machine (`process_state`), or not FINISHED nor FAILED and
+    left under `LEFT_GRACE_S` ago. The others may be picked again: a result now, failed, their
+    process ended, or on a place this machine cannot see (a record left RUNNING by a lost node
+    or a crashed container would otherwise keep the model from its tenant for good)."""
     keep = {}
     for key, (spec, since) in left.items():
         rec = _record_of(state, spec)
-        if rec is None:
-            alive = now - since < UNRECORDED_LEFT_S
-        else:
-            alive = rec.status == "RUNNING" and process_state(rec.process, rec.node) != "ended"
-        if alive:
+        if rec is not None and rec.status != "RUNNING":
+            continue
+        runs = rec is not None and process_state(rec.process, rec.node) == "running"
+        if runs or now - since < LEFT_GRACE_S:
             keep[key] = (spec, since)
     return keep
 

@@ -642,9 +642,20 @@ class Planner:
         known = {(r.tenant, r.job_id) for r in state.records if r.status == "FINISHED"}
         pending = tuple(
             Assignment(ti[j.tenant], mi[j.candidate])
-            for run in (*in_flight, *elsewhere)
+            for run in in_flight
             for j in run.chain()
             if j.tenant in ti and j.candidate in mi and (j.tenant, j.job_id) not in known
+        )
+        # another process's jobs: only those on a tenant's current data, of a model it has
+        snapshot = {t.name: t.snapshot for t in state.tenants}
+        pending += tuple(
+            Assignment(ti[j.tenant], mi[j.candidate])
+            for j in elsewhere
+            if j.tenant in ti
+            and j.candidate in mi
+            and j.snapshot == snapshot[j.tenant]
+            and state.problem.available[ti[j.tenant], mi[j.candidate]]
+            and (j.tenant, j.job_id) not in known
         )
         loop = self._sync(state, pending)
         # Tenants with too few examples to train cannot be scheduled yet.

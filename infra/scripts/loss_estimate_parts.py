@@ -1,8 +1,10 @@
 """What a tenant's loss estimate is made of, read from a service's home at the end of a run.
 
 For each tenant (or those named): its best observed accuracy ``b``; ``n`` results and the sum of
-their squared surprises ``z^2`` (`policy.estimates`' calibration), the resulting scale
-``kappa = (nu + sum z^2) / (nu + n)`` of its posterior covariance; how many arms are untried,
+their squared surprises ``z^2`` (`policy.estimates`' calibration), the resulting scale ``kappa``
+of its posterior covariance (`policy.estimates.calibration_scales`: ``nu`` pseudo-observations
+at the other tenants' scale), and ``kappa 1``, the scale of ``nu`` pseudo-observations at 1 (the
+estimates until 2026-11-27, and `rate`'s decisions still); how many arms are untried,
 their mean posterior sd before and after the scale, the highest untried posterior mean against
 ``b``, and the loss estimate ``E[max(0, min(1, max_k f_k) - b)]`` (`policy.loss_estimates`).
 
@@ -19,7 +21,7 @@ import numpy as np
 
 from policy import loss_estimates
 from policy._book import TenantBook
-from policy.estimates import CALIBRATION
+from policy.estimates import CALIBRATION, calibration_scales
 from tasks import load_state
 from tenantml.client import Client
 
@@ -35,20 +37,22 @@ def main() -> None:
     book = TenantBook(state.problem, cost_aware=False)
     book.sync(history)
     loss = loss_estimates(state.problem, history)
-    print(f"{'tenant':14s} {'best':>6s} {'n':>3s} {'sum z2':>6s} {'kappa':>5s} {'untried':>7s} "
-          f"{'sd':>6s} {'sd*k':>6s} {'top mu-b':>8s} {'loss':>7s}")  # fmt: skip
+    scales = calibration_scales(book.sum_z2, book.n_z2)
+    print(f"{'tenant':14s} {'best':>6s} {'n':>3s} {'sum z2':>6s} {'kappa':>5s} {'kappa 1':>7s} "
+          f"{'untried':>7s} {'sd':>6s} {'sd*k':>6s} {'top mu-b':>8s} {'loss':>7s}")  # fmt: skip
     for i, tenant in enumerate(state.tenants):
         if args.tenants and tenant.name not in args.tenants:
             continue
         untried = book.candidates(i)
-        kappa = (CALIBRATION + book.sum_z2[i]) / (CALIBRATION + book.n_z2[i])
+        kappa = float(scales[i])
+        alone = (CALIBRATION + book.sum_z2[i]) / (CALIBRATION + book.n_z2[i])
         post = book.posterior(i)
         sd = np.sqrt(np.diag(post.cov()))[untried]
         top = post.mu[untried].max() - book.best[i] if untried.any() else float("nan")
+        mean_sd = float(sd.mean()) if sd.size else 0.0
         print(f"{tenant.name:14s} {book.best[i]:6.3f} {book.n_z2[i]:3.0f} {book.sum_z2[i]:6.2f} "
-              f"{kappa:5.2f} {int(untried.sum()):7d} {sd.mean() if sd.size else 0:6.3f} "
-              f"{sd.mean() * np.sqrt(kappa) if sd.size else 0:6.3f} {top:8.3f} "
-              f"{loss[i]:7.4f}")  # fmt: skip
+              f"{kappa:5.2f} {alone:7.2f} {int(untried.sum()):7d} {mean_sd:6.3f} "
+              f"{mean_sd * np.sqrt(kappa):6.3f} {top:8.3f} {loss[i]:7.4f}")  # fmt: skip
 
 
 if __name__ == "__main__":

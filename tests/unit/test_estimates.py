@@ -81,11 +81,13 @@ def test_the_calibration_scale_is_learnt_across_tenants() -> None:
     from policy.estimates import calibration_scales
 
     kappa = calibration_scales(np.array([1.0, 0.0]), np.array([10, 0]), nu=3.0)
-    kappa_0 = (3 + 1.0) / (3 + 10)
-    assert np.allclose(kappa, [(3 * kappa_0 + 1.0) / 13, kappa_0])
+    # a's prior scale is the others' (b has none: 1); b's is a's, (3 + 1) / (3 + 10)
+    assert np.allclose(kappa, [(3 * 1.0 + 1.0) / 13, (3 + 1.0) / (3 + 10)])
     assert np.allclose(calibration_scales(np.zeros(2), np.zeros(2, int)), 1.0)
     assert calibration_scales(np.array([40.0, 0.0]), np.array([10, 0]))[1] > 3  # surprised
     assert np.allclose(calibration_scales(np.array([5.0]), np.array([2]), nu=0), 1.0)
+    # a lone tenant's scale is its own surprises' (3 pseudo-observations at 1), as before
+    assert np.allclose(calibration_scales(np.array([0.5]), np.array([5])), (3 + 0.5) / (3 + 5))
 
     m = 12
     cov = 0.01 * (0.5 * np.eye(m) + 0.5)
