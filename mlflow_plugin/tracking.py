@@ -339,20 +339,14 @@ ProcessState = Literal["running", "ended", "unknown"]
 
 def process_state(tag: str | None, node: str | None = None) -> ProcessState:
     """Whether the process `process_tag` named is ``running`` or has ``ended``; ``unknown``
-    when there is no tag or it names a process of another place (host, container), except one
-    of this host before its last boot: ``ended`` (every process of that boot has). A tag
-    written before places were recorded (``<pid>:<start time>``) counts as this place's when
-    ``node``, the run's host, is this host."""
+    when there is no tag or it names a process of another place (host, boot, container: a
+    host name and another boot may be this machine before a reboot, or another machine of the
+    same name, so it cannot tell). A tag written before places were recorded
+    (``<pid>:<start time>``) counts as this place's when ``node``, the run's host, is this
+    host."""
     ident, at, place = (tag or "").partition("@")
     pid_text, _, ticks = ident.partition(":")
     here = place == _place() if at else node == socket.gethostname()
-    if at and not here:
-        host, _, rest = place.partition("/")
-        boot = rest.partition("/")[0]
-        this_host, _, this_rest = _place().partition("/")
-        this_boot = this_rest.partition("/")[0]
-        if host == this_host and boot and this_boot and boot != this_boot:
-            return "ended"  # this machine, rebooted since
     if not pid_text.isdigit() or not here:
         return "unknown"
     pid = int(pid_text)

@@ -569,10 +569,10 @@ def resume_orphans(svc: Service) -> Progress:
     killed just after sending a job leaves a flow run with no MLflow run yet), adopted as they
     are; then each job left RUNNING in MLflow and not among those, adopted (its flow run is still
     going) or dispatched again, slots taken in turn. A job whose latest attempt's process still
-    runs here is left to it (`JobLeft`, pending in `Progress.left`), and so is a SEER job
-    started by hand (`BY_HAND`) unless its `tenantml seer run` is known to have ended
+    runs here is left to it (`JobLeft`; pending in `Progress.left` while it runs), and so is a
+    SEER job started by hand (`BY_HAND`) unless its `tenantml seer run` is known to have ended
     (`process_state`): it may be training it, and its job id is not one the planner makes, so
-    nothing else sends it."""
+    nothing else sends it (on a place this machine cannot see it is not pending)."""
     state = refresh(svc.client, svc.store, svc.settings.capacity_prices, svc.options.prior)
     refreshed = time.monotonic()
     redo_promotions(svc, state)
@@ -794,20 +794,32 @@ LEFT_GRACE_S = 60.0
 def still_left(
     state: ServiceState, left: dict[tuple[str, str], tuple[JobSpec, float]], now: float
 ) -> dict[tuple[str, str], tuple[JobSpec, float]]:
-    """The jobs of `left` (`Progress.left`) another process still trains: RUNNING in `state`
-    with a process running on this machine (`process_state`), or not FINISHED nor FAILED and
-    left under `LEFT_GRACE_S` ago. The others may be picked again: a result now, failed, their
-    process ended, or on a place this machine cannot see (a record left RUNNING by a lost node
-    or a crashed container would otherwise keep the model from its tenant for good)."""
+    """The jobs of `left` (`Progress.left`) another process still trains, or may: RUNNING in
+    `state` (or not recorded yet) and
+    * its process runs on this machine (`process_state`); or
+    * this machine cannot tell (a worker saw it running elsewhere: another node or container),
+      for as long as the job may take (`_may_take_s`: its time limit, a SEER job's deadline);
+    * else for `LEFT_GRACE_S` after it was left.
+    The others may be picked again: a result now, failed, their process ended, or gone on past
+    what the job may take (a record a lost node left RUNNING would otherwise keep the model
+    from its tenant for good)."""
     keep = {}
     for key, (spec, since) in left.items():
         rec = _record_of(state, spec)
         if rec is not None and rec.status != "RUNNING":
             continue
-        runs = rec is not None and process_state(rec.process, rec.node) == "running"
-        if runs or now - since < LEFT_GRACE_S:
+        where = "unknown" if rec is None else process_state(rec.process, rec.node)
+        grace = LEFT_GRACE_S if where == "ended" else max(LEFT_GRACE_S, _may_take_s(spec))
+        if where == "running" or now - since < grace:
             keep[key] = (spec, since)
     return keep
+
+
+def _may_take_s(spec: JobSpec) -> float:
+    """How long job `spec` may train: a SEER job's deadline, else its time limit (0: none)."""
+    if spec.seer is not None:
+        return 60.0 * float(spec.seer.get("deadline_min") or 0.0)
+    return spec.time_budget_s or 0.0
 
 
 def _told_before(progress: Progress, done: Done) -> bool:

@@ -526,6 +526,26 @@ def test_a_job_its_train_run_left_to_another_process_is_not_counted_nor_sent_aga
         assert steps.still_left(gone, progress.left, later) == {}
         finished = _state(_tenants(), [dataclasses.replace(left, status="FINISHED")])
         assert ("a", left.job_id) not in steps.still_left(finished, progress.left, now)
+        # On a place this machine cannot see (a worker on another node saw it run): pending
+        # for as long as the job may take (its time limit), then it may be sent again.
+        far = dataclasses.replace(left, process=here["process"].partition("@")[0] + "@b/x/1")
+        limited = {("a", left.job_id): (dataclasses.replace(spec(left), time_budget_s=600.0), now)}
+        seen_far = _state(_tenants(), [far])
+        assert steps.still_left(seen_far, limited, later) == limited
+        assert steps.still_left(seen_far, limited, now + 601) == {}
+        # Another process's job is pending only on the tenant's current data, for a model it
+        # has: one on older data, or of a model not the tenant's, leaves the policy's picks
+        # as they are.
+        older = JobSpec("a", "knn", 0, "knn-s0", 1, "rate")
+        alien = JobSpec("a", "no-such-model", 1, "x-s1", 1, "rate")
+        base = [
+            p.candidate for p in Planner("roundrobin", slots=3).decide(one, in_flight=[], tick=2)
+        ]
+        for stale in (older, alien):
+            got = Planner("roundrobin", slots=3).decide(
+                one, in_flight=[], tick=2, elsewhere=[stale]
+            )
+            assert [p.candidate for p in got] == base
     finally:
         live.kill()
         live.wait()
