@@ -400,6 +400,14 @@ def test_a_server_that_stops_answering_during_a_command_is_named_in_one_line(
     finally:
         server.shutdown()
         server.server_close()
+    # A connection cut as the server went (reset: the request arrived as it closed) is named
+    # too, once the server indeed does not answer.
+    import typer
+
+    with pytest.raises(typer.Exit) as gone:
+        with _errors():
+            raise ConnectionResetError(104, "Connection reset by peer")
+    assert gone.value.exit_code == 1
 
 
 def test_planner_hands_torch_models_seer_jobs_with_deadline_from_the_cost_estimate() -> None:
