@@ -2,7 +2,7 @@
 
 * `home_lock(home, name, holder, refuse)`: hold ``locks/<name>.lock``; the file names its
   holder (the process id, then what it is); ``refuse(pid, who)`` is raised when another
-  process holds it (default `LockHeld`). The kernel lets go
+  process holds it. The kernel lets go
   of a lock with its process (a crash, a SIGKILL), so a lock never outlives its holder.
 * `scheduler_lock(home)`: one scheduler per home (`SchedulerBusyError` for a second one).
 
@@ -20,15 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
-__all__ = ["LockHeld", "SchedulerBusyError", "home_lock", "scheduler_lock"]
-
-
-class LockHeld(Exception):
-    """Another process holds the lock: its process id and what it is, as it wrote them."""
-
-    def __init__(self, pid: str, who: str) -> None:
-        super().__init__(pid, who)
-        self.pid, self.who = pid, who
+__all__ = ["SchedulerBusyError", "home_lock", "scheduler_lock"]
 
 
 class SchedulerBusyError(ValueError):
@@ -40,7 +32,7 @@ def home_lock(
     home: Path,
     name: str,
     holder: str,
-    refuse: Callable[[str, str], Exception] = LockHeld,
+    refuse: Callable[[str, str], Exception],
 ) -> Iterator[None]:
     """Hold ``home/locks/<name>.lock`` for the block, the file naming this process and
     `holder`.

@@ -11,6 +11,7 @@ Users' calls (SDK, CLI) do the opposite: `tenantml.client.Client` checks the ser
 fails within seconds with `ServerUnreachableError` naming the server (no multi-minute hangs).
 
 * `is_outage(exc)`: the exception (or one in its chain) is a failed connection;
+  `connection_broke(exc)`: one cut in the middle (a command names the server it lost);
 * `ride_out(fn, ...)`: call `fn`, waiting out outages for at most `patience_s`;
 * `patient(obj, ...)`: a proxy whose every method call rides out outages (an `MlflowClient`, a
   blob store);
@@ -34,13 +35,14 @@ import logging
 import os
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
 
 from tasks.settings import ServerUnreachableError, Settings
 
 __all__ = [
     "Backoff",
+    "connection_broke",
     "default_patience_s",
     "is_outage",
     "patient",
@@ -91,20 +93,35 @@ def serve_patiently() -> float:
     return float(value)
 
 
-def is_outage(exc: BaseException) -> bool:
-    """True when `exc` (or an exception in its cause/context chain) is a failed connection."""
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc`, then its cause (or context), and so on, each once."""
     seen: set[int] = set()
     e: BaseException | None = exc
     while e is not None and id(e) not in seen:
         seen.add(id(e))
-        if isinstance(e, ConnectionRefusedError):
-            return True
-        if type(e).__name__ in {"ConnectError", "EndpointConnectionError", "NewConnectionError"}:
-            return True
-        if any(text in str(e) for text in _CONNECT_FAILURES):
-            return True
+        yield e
         e = e.__cause__ or e.__context__
-    return False
+
+
+def is_outage(exc: BaseException) -> bool:
+    """True when `exc` (or an exception in its cause/context chain) is a failed connection."""
+    return any(
+        isinstance(e, ConnectionRefusedError)
+        or type(e).__name__ in {"ConnectError", "EndpointConnectionError", "NewConnectionError"}
+        or any(text in str(e) for text in _CONNECT_FAILURES)
+        for e in _chain(exc)
+    )
+
+
+def connection_broke(exc: BaseException) -> bool:
+    """True when `exc` (or one in its chain) is a connection cut in the middle (reset, aborted:
+    a server going away as the request arrived). Not an outage the service may retry (the
+    request may have arrived); a command may name the server, once it indeed does not answer."""
+    return any(
+        isinstance(e, ConnectionError)
+        or any(text in str(e) for text in ("Connection aborted", "Connection reset"))
+        for e in _chain(exc)
+    )
 
 
 def _answers(url: str) -> bool:

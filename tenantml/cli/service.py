@@ -76,34 +76,18 @@ def _errors() -> Iterator[None]:
 
 def _server_gone(e: BaseException) -> str | None:
     """The server that does not answer now, as 'the X server at URL', when `e` is a failed or
-    broken connection (`tasks.outage.is_outage`, `_connection_broke`: a server went away after
+    broken connection (`tasks.outage.is_outage`, `connection_broke`: a server went away after
     the command's client was made) and a server indeed does not answer; else None, and the
     error stays as it is (its text may only quote a connection failure: a SEER rank's log)."""
-    from tasks.outage import is_outage, unreachable_server
+    from tasks.outage import connection_broke, is_outage, unreachable_server
     from tasks.settings import Settings
 
-    if not (is_outage(e) or _connection_broke(e)):
+    if not (is_outage(e) or connection_broke(e)):
         return None
     try:
         return unreachable_server(Settings.load())  # the home the command's client applied
     except Exception:  # settings unreadable now: the error as it is
         return None
-
-
-def _connection_broke(e: BaseException) -> bool:
-    """`e`, or an exception in its chain, is a connection cut in the middle (reset, aborted: a
-    server going away as the request arrived). Not an outage the service may retry (the
-    request may have arrived), but for a command's one line it is one if the server is gone."""
-    seen: set[int] = set()
-    x: BaseException | None = e
-    while x is not None and id(x) not in seen:
-        seen.add(id(x))
-        if isinstance(x, ConnectionError) or any(
-            text in str(x) for text in ("Connection aborted", "Connection reset")
-        ):
-            return True
-        x = x.__cause__ or x.__context__
-    return False
 
 
 def _client(home: Path | None) -> Any:
