@@ -676,13 +676,16 @@ class Planner:
         def spec(a: Assignment, slot: int) -> JobSpec:
             t = state.tenants[a.tenant]
             cand = state.catalogue[a.arm]
-            budget = min(loop.time_limit(a), job_budget_s or math.inf)
+            # the policy's costs and limits are in dollars on a spot pool: a job's limit and a
+            # SEER deadline are seconds of its instance, at that arm's price
+            per_s = 1.0 if state.usd_per_s is None else state.usd_per_s[a.arm]
+            budget = min(loop.time_limit(a) / per_s, job_budget_s or math.inf)
             lock = None if self.lock_dir is None else f"{self.lock_dir}/slot-{slot}.lock"
             job_id = f"{cand.replace('+', '_')}-s{t.snapshot}"
             seer = None
             if seer_budget_x is not None and Candidate.parse(cand).spec.family != "sklearn":
                 seer = derive_seer(
-                    loop.expected_cost(a), budget_x=seer_budget_x, tuner=seer_tuner
+                    loop.expected_cost(a) / per_s, budget_x=seer_budget_x, tuner=seer_tuner
                 ).as_dict()
                 job_id = f"seer-{job_id}"
             return JobSpec(

@@ -457,6 +457,35 @@ def test_spot_pool_costs_are_expected_dollars() -> None:
             capacity_prices(bad, cat)
 
 
+def test_spot_pool_jobs_get_their_limits_and_deadlines_in_seconds() -> None:
+    # on a spot pool the policy's costs and limits are dollars; a job's time limit and a SEER
+    # job's deadline are seconds of its instance: the same as on a pool priced in seconds
+    from tasks._service import capacity_prices
+
+    img = _tenant("img", IMG)
+    nets = tuple(c for c in img.candidates if Candidate.parse(c).spec.family != "sklearn")
+    tenants = [dataclasses.replace(img, candidates=nets), _tenant("tab", TAB)]
+    seconds = _state(tenants, [])
+    usd = capacity_prices("gpu=0.72,cpu=0.036", seconds.catalogue)
+    problem, cat = build_problem(tenants, usd)
+    spot = ServiceState(tenants, [], problem, cat, usd)
+    for seer_x in (None, 4.0):
+        jobs = {}
+        for state in (seconds, spot):
+            specs = Planner("roundrobin", slots=8).decide(
+                state, in_flight=[], tick=1, seer_budget_x=seer_x
+            )
+            jobs[state is spot] = {(s.tenant, s.candidate): s for s in specs}
+        assert jobs[True].keys() == jobs[False].keys() and len(jobs[True]) == 8
+        for key, job in jobs[True].items():
+            plain = jobs[False][key]
+            assert plain.time_budget_s is not None and plain.time_budget_s > 0
+            assert job.time_budget_s == pytest.approx(plain.time_budget_s)
+            if seer_x is not None and key[0] == "img":
+                assert job.seer is not None and plain.seer is not None
+                assert job.seer["deadline_min"] == pytest.approx(plain.seer["deadline_min"])
+
+
 def test_scheduler_parameters_are_checked_before_anything_starts() -> None:
     from tasks import SchedulerOptions
 
