@@ -541,10 +541,12 @@ def redo_promotions(svc: Service, state: ServiceState) -> None:
 
 
 def _orphan_spec(svc: Service, job: JobRecord, slot: int, last_tick: int) -> JobSpec:
-    """The spec of a job left RUNNING, rebuilt from its MLflow record (same job id, so it resumes
-    from its checkpoint; a SEER job stays one), placed on `slot`. A `seer run` job is trained
-    for real, never as the sleep stand-in of a dispatch benchmark (``sleep_s``)."""
-    seer = seer_options_from_params(svc.client.get_run(job.run_id).data.params)
+    """The spec of a job left RUNNING, rebuilt from its MLflow record and params (same job id,
+    so it resumes from its checkpoint; its epochs and time limit as first sent; a SEER job stays
+    one), placed on `slot`. A `seer run` job is trained for real, never as the sleep stand-in of
+    a dispatch benchmark (``sleep_s``)."""
+    params = svc.client.get_run(job.run_id).data.params
+    epochs = _logged_number(params, "max_epochs")
     lock = svc.lock_dir and f"{svc.lock_dir}/slot-{slot}.lock"
     return JobSpec(
         job.tenant,
@@ -553,13 +555,22 @@ def _orphan_spec(svc: Service, job: JobRecord, slot: int, last_tick: int) -> Job
         job.job_id,
         job.tick or last_tick,
         svc.policy,
-        None,
-        svc.options.max_epochs,
+        _logged_number(params, "time_budget_s"),
+        svc.options.max_epochs if epochs is None else int(epochs),
         slot=slot,
         sleep_s=None if job.policy == BY_HAND else svc.options.sleep_s,
         slot_lock=lock,
-        seer=seer,
+        seer=seer_options_from_params(params),
     )
+
+
+def _logged_number(params: dict[str, str], key: str) -> float | None:
+    """Param `key` of a job run (`tasks._service.train_job` logs ``str(value)``) as a number;
+    None when not logged (an older run) or logged as None."""
+    try:
+        return float(params[key])
+    except (KeyError, ValueError):
+        return None
 
 
 def resume_orphans(svc: Service) -> Progress:
@@ -572,7 +583,8 @@ def resume_orphans(svc: Service) -> Progress:
     runs here is left to it (`JobLeft`; pending in `Progress.left` while it runs), and so is a
     SEER job started by hand (`BY_HAND`) unless its `tenantml seer run` is known to have ended
     (`process_state`): it may be training it, and its job id is not one the planner makes, so
-    nothing else sends it (on a place this machine cannot see it is not pending)."""
+    nothing else sends it. A job left is pending for the policy while it may still train
+    (`still_left`), as one `record_finished_jobs` leaves is."""
     state = refresh(svc.client, svc.store, svc.settings.capacity_prices, svc.options.prior)
     refreshed = time.monotonic()
     redo_promotions(svc, state)
@@ -609,11 +621,9 @@ def resume_orphans(svc: Service) -> Progress:
             print(f"leaving {job.tenant}/{job.job_id} to {who} "
                   f"(process {job.process or 'unknown'})")  # fmt: skip
             _emit(JobLeft(job.tenant, job.candidate, job.job_id, job.process, job.node, by_hand))
-            if runs == "running":  # pending while it trains (`still_left`); elsewhere: not
-                spec = JobSpec(
-                    job.tenant, job.candidate, job.snapshot or 0, job.job_id, 0, job.policy or ""
-                )
-                left[(job.tenant, job.job_id)] = (spec, time.monotonic())
+            # pending while it trains here, else as long as it may take (`still_left`)
+            spec = _orphan_spec(svc, job, 0, last_tick)
+            left[(job.tenant, job.job_id)] = (spec, time.monotonic())
             continue
         spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
         if not (job.flow_run_id and svc.dispatcher.adopt(spec, job.flow_run_id)):

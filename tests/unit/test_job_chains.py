@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -346,8 +347,20 @@ def test_a_restarted_scheduler_leaves_a_seer_run_job_to_its_live_process(
             self.sent.append(spec)
 
     d = Dispatcher()
-    run = SimpleNamespace(data=SimpleNamespace(params={}))
-    client = SimpleNamespace(get_run=lambda run_id: run)
+    from tasks._seer import SeerOptions
+
+    # each run's params as `train_job` logs them (none: an older run's): a job sent again, or
+    # left, keeps its epochs, its time limit and its SEER options
+    seer = {k: str(v) for k, v in SeerOptions(2.0, 8.0).to_params().items()}
+    params = {
+        "seer-live": {"time_budget_s": "None", **seer},
+        "own-ended": {"max_epochs": "3", "time_budget_s": "12.5"},
+        "seer-far": seer,
+        "own-far": {"max_epochs": "2", "time_budget_s": "None"},
+    }
+    client = SimpleNamespace(
+        get_run=lambda run_id: SimpleNamespace(data=SimpleNamespace(params=params.get(run_id, {})))
+    )
     svc = SimpleNamespace(client=client, store=None, patience_s=1.0, slots=1, lock_dir=None,
                           settings=SimpleNamespace(capacity_prices=None), policy="rate",
                           options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=0.5),
@@ -363,11 +376,21 @@ def test_a_restarted_scheduler_leaves_a_seer_run_job_to_its_live_process(
     # `seer run` job it resumes (it finished one with accuracy 0 and no model)
     sent = {s.job_id: s.sleep_s for s in d.sent}
     assert sent == {"own-ended": 0.5, "own-far": 0.5, "seer-ended": None}
+    limits = {s.job_id: (s.max_epochs, s.time_budget_s) for s in d.sent}
+    assert limits == {"own-ended": (3, 12.5), "own-far": (2, None), "seer-ended": (1, None)}
     left = [e for e in events if isinstance(e, steps.JobLeft)]
     assert [(e.job_id, e.seer_run) for e in left] == [
         ("seer-live", True), ("seer-far", True), ("seer-old", True), ("own", False)]  # fmt: skip
-    # pending while they train: those whose process runs here (not those it cannot see)
-    assert {job for _, job in progress.left} == {"seer-live", "own"}
+    # all pending: while their process runs here, or as long as they may take (one this
+    # machine cannot see; `still_left`), with their SEER options (its deadline is that time)
+    assert {job for _, job in progress.left} == {"seer-live", "seer-far", "seer-old", "own"}
+    assert progress.left[("a", "seer-live")][0].seer == SeerOptions(2.0, 8.0).as_dict()
+    # the live process has ended by now: 60 s of grace for its jobs; the one on a place this
+    # machine cannot see stays pending for its 2-minute deadline; those with none for 60 s
+    soon = {job for _, job in steps.still_left(state, progress.left, time.monotonic() + 30.0)}
+    later = {job for _, job in steps.still_left(state, progress.left, time.monotonic() + 90.0)}
+    assert soon == {"seer-live", "seer-far", "seer-old", "own"} and later == {"seer-far"}
+    assert not steps.still_left(state, progress.left, time.monotonic() + 130.0)
     from tenantml.cli.service import _event_line
 
     line = _event_line(left[0])
