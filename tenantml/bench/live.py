@@ -519,8 +519,11 @@ def summarize(
             ]
             entry["loss_estimate"] = {
                 "predicted_mean": float(np.mean([p for p, _ in pairs])),
+                # never negative: also the error of a constant 0, the reference to beat
                 "realised_mean": float(np.mean([q for _, q in pairs])),
                 "mean_abs_error": float(np.mean([abs(p - q) for p, q in pairs])),
+                # do the estimates order the tenants as their realised losses do?
+                "rank_correlation": _rank_correlation(pairs),
             }
         summary["systems"][r.system] = entry
         rows += [
@@ -533,6 +536,17 @@ def summarize(
             for j, g in enumerate(grid)
         ]
     return summary, rows
+
+
+def _rank_correlation(pairs: Sequence[tuple[float, float]]) -> float | None:
+    """Spearman's rho of the (predicted, realised) loss pairs; None where it is undefined
+    (fewer than 3 pairs, or either side constant, e.g. every realised loss 0)."""
+    from scipy.stats import spearmanr
+
+    pred, real = np.array(pairs, float).T if pairs else (np.zeros(0), np.zeros(0))
+    if len(pairs) < 3 or np.ptp(pred) == 0 or np.ptp(real) == 0:
+        return None
+    return float(spearmanr(pred, real).statistic)
 
 
 def _regret_from_first_job(

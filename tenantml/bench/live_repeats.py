@@ -113,9 +113,18 @@ def combine_repeats(
             "test_regret_auc": mean_se([r["test_regret_auc"] for r in runs]),
             "jobs": mean_se([r["jobs"] for r in runs]),
         }
-        errors = [r["loss_estimate"]["mean_abs_error"] for r in runs if "loss_estimate" in r]
-        if errors:
-            entry["loss_estimate_mean_abs_error"] = mean_se(errors)
+        estimated = [r["loss_estimate"] for r in runs if "loss_estimate" in r]
+        if estimated:
+            entry["loss_estimate_mean_abs_error"] = mean_se(
+                [e["mean_abs_error"] for e in estimated]
+            )
+            # a constant 0's error (`summarize`), and the estimates' rank correlation where
+            # a split defines one
+            entry["loss_realised_mean"] = mean_se([e["realised_mean"] for e in estimated])
+            rhos = [e.get("rank_correlation") for e in estimated]
+            rhos = [r for r in rhos if r is not None]
+            if rhos:
+                entry["loss_estimate_rank_correlation"] = mean_se(rhos)
         for key, out_key in (
             ("test_regret_auc", f"auc_minus_{ref}"),
             ("test_regret_from_first_job", f"from_first_job_minus_{ref}"),

@@ -568,7 +568,7 @@ def bench_live(
         _print_repeats(summary, out)
         return
     table = Table("system", "q25", "q50", "q75", "end", "regret AUC", "first model", "jobs",
-                  "|est - real|")  # fmt: skip
+                  "|est - real| (0's)", "est. rank rho")  # fmt: skip
     for name, entry in summary["systems"].items():
         acc = entry["mean_test_accuracy"]
         cal = entry.get("loss_estimate")
@@ -579,10 +579,27 @@ def bench_live(
             f"{entry['test_regret_auc']:.4f}",
             f"{np.mean(firsts):.0f} s" if firsts else "none",
             str(entry["jobs"]) if name != "flaml" else "-",
-            f"{cal['mean_abs_error']:.3f}" if cal else "-",
+            f"{cal['mean_abs_error']:.3f} ({cal['realised_mean']:.3f})" if cal else "-",
+            _rho(cal.get("rank_correlation") if cal else None),
         )
     console.print(table)
     console.print(f"mean served test accuracy over {len(summary['tenants'])} tenants; in {out}")
+    console.print(_ESTIMATE_LEGEND)
+
+
+#: under bench-live's tables: what the loss-estimate columns say
+_ESTIMATE_LEGEND = (
+    "|est - real|: the loss estimates at the end against the realised test loss (0's: a "
+    "constant 0 estimate's error); rho: Spearman's, estimates against realised losses"
+)
+
+
+def _rho(value: float | dict[str, float] | None) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        return f"{value['mean']:.2f} ± {value['se']:.2f}"
+    return f"{value:.2f}"
 
 
 def _bench_live_tracking() -> str:
@@ -618,7 +635,8 @@ def _print_repeats(summary: dict[str, Any], out: Path) -> None:
 
     ref = summary["reference"]
     table = Table("system", "q25", "q50", "q75", "end", "regret AUC", f"AUC - {ref}",
-                  f"from 1st job - {ref}", "jobs", "|est - real|")  # fmt: skip
+                  f"from 1st job - {ref}", "jobs", "|est - real| (0's)",
+                  "est. rank rho")  # fmt: skip
 
     def paired(diff: dict[str, Any] | None) -> str:
         return (
@@ -635,7 +653,8 @@ def _print_repeats(summary: dict[str, Any], out: Path) -> None:
             paired(entry.get(f"auc_minus_{ref}")),
             paired(entry.get(f"from_first_job_minus_{ref}")),
             f"{entry['jobs']['mean']:.0f}" if name != "flaml" else "-",
-            cell(cal) if cal else "-",
+            f"{cell(cal)} ({cell(entry['loss_realised_mean'])})" if cal else "-",
+            _rho(entry.get("loss_estimate_rank_correlation")),
         )  # fmt: skip
     console.print(table)
     others = [n for n, e in summary["systems"].items() if f"auc_minus_{ref}_by_tenant" in e]
@@ -667,6 +686,7 @@ def _print_repeats(summary: dict[str, Any], out: Path) -> None:
         "'from 1st job': the mean test regret over the same time from each service's first job "
         f"(its start-up left out); in {out}"
     )
+    console.print(_ESTIMATE_LEGEND)
 
 
 @app.command("bench-live-combine")

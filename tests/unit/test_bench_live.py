@@ -112,13 +112,25 @@ def test_summary_quarters_regret_auc_and_loss_calibration() -> None:
     assert f["test_regret_auc"] == pytest.approx(float(np.trapezoid(regret, grid)))
     assert f["test_regret_auc"] < s["test_regret_auc"]
     # loss estimates at the end (0.1, 0.0) against the realised test loss (0.25, 0.0)
-    assert f["loss_estimate"] == pytest.approx(
+    cal = f["loss_estimate"]
+    assert cal.pop("rank_correlation") is None  # two tenants: no rank correlation
+    assert cal == pytest.approx(
         {"predicted_mean": 0.05, "realised_mean": 0.125, "mean_abs_error": 0.075}
     )
     assert "loss_estimate" not in s  # a system that estimates nothing reports nothing
     assert f["first_model_t"] == {"a": 0.0, "b": 0.5} and s["first_model_t"]["b"] is None
     assert f["served"] == {"a": [[0.0, 0.75]], "b": [[0.5, 1.0]]} and s["served"]["b"] == []
     assert {r["system"] for r in rows} == {"fast", "slow"} and len(rows) == 2 * CURVE_POINTS
+
+
+def test_loss_estimates_are_ranked_against_the_realised_losses() -> None:
+    """Spearman's rho of the estimates against the realised losses, where it is defined."""
+    from tenantml.bench.live import _rank_correlation
+
+    assert _rank_correlation([(0.1, 0.0), (0.2, 0.1), (0.3, 0.3)]) == pytest.approx(1.0)
+    assert _rank_correlation([(0.3, 0.0), (0.2, 0.1), (0.1, 0.3)]) == pytest.approx(-1.0)
+    assert _rank_correlation([(0.1, 0.0), (0.2, 0.0), (0.3, 0.0)]) is None  # all realised 0
+    assert _rank_correlation([(0.1, 0.0), (0.2, 0.1)]) is None and _rank_correlation([]) is None
 
 
 def test_the_regret_from_each_services_first_job_leaves_its_start_up_out() -> None:
@@ -233,6 +245,11 @@ def test_repeats_combine_per_split_summaries_paired_by_split() -> None:
     combined, rows = combine_repeats([s for s, _ in splits], [r for _, r in splits])
 
     assert combined["seeds"] == [7, 8] and combined["reference"] == "fast"
+    # the estimates' error beside a constant 0's (the realised loss), over the splits
+    fast_entry = combined["systems"]["fast"]
+    realised = [s["systems"]["fast"]["loss_estimate"]["realised_mean"] for s, _ in splits]
+    assert fast_entry["loss_realised_mean"]["mean"] == pytest.approx(np.mean(realised))
+    assert "loss_estimate_rank_correlation" not in fast_entry  # undefined on both splits
     auc = [s["systems"]["slow"]["test_regret_auc"] for s, _ in splits]
     ref = [s["systems"]["fast"]["test_regret_auc"] for s, _ in splits]
     assert auc[0] > ref[0] and auc[1] == pytest.approx(ref[1])
