@@ -555,7 +555,8 @@ def _orphan_spec(svc: Service, job: JobRecord, slot: int, last_tick: int) -> Job
         job.job_id,
         job.tick or last_tick,
         svc.policy,
-        _logged_number(params, "time_budget_s"),
+        # a limit logged before `limit_unit` may be a spot pool's dollars: none then
+        _logged_number(params, "time_budget_s") if params.get("limit_unit") == "s" else None,
         svc.options.max_epochs if epochs is None else int(epochs),
         slot=slot,
         sleep_s=None if job.policy == BY_HAND else svc.options.sleep_s,

@@ -673,19 +673,21 @@ class Planner:
             and (sleep_s is not None or self.overhead_known or overhead_measured(state.records))
         )
 
+        def per_s(a: Assignment) -> float:
+            # the policy's costs and limits are in dollars on a spot pool: a job's limit, a
+            # SEER deadline and a slot's queue are seconds of its instance, at the arm's price
+            return 1.0 if state.usd_per_s is None else state.usd_per_s[a.arm]
+
         def spec(a: Assignment, slot: int) -> JobSpec:
             t = state.tenants[a.tenant]
             cand = state.catalogue[a.arm]
-            # the policy's costs and limits are in dollars on a spot pool: a job's limit and a
-            # SEER deadline are seconds of its instance, at that arm's price
-            per_s = 1.0 if state.usd_per_s is None else state.usd_per_s[a.arm]
-            budget = min(loop.time_limit(a) / per_s, job_budget_s or math.inf)
+            budget = min(loop.time_limit(a) / per_s(a), job_budget_s or math.inf)
             lock = None if self.lock_dir is None else f"{self.lock_dir}/slot-{slot}.lock"
             job_id = f"{cand.replace('+', '_')}-s{t.snapshot}"
             seer = None
             if seer_budget_x is not None and Candidate.parse(cand).spec.family != "sklearn":
                 seer = derive_seer(
-                    loop.expected_cost(a) / per_s, budget_x=seer_budget_x, tuner=seer_tuner
+                    loop.expected_cost(a) / per_s(a), budget_x=seer_budget_x, tuner=seer_tuner
                 ).as_dict()
                 job_id = f"seer-{job_id}"
             return JobSpec(
@@ -704,7 +706,7 @@ class Planner:
             )
 
         def seconds(a: Assignment) -> float:
-            return sleep_s if sleep_s is not None else loop.expected_cost(a)
+            return sleep_s if sleep_s is not None else loop.expected_cost(a) / per_s(a)
 
         # The free runs, each on the least loaded slot; a slot's runs train in turn.
         run_slots = []
@@ -809,7 +811,13 @@ def run_job(
     earlier attempt is reused, and the trainer resumes from its checkpoint). Ends the run
     FINISHED, or FAILED and re-raises. ``slot``: the hold of the run this job is part of
     (default: the job's own, let go after its training)."""
-    params: dict[str, Any] = {"max_epochs": spec.max_epochs, "time_budget_s": spec.time_budget_s}
+    # `limit_unit`: the limit is in seconds (before it, a spot pool's went out in dollars; a
+    # restarted scheduler reads back only a limit so marked: `tasks._loop._orphan_spec`)
+    params: dict[str, Any] = {
+        "max_epochs": spec.max_epochs,
+        "time_budget_s": spec.time_budget_s,
+        "limit_unit": "s",
+    }
     if spec.seer is not None:
         params.update(SeerOptions.from_dict(spec.seer).to_params())
     # No environment variables here: jobs may run in threads (embedded), which share os.environ.

@@ -350,13 +350,14 @@ def test_a_restarted_scheduler_leaves_a_seer_run_job_to_its_live_process(
     from tasks._seer import SeerOptions
 
     # each run's params as `train_job` logs them (none: an older run's): a job sent again, or
-    # left, keeps its epochs, its time limit and its SEER options
+    # left, keeps its epochs, its time limit (in seconds only once `limit_unit` says so: a
+    # spot pool's went out in dollars before) and its SEER options
     seer = {k: str(v) for k, v in SeerOptions(2.0, 8.0).to_params().items()}
     params = {
         "seer-live": {"time_budget_s": "None", **seer},
-        "own-ended": {"max_epochs": "3", "time_budget_s": "12.5"},
+        "own-ended": {"max_epochs": "3", "time_budget_s": "12.5", "limit_unit": "s"},
         "seer-far": seer,
-        "own-far": {"max_epochs": "2", "time_budget_s": "None"},
+        "own-far": {"max_epochs": "2", "time_budget_s": "0.0135"},  # dollars, before the unit
     }
     client = SimpleNamespace(
         get_run=lambda run_id: SimpleNamespace(data=SimpleNamespace(params=params.get(run_id, {})))

@@ -484,6 +484,19 @@ def test_spot_pool_jobs_get_their_limits_and_deadlines_in_seconds() -> None:
             if seer_x is not None and key[0] == "img":
                 assert job.seer is not None and plain.seer is not None
                 assert job.seer["deadline_min"] == pytest.approx(plain.seer["deadline_min"])
+    # runs queued on two slots: each pick on the slot with the fewest expected seconds queued,
+    # GPU and CPU seconds alike (in dollars a GPU job counted 20 times a CPU job as long)
+    # (a big tabular tenant's CPU jobs longer than a small image tenant's GPU jobs)
+    mixed = [dataclasses.replace(tenants[0], n_examples=20), _tenant("tab", TAB, 200_000)]
+    usd = capacity_prices("gpu=0.72,cpu=0.036", _state(mixed, []).catalogue)
+    placed = []
+    for prices in (None, usd):
+        problem, cat = build_problem(mixed, prices)
+        specs = Planner("roundrobin", slots=2, prefetch=6, lock_dir="/locks").decide(
+            ServiceState(mixed, [], problem, cat, prices), in_flight=[], tick=1
+        )
+        placed.append([(s.tenant, s.candidate, s.slot) for s in specs])
+    assert placed[0] == placed[1] and len(placed[0]) == 8
 
 
 def test_scheduler_parameters_are_checked_before_anything_starts() -> None:
