@@ -24,7 +24,14 @@ from numpy.typing import NDArray
 
 from store.schema import DataType, Schema
 
-__all__ = ["BadExampleError", "Encoded", "encode_inputs", "encode_labels", "is_class_output"]
+__all__ = [
+    "BadExampleError",
+    "Encoded",
+    "conform_inputs",
+    "encode_inputs",
+    "encode_labels",
+    "is_class_output",
+]
 
 
 class BadExampleError(ValueError):
@@ -146,10 +153,51 @@ def encode_inputs(schema: Schema, items: Any) -> Encoded:
     return encode_values(schema.input, items, "input")
 
 
+def conform_inputs(x: Encoded, dtype: str) -> Encoded:
+    """`x` in the tenant's input dtype (`Manifest.input_dtype`): a ``uint8`` tenant (0-255
+    pixels, which the trainer scales by 1/255) takes float values that are integers in 0-255,
+    cast; a ``float32`` tenant refuses ``uint8`` inputs (their scale may not be the earlier
+    inputs'). Raises `BadExampleError` naming the first example that does not fit."""
+    have = str(x.values.dtype)
+    if have == dtype:
+        return x
+    if dtype != "uint8":
+        raise BadExampleError(
+            0,
+            f"inputs are {have} but the tenant's are {dtype} (since its first feed): give "
+            f"{dtype} values on the earlier inputs' scale (e.g. x.astype('float32'), / 255 if "
+            "those were scaled)",
+            "input",
+        )
+    values = x.values.reshape(len(x.values), -1)
+    ok = ((values >= 0) & (values <= 255) & (values == np.round(values))).all(axis=1)
+    if not ok.all():
+        row = int(np.argmin(ok))
+        # a sequence's values are its examples' steps, one after another
+        i = row if x.lengths is None else int(np.searchsorted(np.cumsum(x.lengths), row, "right"))
+        raise BadExampleError(
+            i,
+            "holds a value that is not an integer in 0-255, but the tenant's inputs are uint8 "
+            "(0-255 pixels, since its first feed): give such values, or declare another tenant "
+            "for these inputs",
+            "input",
+        )
+    return Encoded(x.values.astype(np.uint8), x.lengths)
+
+
 def encode_labels(
-    schema: Schema, labels: Sequence[Any] | NDArray[Any], classes: list[str]
+    schema: Schema,
+    labels: Sequence[Any] | NDArray[Any],
+    classes: list[str],
+    *,
+    by_index: bool = False,
 ) -> NDArray[np.int64]:
-    """Class indices ``(n,)``; new class names are appended to `classes` (in place)."""
+    """Class indices ``(n,)``. A tenant's labels are class names or class indices, as its first
+    labelled feed gave them, never both (the same index would mean two classes):
+    * names (``by_index=False``): new names are appended to `classes` (in place); a number is
+      read as a name (``7`` as ``"7"``, as a CSV gives it);
+    * indices (``by_index=True``): integers in ``[0, n_classes)``; a string of digits is read
+      as one (a CSV's ``"3"``), any other string is refused."""
     single = schema.output.single
     assert single is not None
     n_classes = single.shape[0]
@@ -158,6 +206,20 @@ def encode_labels(
     for i, label in enumerate(labels):
         if isinstance(label, np.generic):
             label = label.item()
+        if isinstance(label, float) and label.is_integer():
+            label = int(label)
+        if by_index and isinstance(label, str):
+            if not label.strip().isdigit():
+                raise BadExampleError(
+                    i,
+                    f"label {label!r} is not a class index in [0, {n_classes}), and the "
+                    "tenant's labels are class indices (its earlier examples gave them): give "
+                    "an index, or declare another tenant to use class names",
+                    "output",
+                )
+            label = int(label)
+        elif not by_index and isinstance(label, int) and not isinstance(label, bool):
+            label = str(label)
         if isinstance(label, str):
             if label not in known:
                 if len(classes) >= n_classes:
@@ -176,8 +238,6 @@ def encode_labels(
                     i, f"label {label} is outside the output space [0, {n_classes})", "output"
                 )
             out[i] = label
-        elif isinstance(label, float) and label.is_integer() and 0 <= label < n_classes:
-            out[i] = int(label)
         else:
             raise BadExampleError(
                 i,

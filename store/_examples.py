@@ -34,6 +34,7 @@ from store._blobs import BlobStore
 from store._codec import (
     BadExampleError,
     Encoded,
+    conform_inputs,
     encode_inputs,
     encode_labels,
     encode_values,
@@ -96,6 +97,9 @@ class Manifest:
     disabled: frozenset[int] = frozenset()
     classes: tuple[str, ...] = ()
     next_id: int = 0
+    #: the dtype of the tenant's inputs (``uint8``: 0-255 pixels, scaled by the trainer; else
+    #: ``float32``), fixed by its first feed; None on a tenant fed before it was recorded
+    input_dtype: str | None = None
 
     @property
     def n_examples(self) -> int:
@@ -113,6 +117,7 @@ class Manifest:
                 "disabled": sorted(self.disabled),
                 "classes": list(self.classes),
                 "next_id": self.next_id,
+                **({"input_dtype": self.input_dtype} if self.input_dtype else {}),
             }
         ).encode()
 
@@ -125,6 +130,7 @@ class Manifest:
             disabled=frozenset(d["disabled"]),
             classes=tuple(d["classes"]),
             next_id=d["next_id"],
+            input_dtype=d.get("input_dtype"),
         )
 
 
@@ -201,7 +207,8 @@ class ExampleStore:
                     f"tenant {name!r} already exists with schema {old}; "
                     "choose another name to declare a different task"
                 )
-            return
+        # also when the schema was there: a submit cut short between the two writes left no
+        # snapshot 0, and submitting again repairs it (a no-op when it exists)
         self.blobs.put_new(self._manifest_key(name, 0), Manifest(0).to_json())
 
     def tenants(self) -> list[str]:
@@ -231,6 +238,8 @@ class ExampleStore:
         self.schema(name)  # unknown tenant -> a clear error
         if version is None:
             versions = self.versions(name)
+            if not versions:  # a submit cut short before snapshot 0: no examples yet
+                return Manifest(0)
             version = versions[-1]
         try:
             return Manifest.from_json(self.blobs.get(self._manifest_key(name, version)))
@@ -245,10 +254,16 @@ class ExampleStore:
         """Publish ``make(latest) -> new`` as version latest+1, retrying if another writer won."""
         for _ in range(retries):
             latest = self.manifest(name)
-            new = replace(make(latest), version=latest.version + 1)
+            made = make(latest)
+            if made is latest:  # nothing to publish (`make` found its change there already)
+                return latest
+            new = replace(made, version=latest.version + 1)
             if self.blobs.put_new(self._manifest_key(name, new.version), new.to_json()):
                 return new
-        raise ConcurrentUpdateError(f"tenant {name!r}: gave up after {retries} concurrent updates")
+        raise ConcurrentUpdateError(
+            f"tenant {name!r}: gave up after {retries} concurrent updates; nothing was changed: "
+            "try again"
+        )
 
     # -- feed ----------------------------------------------------------------------------------
     def feed(
@@ -269,17 +284,27 @@ class ExampleStore:
         latest = self.manifest(name)
         classes = list(latest.classes)
         class_out = is_class_output(schema)
+        # a tenant's labels are class names or class indices, as its first labelled feed
+        # gave them (None: not yet known); its inputs' dtype is fixed by its first feed too
+        by_index = None if not latest.next_id else not latest.classes
+        dtype = latest.input_dtype
+        fixed = dtype is not None or latest.next_id == 0  # None on an older tenant: unchecked
         written: list[tuple[str, int]] = []
         offset = 0
         try:
             for xs, ys in _chunks(inputs, outputs, chunk):
                 try:
                     x = encode_inputs(schema, xs)
-                    y: NDArray[Any] | Encoded = (
-                        encode_labels(schema, ys, classes)
-                        if class_out
-                        else encode_values(schema.output, ys, "output")
-                    )
+                    if fixed:
+                        dtype = dtype or str(x.values.dtype)
+                        x = conform_inputs(x, dtype)
+                    y: NDArray[Any] | Encoded
+                    if class_out:
+                        if by_index is None:  # names if any label is one
+                            by_index = not classes and not any(isinstance(v, str) for v in ys)
+                        y = encode_labels(schema, ys, classes, by_index=by_index)
+                    else:
+                        y = encode_values(schema.output, ys, "output")
                 except BadExampleError as e:
                     raise BadExampleError(offset + e.index, e.reason, e.side) from None
                 if len(y) != len(x):
@@ -292,21 +317,52 @@ class ExampleStore:
                 raise ValueError("the batch is empty: give at least one example")
 
             def add(m: Manifest) -> Manifest:
-                if list(m.classes) != classes[: len(m.classes)]:
-                    raise ConcurrentUpdateError("class names changed concurrently; feed again")
+                if written[0][0] in {b.key for b in m.batches}:
+                    return m  # published already (a write whose answer was lost, retried)
+                # names another feed added meanwhile are kept; only names both added clash
+                theirs = list(m.classes)
+                if theirs[: len(classes)] == classes:
+                    names = theirs
+                elif classes[: len(theirs)] == theirs:
+                    names = classes
+                else:
+                    raise ConcurrentUpdateError(
+                        f"tenant {name!r}: another feed added class names {theirs} while this "
+                        f"one added {classes}; nothing of this feed was stored: feed it again"
+                    )
+                if m.input_dtype not in (None, dtype) and fixed:
+                    raise ConcurrentUpdateError(
+                        f"tenant {name!r}: another feed fixed its inputs as {m.input_dtype} "
+                        "meanwhile; nothing of this feed was stored: feed it again"
+                    )
                 refs, nid = list(m.batches), m.next_id
                 for key, count in written:
                     refs.append(BatchRef(key, nid, count))
                     nid += count
-                return replace(m, batches=tuple(refs), classes=tuple(classes), next_id=nid)
+                return replace(m, batches=tuple(refs), classes=tuple(names), next_id=nid,
+                               input_dtype=m.input_dtype or (dtype if fixed else None))  # fmt: skip
 
             new = self._publish(name, add)
         except BaseException:
-            for key, _ in written:
-                self.blobs.delete(key)
+            self._discard_unpublished(name, [key for key, _ in written])
             raise
         first = new.next_id - offset
         return new, range(first, new.next_id)
+
+    def _discard_unpublished(self, name: str, keys: list[str]) -> None:
+        """Delete a failed feed's batches, unless the latest snapshot names them (the manifest's
+        write went through and only its answer was lost); when the snapshot cannot be read,
+        keep them: unreferenced batches waste space, deleting referenced ones breaks a
+        snapshot."""
+        if not keys:
+            return
+        try:
+            published = {b.key for b in self.manifest(name).batches}
+        except Exception:
+            return
+        for key in keys:
+            if key not in published:
+                self.blobs.delete(key)
 
     # -- refine --------------------------------------------------------------------------------
     def refine(
@@ -368,7 +424,8 @@ class ExampleStore:
         if seq:
             lengths = np.asarray([len(x) for x in xs], dtype=np.int64)
             t_max = int(lengths.max()) if len(lengths) else 0
-            dtype = xs[0].dtype if xs else np.float32
+            # one dtype for all (a tenant fed before `Manifest.input_dtype` may mix them)
+            dtype = np.result_type(*(x.dtype for x in xs)) if xs else np.float32
             x = np.zeros((len(xs), t_max, *shape), dtype=dtype)
             for i, item in enumerate(xs):
                 x[i, : len(item)] = item

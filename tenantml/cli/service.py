@@ -40,13 +40,13 @@ Home = Annotated[Path | None, typer.Option("--home", help="TENANTML_HOME (defaul
 @contextmanager
 def _errors() -> Iterator[None]:
     """Known failures -> one clear line on stderr and a non-zero exit; nothing half-written."""
-    from store import UnknownTenantError
+    from store import ConcurrentUpdateError, UnknownTenantError
     from tasks.settings import ServerUnreachableError
     from tenantml.client import NoModelYetError
 
     try:
         yield
-    except (NoModelYetError, ServerUnreachableError) as e:
+    except (NoModelYetError, ServerUnreachableError, ConcurrentUpdateError) as e:
         err.print(f"error: {e}", soft_wrap=True)
         raise typer.Exit(1) from None
     except PermissionError as e:  # store._scoped.TenantAccessError

@@ -16,6 +16,7 @@ import pytest
 from store import (
     BadExampleError,
     BlobStore,
+    ConcurrentUpdateError,
     ExampleStore,
     LocalBlobStore,
     S3BlobStore,
@@ -96,12 +97,12 @@ def test_feed_snapshots_and_load(store: ExampleStore) -> None:
     x, y = _images(10)
     m1, ids1 = store.feed("t", x, y, chunk=4)
     assert (m1.version, list(ids1), len(m1.batches)) == (1, list(range(10)), 3)
-    m2, ids2 = store.feed("t", [x[0]], ["cat"])
-    assert list(ids2) == [10] and m2.classes == ("cat",) and m2.version == 2
+    m2, ids2 = store.feed("t", [x[0]], ["2"])  # a CSV's label: the index 2
+    assert list(ids2) == [10] and m2.classes == () and m2.version == 2
     d1 = store.load("t", 1)
     np.testing.assert_array_equal(d1.x, x)
     np.testing.assert_array_equal(d1.y, y)
-    assert len(store.load("t")) == 11 and store.load("t").classes == ("cat",)
+    assert len(store.load("t")) == 11 and store.load("t").y[-1] == 2
 
 
 def test_refine_switches_examples_and_keeps_old_snapshots(store: ExampleStore) -> None:
@@ -149,7 +150,7 @@ def _bad_feeds() -> list[tuple[str, object, object, str]]:
         ("NaN", nan, y, "example 3.*NaN"),
         ("inf", [x[0], np.full((4, 4, 1), np.inf)], [0, 1], "example 1.*NaN or inf"),
         ("label range", x, [0, 1, 2, 3, 0], "example 3.*outside the output space"),
-        ("too many names", x, ["a", "b", "c", "d", "a"], "example 3.*has 3 classes"),
+        ("a name, indices fed", x, [0, 1, "cat", 2, 0], "example 2.*tenant's labels are class"),
         ("bool label", x[:2], [True, False], "example 0.*not a class index"),
         ("strings", [x[0], "hello"], [0, 1], "example 1.*not numbers"),
         ("count", x, y[:4], "inputs but 4 outputs|more inputs than outputs"),
@@ -169,6 +170,127 @@ def test_bad_batches_are_rejected_whole(
         store.feed("t", inputs, outputs, chunk=2)  # type: ignore[arg-type]
     assert _state(store, "t") == before, case
     np.testing.assert_array_equal(store.load("t").x, x)
+
+
+def test_a_tenants_labels_are_class_names_or_indices_never_both(store: ExampleStore) -> None:
+    """Before, names took indices 0, 1, ... in order of appearance while integers were used
+    as indices: an int 0 fed after the names "7", "3" was stored as class "7". Names: a number
+    is read as its name; too many names are refused."""
+    store.create_tenant("t", IMAGES)
+    x, _ = _images(5)
+    store.feed("t", x[:2], ["7", "3"])
+    m, _ = store.feed("t", x[2:4], np.array([7, 3]))
+    assert m.classes == ("7", "3") and store.load("t").y.tolist() == [0, 1, 0, 1]
+    before = _state(store, "t")
+    with pytest.raises(BadExampleError, match="example 1.*has 3 classes"):
+        store.feed("t", x[:2], ["5", "6"])  # "5" would be the third class, "6" a fourth
+    assert _state(store, "t") == before
+
+
+def test_a_tenants_input_dtype_is_fixed_by_its_first_feed(store: ExampleStore) -> None:
+    """A tenant of uint8 pixels (the trainer scales them by 1/255) takes float inputs that are
+    integers in 0-255, stored as uint8, and refuses others; before, one float batch turned the
+    whole tenant float (unscaled), and a sequence tenant's floats were cast to uint8 (wrapped)."""
+    store.create_tenant("t", SERIES)
+    store.feed("t", [np.array([[10, 20]], np.uint8)], [0])
+    store.feed("t", [np.array([[3.0, 255.0], [0.0, 7.0]])], [1])
+    d = store.load("t")
+    assert d.x.dtype == np.uint8 and d.x[1].tolist() == [[3, 255], [0, 7]]
+    before = _state(store, "t")
+    bad = [np.ones((2, 2)), np.array([[0.5, 1.0]]), np.array([[300.0, 2.0]])]
+    with pytest.raises(BadExampleError, match="example 1.*not an integer in 0-255"):
+        store.feed("t", bad, [0, 1, 1])
+    assert _state(store, "t") == before
+
+
+def test_a_float_tenant_refuses_uint8_inputs(store: ExampleStore) -> None:
+    store.create_tenant("t", IMAGES)
+    x, y = _images(3)
+    store.feed("t", x, y)
+    before = _state(store, "t")
+    with pytest.raises(BadExampleError, match="inputs are uint8 but the tenant's are float32"):
+        store.feed("t", (x * 255).astype(np.uint8), y)
+    assert _state(store, "t") == before and store.load("t").x.dtype == np.float32
+
+
+def test_a_submit_cut_short_before_snapshot_0_is_repaired(store: ExampleStore) -> None:
+    """The schema is written first, snapshot 0 after it: a submit killed between them left a
+    tenant whose every feed failed (IndexError); now it has no examples, and submitting it
+    again writes snapshot 0."""
+    _blobs(store).put_new("tenants/t/schema.txt", str(IMAGES).encode())
+    assert store.manifest("t").n_examples == 0 and store.versions("t") == []
+    store.create_tenant("t", IMAGES)
+    assert store.versions("t") == [0]
+    m, ids = store.feed("t", *_images(2))
+    assert m.version == 1 and list(ids) == [0, 1]
+
+
+def _meanwhile(store: ExampleStore, monkeypatch: pytest.MonkeyPatch, labels: list[str]) -> None:
+    """Another feed of `labels` publishes just before this one's first manifest write."""
+    blobs = _blobs(store)
+    real_put_new = blobs.put_new
+    done = []
+
+    def put_new(key: str, data: bytes) -> bool:
+        if "/manifests/" in key and not done:
+            done.append(key)
+            store.feed("t", _images(len(labels), seed=9)[0], labels)
+        return real_put_new(key, data)
+
+    monkeypatch.setattr(blobs, "put_new", put_new)
+
+
+def test_a_feed_keeps_class_names_another_feed_added_meanwhile(
+    store: ExampleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, any names added by another feed failed this one, though it used only known
+    names; now only names both feeds added clash, and nothing of the failed one is stored."""
+    store.create_tenant("t", IMAGES)
+    x, _ = _images(2)
+    store.feed("t", x, ["cat", "cat"])
+    _meanwhile(store, monkeypatch, ["dog"])
+    m, _ = store.feed("t", x, ["cat", "cat"])
+    assert m.classes == ("cat", "dog") and store.load("t").y.tolist() == [0, 0, 1, 0, 0]
+    monkeypatch.undo()
+    before = _state(store, "t")
+    _meanwhile(store, monkeypatch, ["owl"])
+    with pytest.raises(ConcurrentUpdateError, match="added class names"):
+        store.feed("t", x, ["cat", "emu"])
+    monkeypatch.undo()
+    assert store.manifest("t").classes == ("cat", "dog", "owl")
+    kept = {b.key for b in store.manifest("t").batches}
+    assert set(_blobs(store).list("tenants/t/batches/")) == kept  # none of the failed feed
+    assert before[0] != store.versions("t")  # the other feed's snapshot only
+
+
+def test_a_manifest_write_whose_answer_was_lost_is_not_published_twice(
+    store: ExampleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On S3 a conditional write can go through and its answer be lost: the retry then finds
+    the key taken. Before, the feed published its batches again (examples twice); and when
+    the write raised, it deleted the batches the snapshot now names."""
+    store.create_tenant("t", IMAGES)
+    blobs = _blobs(store)
+    real_put_new = blobs.put_new
+
+    def lost(key: str, data: bytes) -> bool:
+        real_put_new(key, data)
+        return False  # written, answered as if another writer had won
+
+    monkeypatch.setattr(blobs, "put_new", lost)
+    m, ids = store.feed("t", *_images(2))
+    assert (m.version, m.n_examples, list(ids)) == (1, 2, [0, 1])
+    assert store.versions("t") == [0, 1]
+
+    def timed_out(key: str, data: bytes) -> bool:
+        real_put_new(key, data)
+        raise TimeoutError("no answer")
+
+    monkeypatch.setattr(blobs, "put_new", timed_out)
+    with pytest.raises(TimeoutError):
+        store.feed("t", *_images(3, seed=1))
+    monkeypatch.undo()
+    assert store.manifest("t").n_examples == 5 and len(store.load("t")) == 5
 
 
 def test_bad_sequence_rejected(store: ExampleStore) -> None:

@@ -410,6 +410,23 @@ def test_a_server_that_stops_answering_during_a_command_is_named_in_one_line(
     assert gone.value.exit_code == 1
 
 
+def test_a_feed_that_lost_to_another_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """A feed whose class names clashed with another feed's (`store.ConcurrentUpdateError`, a
+    RuntimeError) is one line naming what to do, exit 1; before, a traceback."""
+    import typer
+
+    from store import ConcurrentUpdateError
+    from tenantml.cli.service import _errors
+
+    with pytest.raises(typer.Exit) as lost:
+        with _errors():
+            raise ConcurrentUpdateError(
+                "tenant 'a': ...; nothing of this feed was stored: feed it again"
+            )
+    assert lost.value.exit_code == 1
+    assert "feed it again" in capsys.readouterr().err
+
+
 def test_planner_hands_torch_models_seer_jobs_with_deadline_from_the_cost_estimate() -> None:
     # the image tenant with its CNNs only (its pixel arms are scikit-learn models: no SEER)
     img = _tenant("img", IMG)
