@@ -104,7 +104,8 @@ def _serve(svc: Service) -> dict[str, Any]:
                     refresh_if_stale(svc, progress)
                     jobs = decide_tick(svc, progress)
                     if jobs:
-                        dispatch_tick(svc, progress, jobs)
+                        jobs = dispatch_tick(svc, progress, jobs)  # those sent
+                    if jobs:
                         log_tick(svc, progress, jobs)
                 if should_stop(svc, progress, jobs):
                     break

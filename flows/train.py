@@ -66,13 +66,13 @@ def train(spec: dict[str, Any]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         error: BaseException | None = None
         for job in jobs:
-            if job.tenant not in experiments:
-                schema = store.schema(job.tenant)
-                experiments[job.tenant] = ensure_tenant_experiment(
-                    client, job.tenant, str(schema), [], settings.artifact_location
-                )
-            exp_id = experiments[job.tenant]
             try:
+                if job.tenant not in experiments:
+                    schema = store.schema(job.tenant)
+                    experiments[job.tenant] = ensure_tenant_experiment(
+                        client, job.tenant, str(schema), [], settings.artifact_location
+                    )
+                exp_id = experiments[job.tenant]
                 with _request_lock(settings.home, job):
                     rec = job_record(client, exp_id, job.job_id)
                     earlier = rec is not None and rec.status == "FINISHED"  # an earlier attempt
@@ -86,19 +86,21 @@ def train(spec: dict[str, Any]) -> list[dict[str, Any]]:
             except JobBusyError as e:  # another live process trains it: left to that process
                 print(f"left {job.tenant}/{job.job_id} to another process: {e}")
                 out.append({"job_id": job.job_id, "left": str(e)})
-                slot.job_done()
                 continue
-            except Exception as e:  # the chain goes on; the run fails at the end
+            except (
+                Exception
+            ) as e:  # the chain goes on (its tenant's, too); the run fails at the end
                 if len(jobs) == 1:
                     raise
                 error = error or e
                 continue
+            finally:  # trained, left, failed (before training too) or done before: the slot
+                # needs it no more, so it is let go after the run's last job, not at its end
+                slot.job_done(job.job_id)
             assert rec is not None  # FINISHED: trained now, or by an earlier attempt
             record(client, rec)  # (an earlier attempt: if it ended before its `record`)
             drop_checkpoints(store, rec)  # its model is in MLflow now
             out.append(_summary(rec))
-            if earlier:
-                slot.job_done()
     finally:
         slot.release()
     if error is not None:

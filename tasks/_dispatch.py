@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -97,6 +98,9 @@ class _Base:
     slots: int
     max_attempts: int = 3
     jobs: dict[str, _Job] = field(default_factory=dict)
+    #: runs `poll` found ended and took off `jobs`, not yet returned: a poll cut short (an
+    #: outage while it checks or re-sends a later run) returns them on the next one
+    _ended: list[Done] = field(default_factory=list)
 
     @property
     def in_flight(self) -> list[JobSpec]:
@@ -126,7 +130,9 @@ class _Base:
         raise NotImplementedError
 
     def poll(self) -> list[Done]:
-        done = []
+        """The runs that ended since the last call (a failed one is sent again while it has
+        attempts left), each job of a chained run a `Done`. An exception (an outage) leaves the
+        runs found ended so far to the next call: none is lost."""
         for key, job in list(self.jobs.items()):
             finished, ok, detail = self._state(job.handle)
             if not finished:
@@ -138,7 +144,8 @@ class _Base:
                 job.started = time.monotonic()
                 continue
             del self.jobs[key]
-            done += [Done(spec, ok, elapsed, detail) for spec in job.spec.chain()]
+            self._ended += [Done(spec, ok, elapsed, detail) for spec in job.spec.chain()]
+        done, self._ended = self._ended, []
         return done
 
     def close(self) -> None:
@@ -235,8 +242,23 @@ class DeploymentDispatcher(_Base):
         return fr.id  # type: ignore[union-attr]  # sync call: a FlowRun, not a coroutine
 
     def adopt(self, spec: JobSpec, flow_run_id: str) -> bool:
-        """Track a run a previous scheduler started (if it is still going) instead of a new one;
-        `poll` reports it when it ends, and sends it again if it failed."""
+        """Track a run a previous scheduler started instead of a new one; `poll` reports it
+        when it ends, and sends it again if it failed. False (the caller sends it) when this
+        Prefect server has no such flow run: deleted, or of another server's database (an
+        embedded home later served by `tenantml up`); adopted, every `poll` failed on it, and
+        every restart adopted it again."""
+        from prefect.client.orchestration import get_client
+        from prefect.exceptions import ObjectNotFound
+
+        try:
+            run_id = uuid.UUID(flow_run_id)
+        except ValueError:
+            return False
+        with get_client(sync_client=True) as client:
+            try:
+                client.read_flow_run(run_id)
+            except ObjectNotFound:
+                return False
         self.jobs[self._key(spec)] = _Job(spec, flow_run_id, time.monotonic())
         return True
 

@@ -912,19 +912,30 @@ def decide_tick(svc: Service, progress: Progress) -> list[JobSpec]:
     return jobs
 
 
-def dispatch_tick(svc: Service, progress: Progress, jobs: list[JobSpec]) -> None:
-    """Step 5: tick ``t + 1`` happens: count it and send each of its `jobs` (non-empty), each
-    told to the listeners (`JobDispatched`); after a stop request, no more of them."""
+def dispatch_tick(svc: Service, progress: Progress, jobs: list[JobSpec]) -> list[JobSpec]:
+    """Step 5: tick ``t + 1`` happens: send each of its `jobs` (non-empty), each told to the
+    listeners (`JobDispatched`); after a stop request, no more of them. The tick is counted
+    with its first job sent, and the planner takes back the slot turns of the runs not sent
+    (`Planner.unsent`): an outage part-way raised out of here after the tick was counted, so
+    ``--ticks 1`` ended with nothing sent, and the next run on the slot waited
+    `TURN_PATIENCE_S` for a run that never came. Returns the jobs sent."""
     if not jobs:
         raise ValueError("dispatch_tick needs the tick's jobs; got none (no tick without jobs)")
-    progress.tick += 1
-    progress.ticks_done += 1
-    for spec in jobs:
-        if svc.stop.requested:
-            break
-        svc.dispatcher.submit(spec)
-        for job in spec.chain():
-            _emit(JobDispatched(progress.tick, job.tenant, job.candidate, job.job_id))
+    sent: list[JobSpec] = []
+    try:
+        for spec in jobs:
+            if svc.stop.requested:
+                break
+            svc.dispatcher.submit(spec)
+            if not sent:
+                progress.tick += 1
+                progress.ticks_done += 1
+            sent.append(spec)
+            for job in spec.chain():
+                _emit(JobDispatched(progress.tick, job.tenant, job.candidate, job.job_id))
+    finally:
+        svc.planner.unsent(jobs[len(sent) :])
+    return sent
 
 
 def log_tick(svc: Service, progress: Progress, jobs: list[JobSpec]) -> None:

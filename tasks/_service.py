@@ -726,6 +726,16 @@ class Planner:
             out.append(head)
         return out
 
+    def unsent(self, runs: Sequence[JobSpec]) -> None:
+        """Take back the slot turns of `runs` (decided, in order, and not sent): a run sent
+        after them on their slot waits for the turn before theirs, not for theirs."""
+        for run in reversed(runs):
+            if run.turn is not None and self._last_turn.get(run.slot) == run.turn:
+                if run.after is None:
+                    del self._last_turn[run.slot]
+                else:
+                    self._last_turn[run.slot] = run.after
+
     def _fill(
         self,
         loop: SchedulerLoop,
@@ -837,7 +847,8 @@ def run_job(
     ) as run:
         result: TrainResult | None = None
         hold = slot or SlotHold.of(replace(spec, then=()))
-        with hold.training():  # the slot is held while training (and between a chain's jobs)
+        # the slot is held while training (and between a chain's jobs)
+        with hold.training(spec.job_id):
             started = time.time()  # the trainer's first step follows at once
             timing = {"started_at": started}
             if spec.dispatched_at is not None:
@@ -927,6 +938,7 @@ class SlotHold:
         self.left = jobs
         self.turn, self.after = turn, after
         self._file: Any = None
+        self._done: set[str] = set()  # the jobs counted by `job_done`
 
     @classmethod
     def of(cls, spec: JobSpec) -> SlotHold:
@@ -936,18 +948,24 @@ class SlotHold:
         return cls(os.environ.get(GPU_LOCK_ENV), len(spec.chain()))
 
     @contextmanager
-    def training(self) -> Iterator[None]:
-        """Hold the slot while one job trains (taking it if not held yet)."""
+    def training(self, job: str = "") -> Iterator[None]:
+        """Hold the slot while `job` (its id) trains (taking it if not held yet)."""
         if self.lock and self._file is None:
             self._take(self.lock)
         try:
             yield
         finally:
-            self.job_done()
+            self.job_done(job)
 
-    def job_done(self) -> None:
-        """One of the run's jobs needs the slot no more (it trained, or it will not: an earlier
-        attempt of the run finished it); after the last, the slot is let go."""
+    def job_done(self, job: str = "") -> None:
+        """Job `job` of the run needs the slot no more (it trained, or it will not: an earlier
+        attempt finished it, another process trains it, it failed before training); after
+        the last, the slot is let go. Counted once per named job (the run's flow says so of
+        every job whatever happened; `training` may have said it first)."""
+        if job:
+            if job in self._done:
+                return
+            self._done.add(job)
         self.left -= 1
         if self.left <= 0:
             self.release()

@@ -171,6 +171,11 @@ spec = JobSpec("wine", "logistic_regression", 1, "sent-before-mlflow", 98, "manu
 at = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=20)
 fr = run_deployment("train/train", parameters={"spec": spec.params()}, timeout=0,
                     scheduled_time=at, flow_run_name="wine-sent-before-mlflow")
+# a flow run this server does not hold (deleted, another server's) is not adopted: sent instead
+import uuid
+from tasks._dispatch import DeploymentDispatcher
+d = DeploymentDispatcher(1, {}, pin_gpus=False)
+print(d.adopt(spec, str(uuid.uuid4())), d.adopt(spec, "not-a-run"), d.adopt(spec, str(fr.id)))
 print(fr.id)
 """
 
@@ -179,7 +184,8 @@ def test_a_job_sent_before_its_mlflow_run_existed_is_drained(home: Path, tenants
     """A drain (`run --ticks 0`) adopts the flow runs Prefect still holds, not only the jobs
     MLflow shows RUNNING, and returns once they are recorded (issue 20: a scheduler killed just
     after dispatching left a job the next drain did not wait for)."""
-    _py(home, _SENT_ONLY)
+    adopted = _py(home, _SENT_ONLY).strip().splitlines()[-2]
+    assert adopted == "False False True", adopted
     drain = _cli(home, "run", *_RUN, "--ticks", "0", timeout=300)
     assert "resumed wine logistic_regression" in drain and "1 jobs" in drain, drain
     recs = [r for r in _records(home) if r["job_id"] == "sent-before-mlflow"]

@@ -214,6 +214,36 @@ def test_a_failed_chain_reports_each_job_failed_after_its_attempts() -> None:
     assert "boom" in done[0].detail
 
 
+def test_a_poll_cut_short_by_an_outage_loses_no_ended_run() -> None:
+    """`poll` takes an ended run off the list as it goes; an outage while it checks a later
+    run raised out of it, and the runs it had taken were never reported (no result, no
+    `record`, a left job not pending). Now the next poll returns them."""
+    from dataclasses import dataclass as _dc
+
+    from tasks._dispatch import _Base
+
+    @_dc
+    class Flaky(_Base):
+        down: bool = True
+
+        def _start(self, spec: JobSpec) -> str:
+            return spec.job_id
+
+        def _state(self, handle: Any) -> tuple[bool, bool, str]:
+            if handle == "b" and self.down:
+                raise ConnectionError("the Prefect server does not answer")
+            return handle == "a", True, "COMPLETED"
+
+    d = Flaky(2)
+    for job_id in ("a", "b"):
+        d.submit(JobSpec("t", "svm", 1, job_id, 1, "rate", None, 1))
+    with pytest.raises(ConnectionError):
+        d.poll()
+    d.down = False
+    assert [x.spec.job_id for x in d.poll()] == ["a"] and d.poll() == []
+    assert [s.job_id for s in d.in_flight] == ["b"]
+
+
 @pytest.mark.parametrize("chain_s", [-1.0, float("nan")])
 def test_a_bad_chain_s_is_refused_before_anything_starts(chain_s: float) -> None:
     from tasks._loop import SchedulerOptions

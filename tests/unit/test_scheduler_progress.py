@@ -40,14 +40,21 @@ from tasks.outage import Backoff
 @dataclass
 class FakeDispatcher:
     in_flight: list[JobSpec] = field(default_factory=list)
+    fail_after: int | None = None  # sends that go through before the server goes away
 
     def submit(self, spec: JobSpec) -> None:
+        if self.fail_after is not None and len(self.in_flight) >= self.fail_after:
+            raise ConnectionError("the Prefect server does not answer")
         self.in_flight.append(spec)
 
 
 @dataclass
 class FakePlanner:
     capacity: int = 2
+    taken_back: list[JobSpec] = field(default_factory=list)
+
+    def unsent(self, runs: list[JobSpec]) -> None:
+        self.taken_back += runs
 
 
 @dataclass
@@ -74,6 +81,24 @@ def _spec(tenant: str, model: str) -> JobSpec:
 
 def _progress() -> Progress:
     return Progress(state=None, refreshed=0.0, tick=4, outage=Backoff(60.0))  # type: ignore[arg-type]
+
+
+def test_an_outage_part_way_through_a_tick_counts_it_only_with_a_job_sent() -> None:
+    """The tick is counted with its first job sent; the runs not sent go back to the planner
+    (their slot turns). Before, the tick was counted first: ``--ticks 1`` ended with nothing
+    sent when the server went away at the first job."""
+    svc: Any = FakeService(FakeDispatcher(fail_after=0), StopRequest())
+    progress = _progress()
+    jobs = [_spec("wine", "svm"), _spec("digits", "lenet")]
+    with pytest.raises(ConnectionError):
+        dispatch_tick(svc, progress, jobs)
+    assert (progress.tick, progress.ticks_done) == (4, 0) and svc.planner.taken_back == jobs
+    svc = FakeService(FakeDispatcher(fail_after=1), StopRequest())
+    with pytest.raises(ConnectionError):
+        dispatch_tick(svc, progress, jobs)
+    assert (progress.tick, progress.ticks_done) == (5, 1) and svc.planner.taken_back == jobs[1:]
+    svc = FakeService(FakeDispatcher(), StopRequest())
+    assert dispatch_tick(svc, progress, jobs) == jobs and svc.planner.taken_back == []
 
 
 def test_dispatch_tells_the_listeners_and_a_stop_ends_the_ticks() -> None:

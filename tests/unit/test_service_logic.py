@@ -101,6 +101,23 @@ def test_prefetch_fills_each_slot_with_one_waiting_job() -> None:
         Planner("rate", 1, prefetch=1)
 
 
+def test_runs_not_sent_give_their_slot_turns_back() -> None:
+    """A tick cut short by an outage sends some of its runs: the next run on a slot waits for
+    the last turn sent there, not for the turn of a run that never went (it waited
+    `TURN_PATIENCE_S` for it)."""
+    tenants = [_tenant("a", TAB), _tenant("b", TAB)]
+    planner = Planner("roundrobin", slots=1, prefetch=2, lock_dir="/locks")
+    jobs = planner.decide(_state(tenants, []), in_flight=[], tick=1)
+    assert len(jobs) == 3 and [j.after for j in jobs[1:]] == [j.turn for j in jobs[:-1]]
+    planner.unsent(jobs[1:])  # only the first was sent
+    runs = planner.decide(_state(tenants, []), in_flight=jobs[:1], tick=2)
+    assert runs and runs[0].after == jobs[0].turn
+    planner.unsent(runs)  # none of these went either
+    assert planner.decide(_state(tenants, []), in_flight=jobs[:1], tick=3)[0].after == (
+        jobs[0].turn
+    )
+
+
 def test_on_several_nodes_prefetched_jobs_carry_no_lock_the_worker_holds_its_gpus() -> None:
     """Worker locks (`up --listen`, a cluster): the same jobs, none naming a lock file of the
     scheduler's machine; each waits on its worker's GPU lock, on its node (`SlotHold`)."""
@@ -231,6 +248,19 @@ def test_a_run_lets_its_slot_go_when_a_job_never_trains(tmp_path: Path) -> None:
     chain.release()  # it failed before training: the run ends
     with SlotHold(lock).training():  # the slot is free again (this would wait forever)
         pass
+    # the run's flow says `job_done` of every job whatever happened; a job `training` counted
+    # already is counted once, and the slot goes after the last job, not at the run's end
+    named = SlotHold(lock, jobs=3)
+    with named.training("a"):
+        pass
+    named.job_done("a")  # the flow, after its training
+    named.job_done("b")  # failed before training
+    assert named._file is not None  # "c" may still train
+    with named.training("c"):
+        pass
+    assert named._file is None  # let go after the last job
+    named.job_done("c")  # the flow, after it: nothing more
+    assert named.left == 0
 
 
 def test_runs_take_their_slot_in_the_order_they_were_sent(tmp_path: Path) -> None:
