@@ -28,6 +28,7 @@ tenant i at fraction t of the budget; ``best_i = max_s max_t A[s][i](t)``; test 
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import os
 import signal
@@ -122,6 +123,18 @@ class SystemRun:
         served = [acc for at, acc in self.steps.get(tenant.name, []) if at <= t]
         return served[-1] if served else tenant.chance
 
+    def integral(self, tenant: LiveTenant, lo: float, hi: float) -> float:
+        """``int_lo^hi A(t) dt`` exactly (the served accuracy is a step function): a sampled
+        grid credited each step a grid interval early where it fell between samples, and
+        FLAML's steps, on the quarters, always so."""
+        cuts = sorted({lo, hi, *(at for at, _ in self.steps.get(tenant.name, []) if lo < at < hi)})
+        return sum(self.accuracy(tenant, a) * (b - a) for a, b in itertools.pairwise(cuts))
+
+    def best(self, tenant: LiveTenant) -> float:
+        """``max_t A(t)`` over the budget, t in [0, 1]: every step counts, however short."""
+        steps = self.steps.get(tenant.name, [])
+        return max([tenant.chance, *(acc for at, acc in steps if at <= 1.0)])
+
 
 def _read_csv_tenant(path: Path, label_column: str | None) -> tuple[NDArray[Any], list[str]]:
     from store.loaders import read_csv_rows
@@ -163,16 +176,37 @@ def load_tenants(
         raise ValueError(f"--test-fraction {test_fraction} is not valid: use 0 < f < 1")
     if not directory.is_dir():
         raise ValueError(f"{directory}: not a directory of NAME.csv files or NAME/<label>/ folders")
+    from store import validate_tenant_name
+
     tenants = []
+    sources: dict[str, Path] = {}
     for path in sorted(directory.iterdir()):
-        if path.suffix == ".csv":
-            x, labels = _read_csv_tenant(path, label_column)
-            schema = f"{{input: {{[Tensor[{x.shape[1]}]], []}}, output: {{[Tensor[K]], []}}}}"
-        elif path.is_dir():
-            x, labels, (a, b, c) = _read_image_tenant(path)
-            schema = f"{{input: {{[Tensor[{a}, {b}, {c}]], []}}, output: {{[Tensor[K]], []}}}}"
-        else:
+        if path.suffix != ".csv" and not path.is_dir():
             continue
+        # the tenant's name, checked (and told apart) before anything runs: the service
+        # refused a bad one only at its submit, after FLAML had run; two files of one name
+        # (a_b.csv, A-B.csv) were fed to one tenant
+        name = path.stem.lower().replace("_", "-")
+        try:
+            validate_tenant_name(name)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
+        if name in sources:
+            raise ValueError(
+                f"{sources[name]} and {path} are both tenant {name!r}: rename one of them"
+            )
+        sources[name] = path
+        try:
+            if path.suffix == ".csv":
+                x, labels = _read_csv_tenant(path, label_column)
+                schema = f"{{input: {{[Tensor[{x.shape[1]}]], []}}, output: {{[Tensor[K]], []}}}}"
+            else:
+                x, labels, (a, b, c) = _read_image_tenant(path)
+                schema = f"{{input: {{[Tensor[{a}, {b}, {c}]], []}}, output: {{[Tensor[K]], []}}}}"
+        except ValueError:
+            raise
+        except Exception as e:  # unreadable: a broken link, a folder, no access, a bad image
+            raise ValueError(f"{path}: cannot be read ({type(e).__name__}: {e})") from None
         y = np.asarray(labels, dtype=str)
         classes, counts = np.unique(y, return_counts=True)
         if len(classes) < 2 or counts.min() < 2:
@@ -180,10 +214,14 @@ def load_tenants(
                 f"{path}: needs at least 2 labels with 2 examples each to split; "
                 f"has {dict(zip(classes.tolist(), counts.tolist(), strict=True))}"
             )
-        x_tr, x_te, y_tr, y_te = train_test_split(
-            x, y, test_size=test_fraction, random_state=seed, stratify=y
-        )
-        name = path.stem.lower().replace("_", "-")
+        try:
+            x_tr, x_te, y_tr, y_te = train_test_split(
+                x, y, test_size=test_fraction, random_state=seed, stratify=y
+            )
+        except ValueError as e:  # too few rows for a test part with every class
+            raise ValueError(
+                f"{path}: cannot be split with --test-fraction {test_fraction} ({e})"
+            ) from None
         tenants.append(
             LiveTenant(name, schema.replace("K", str(len(classes))), x_tr, y_tr, x_te, y_te)
         )
@@ -472,14 +510,14 @@ def summarize(
     acc = {
         r.system: np.array([[r.accuracy(t, g) for g in grid] for t in tenants]) for r in runs
     }  # (n, CURVE_POINTS)
-    best = np.max([a.max(axis=1) for a in acc.values()], axis=0)  # (n,)
+    best = np.array([max(r.best(t) for r in runs) for t in tenants])  # (n,)
     aligned = _regret_from_first_job(tenants, runs, best, w)
     summary: dict[str, Any] = {"tenants": list(given), "weights": given, "systems": {}}
     rows = []
     for r in runs:
         a = acc[r.system]
         regret = w @ (best[:, None] - a)  # (CURVE_POINTS,) weighted mean over tenants
-        own_auc = np.trapezoid(best[:, None] - a, grid, axis=1)  # (n,) each tenant's AUC
+        own_auc = best - np.array([r.integral(t, 0.0, 1.0) for t in tenants])  # (n,) AUCs
         realised = best - a[:, -1]
         entry: dict[str, Any] = {
             "mean_test_accuracy": {
@@ -566,12 +604,12 @@ def _regret_from_first_job(
     window = 1.0 - max(shifts.values())
     if window <= 0:
         return {}
-    u = np.linspace(0.0, window, CURVE_POINTS)
     out = {}
     for r in runs:
         if r.system in shifts:
-            a = np.array([[r.accuracy(t, x + shifts[r.system]) for x in u] for t in tenants])
-            out[r.system] = float(np.trapezoid(w @ (best[:, None] - a), u) / window)
+            f = shifts[r.system]
+            served = np.array([r.integral(t, f, f + window) for t in tenants]) / window  # (n,)
+            out[r.system] = float(w @ (best - served))
     return out
 
 
@@ -681,7 +719,7 @@ def run_bench_live(
         runs.sort(key=lambda r: list(systems).index(r.system))
         summary, rows = summarize(split, runs, weights)
         summary.update(budget_s=budget_s, slots=slots, seed=seed + k,
-                       test_fraction=test_fraction)  # fmt: skip
+                       test_fraction=test_fraction, service_args=list(extra_args))  # fmt: skip
         return summary, rows
 
     wall = expected_wall_s(systems, budget_s, slots) * repeats

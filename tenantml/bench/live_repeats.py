@@ -76,6 +76,15 @@ def _check_comparable(summaries: Sequence[dict[str, Any]]) -> None:
                     f"splits differ in {key}: {s[key]!r} (seed {s['seed']}) against "
                     f"{first[key]!r} (seed {first['seed']}); combine runs of one comparison"
                 )
+    # the regret is weighted, and the service's options (`--max-epochs`) shape what it serves;
+    # a split written before `service_args` was recorded is not checked on it
+    for key in ("weights", "service_args"):
+        for s in summaries[1:]:
+            if key in s and key in first and s[key] != first[key]:
+                raise ValueError(
+                    f"splits differ in {key}: {s[key]!r} (seed {s['seed']}) against "
+                    f"{first[key]!r} (seed {first['seed']}); combine runs of one comparison"
+                )
     seeds = [s["seed"] for s in summaries]
     twice = sorted({k for k in seeds if seeds.count(k) > 1})
     if twice:
@@ -123,8 +132,8 @@ def combine_repeats(
             entry["loss_realised_mean"] = mean_se([e["realised_mean"] for e in estimated])
             rhos = [e.get("rank_correlation") for e in estimated]
             rhos = [r for r in rhos if r is not None]
-            if rhos:
-                entry["loss_estimate_rank_correlation"] = mean_se(rhos)
+            if rhos:  # and over how many splits (undefined where all realised losses were 0)
+                entry["loss_estimate_rank_correlation"] = {**mean_se(rhos), "splits": len(rhos)}
         for key, out_key in (
             ("test_regret_auc", f"auc_minus_{ref}"),
             ("test_regret_from_first_job", f"from_first_job_minus_{ref}"),
@@ -163,6 +172,7 @@ def combine_repeats(
         "budget_s": first["budget_s"],
         "slots": first["slots"],
         "test_fraction": first["test_fraction"],
+        "service_args": first.get("service_args"),
         "systems": systems,
     }
     by_key: dict[tuple[str, float], list[dict[str, Any]]] = {}

@@ -46,7 +46,11 @@ err_console = Console(stderr=True)
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    # escaped: a message's own brackets are text (`pip install 'tenantml[peers]'` lost its
+    # "[peers]" as a markup tag)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -598,7 +602,8 @@ def _rho(value: float | dict[str, float] | None) -> str:
     if value is None:
         return "-"
     if isinstance(value, dict):
-        return f"{value['mean']:.2f} ± {value['se']:.2f}"
+        splits = f" ({value['splits']} splits)" if "splits" in value else ""
+        return f"{value['mean']:.2f} ± {value['se']:.2f}{splits}"
     return f"{value:.2f}"
 
 

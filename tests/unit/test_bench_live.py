@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -86,6 +87,38 @@ def test_bad_tenant_directories_are_named(
         load_tenants(tmp_path, **kwargs)  # type: ignore[arg-type]
 
 
+def test_unreadable_or_clashing_tenants_are_named_before_anything_runs(tmp_path: Path) -> None:
+    """Each refused by `load_tenants` (so before FLAML or the service starts) in one line that
+    names the file; before, a bad name was refused only by the service's submit, after FLAML
+    had run, two files of one name were fed to one tenant, and an unreadable file was a
+    traceback."""
+    rows = [[i, "ab"[i % 2]] for i in range(8)]
+
+    def refused(message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            load_tenants(tmp_path)
+        for path in tmp_path.iterdir():
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+
+    _csv(tmp_path / "2024 sales.csv", rows, ["x", "label"])
+    refused(r"2024 sales.csv: tenant name '2024 sales' is not valid")
+    _csv(tmp_path / "a_b.csv", rows, ["x", "label"])
+    _csv(tmp_path / "A-B.csv", rows, ["x", "label"])
+    refused(r"A-B.csv and .*a_b.csv are both tenant 'a-b'")
+    (tmp_path / "gone.csv").symlink_to(tmp_path / "nowhere.csv")
+    refused(r"gone.csv: cannot be read \(FileNotFoundError")
+    (tmp_path / "odd.csv").mkdir()
+    refused(r"odd.csv: cannot be read \(IsADirectoryError")
+    (tmp_path / "pics" / "cat").mkdir(parents=True)
+    (tmp_path / "pics" / "cat" / "0.png").write_bytes(b"not a png")
+    refused(r"pics: cannot be read \(UnidentifiedImageError")
+    _csv(tmp_path / "t.csv", [[i, "abc"[i % 3]] for i in range(6)], ["x", "label"])
+    refused(r"t.csv: cannot be split with --test-fraction 0.25")
+
+
 def _tenant(name: str, test: list[str], train: list[str]) -> LiveTenant:
     x = np.zeros((len(test), 1), np.float32)
     return LiveTenant(name, "", x, np.array(train), x, np.array(test))
@@ -106,10 +139,9 @@ def test_summary_quarters_regret_auc_and_loss_calibration() -> None:
     assert s["mean_test_accuracy"]["q25"] == pytest.approx(0.375)  # both at chance
     assert s["mean_test_accuracy"]["q100"] == pytest.approx((1.0 + 0.25) / 2)
     # best per tenant over both systems: a 1.0, b 1.0; fast's regret is (0.25 + 0.75) / 2 = 0.5
-    # before t = 0.5 and 0.125 from there on (the grid samples the steps)
-    grid = np.linspace(0, 1, CURVE_POINTS)
-    regret = np.where(grid < 0.5, 0.5, 0.125)
-    assert f["test_regret_auc"] == pytest.approx(float(np.trapezoid(regret, grid)))
+    # before t = 0.5 and 0.125 from there on, integrated exactly (a grid's trapezoids
+    # credited the step at 0.5 half a grid interval early: 0.3078)
+    assert f["test_regret_auc"] == pytest.approx(0.5 * 0.5 + 0.125 * 0.5)
     assert f["test_regret_auc"] < s["test_regret_auc"]
     # loss estimates at the end (0.1, 0.0) against the realised test loss (0.25, 0.0)
     cal = f["loss_estimate"]
@@ -160,6 +192,23 @@ def test_the_regret_from_each_services_first_job_leaves_its_start_up_out() -> No
     )
 
 
+def test_the_regret_auc_integrates_the_served_steps_exactly() -> None:
+    """A step on a grid point (FLAML's, at the quarters) and one just before it: the earlier
+    is the better, by what it served earlier; a grid's trapezoids credited both the same. A
+    model served for less than a grid interval counts in ``best_i``."""
+    a = _tenant("a", ["p", "p", "x", "x"], ["p", "p", "x"])  # chance 1/2
+    on_grid = SystemRun("flaml", {"a": [(0.25, 1.0)]}, {}, 0, 9.0)
+    earlier = SystemRun("live", {"a": [(0.25 - 1 / 80, 1.0)]}, {}, 0, 9.0)
+    brief = SystemRun("brief", {"a": [(0.30, 0.75), (0.31, 1.0), (0.315, 0.75)]}, {}, 0, 9.0)
+    summary, _ = summarize([a], [on_grid, earlier, brief])
+    auc = {k: v["test_regret_auc"] for k, v in summary["systems"].items()}
+    assert auc["flaml"] == pytest.approx(0.5 * 0.25)
+    assert auc["flaml"] - auc["live"] == pytest.approx(0.5 / 80)
+    assert auc["brief"] == pytest.approx(0.5 * 0.30 + 0.25 * 0.01 + 0.25 * 0.685)
+    alone = summarize([a], [brief])[0]["systems"]["brief"]["test_regret_auc"]
+    assert alone == auc["brief"]  # its own 1.0, between two grid points, is best_i
+
+
 def test_weights_weight_the_regret() -> None:
     """The same runs as above with b's weight 3: fast's regret before t = 0.5 is
     (1 x 0.25 + 3 x 0.75) / 4 = 0.625, from there on (1 x 0.25 + 3 x 0) / 4 = 0.0625."""
@@ -168,10 +217,8 @@ def test_weights_weight_the_regret() -> None:
     fast = SystemRun("fast", {"a": [(0.0, 0.75)], "b": [(0.5, 1.0)]}, {}, 3, 9.0)
     slow = SystemRun("slow", {"a": [(0.5, 1.0)], "b": []}, {}, 0, 9.0)
     summary, _ = summarize([a, b], [fast, slow], {"b": 3.0})
-    grid = np.linspace(0, 1, CURVE_POINTS)
-    regret = np.where(grid < 0.5, 0.625, 0.0625)
     auc = summary["systems"]["fast"]["test_regret_auc"]
-    assert auc == pytest.approx(float(np.trapezoid(regret, grid)))
+    assert auc == pytest.approx(0.625 * 0.5 + 0.0625 * 0.5)
     assert summary["weights"] == {"a": 1.0, "b": 3.0}
 
 
@@ -237,7 +284,7 @@ def test_repeats_combine_per_split_summaries_paired_by_split() -> None:
     a = _tenant("a", ["p", "p", "x", "x"], ["p", "p", "x"])
     b = _tenant("b", ["q", "x", "x", "x"], ["q", "q", "x"])
     fast = SystemRun("fast", {"a": [(0.0, 0.75)], "b": [(0.5, 1.0)]}, {"a": 0.1, "b": 0.0}, 3, 9.0)
-    slow = SystemRun("slow", {"a": [(0.5, 1.0)], "b": []}, {}, 0, 9.0)
+    slow = SystemRun("slow", {"a": [(0.4, 1.0)], "b": []}, {}, 0, 9.0)
     same = SystemRun("slow", fast.steps, {}, 3, 9.0)
     splits = [summarize([a, b], [fast, slow]), summarize([a, b], [fast, same])]
     for k, (summary, _) in enumerate(splits):
@@ -263,7 +310,7 @@ def test_repeats_combine_per_split_summaries_paired_by_split() -> None:
     assert "auc_minus_fast" not in combined["systems"]["fast"]
     # per tenant: each tenant's own AUC, whose mean is the system's; the pairing says where
     # the difference comes from: on the first split slow serves a better model of a later
-    # (1.0 from half-way, chance 2/3 before, against 0.75 throughout) and nothing for b
+    # (1.0 from 0.4, chance 1/2 before, against 0.75 throughout) and nothing for b
     for summary, _ in splits:
         for entry in summary["systems"].values():
             own = entry["test_regret_auc_by_tenant"]
@@ -297,6 +344,14 @@ def test_repeats_combine_per_split_summaries_paired_by_split() -> None:
     )
     with pytest.raises(ValueError, match="splits ran different systems"):
         combine_repeats([splits[0][0], {**splits[1][0], "systems": {"fast": {}}}], [])
+    # the regret is weighted, and the service's options shape what it serves
+    with pytest.raises(ValueError, match="splits differ in weights"):
+        combine_repeats([splits[0][0], {**splits[1][0], "weights": {"a": 3.0, "b": 1.0}}], [])
+    with pytest.raises(ValueError, match="splits differ in service_args"):
+        combine_repeats(
+            [{**splits[0][0], "service_args": []},
+             {**splits[1][0], "service_args": ["--max-epochs", "3"]}], []
+        )  # fmt: skip
     # with first jobs (services), the regret from them is combined and paired the same way
     timed = [
         summarize([a, b], [replace(fast, first_job_t=0.0), replace(x, first_job_t=0.0)])[0]
@@ -459,3 +514,11 @@ def test_an_unreadable_tracking_store_is_named_before_anything_runs(
             out.output
         )
         assert not (tmp_path / "o").exists()
+
+
+def test_an_error_keeps_its_brackets(capsys: pytest.CaptureFixture[str]) -> None:
+    """`pip install 'tenantml[peers]'` lost its "[peers]" as a Rich markup tag."""
+    from tenantml.cli.app import _fail
+
+    assert _fail("flaml is an optional peer: pip install 'tenantml[peers]'").exit_code == 2
+    assert "pip install 'tenantml[peers]'" in capsys.readouterr().err
