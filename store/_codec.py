@@ -127,13 +127,13 @@ def encode_values(dt: DataType, items: Any, side: str = "input") -> Encoded:
             raise BadExampleError(
                 0, f"batch shape {items.shape} is not (n, {', '.join(map(str, shape))})", side
             )
+        if len(items) == 0:  # before the checks: an empty batch is that, not a shape error
+            raise ValueError("the batch is empty: give at least one example")
         arr = _as_float(items, 0, side, check_finite=False)
         if arr.dtype != np.uint8:
             bad = ~np.isfinite(arr.reshape(len(arr), -1)).all(axis=1)
             if bad.any():
                 raise BadExampleError(int(np.argmax(bad)), "contains NaN or inf", side)
-        if len(arr) == 0:
-            raise ValueError("the batch is empty: give at least one example")
         return Encoded(arr, None)
     rows = []
     for i, item in enumerate(items):

@@ -69,11 +69,12 @@ class TenantScopedStore:
         return [t for t in self._store.tenants() if t == self.tenant]
 
     def __getattr__(self, attr: str) -> Any:
-        value = getattr(self._store, attr)
+        value = getattr(self._store, attr)  # an unknown name: AttributeError (dunders too)
         if attr not in self._PER_TENANT:
-            if attr == "blobs":
+            if attr == "blobs" or attr.startswith("_"):  # `_publish` took any tenant's name
                 raise TenantAccessError(
-                    f"tenant {self.tenant!r}: the raw blob store is the operator's"
+                    f"tenant {self.tenant!r}: {attr} (the raw blob store, the store's own "
+                    "helpers) is the operator's"
                 )
             return value
 

@@ -68,6 +68,7 @@ def encode_batch(schema: Schema, inputs: Any, lengths: Any = None) -> InferenceB
     if isinstance(inputs, InferenceBatch):
         return inputs
     if lengths is not None:
+        _check_lengths(inputs, lengths)
         laid_out = _padded_batch(schema, inputs, lengths)
         if laid_out is not None:
             return laid_out
@@ -76,6 +77,22 @@ def encode_batch(schema: Schema, inputs: Any, lengths: Any = None) -> InferenceB
     if enc.lengths is None:
         return InferenceBatch(enc.values, None)
     return InferenceBatch(pad(enc.values, enc.lengths), enc.lengths)
+
+
+def _check_lengths(inputs: Any, lengths: Any) -> None:
+    """Padded sequences' `lengths`: one per row, each an integer in 1..the row's steps (a
+    negative or too large one was cut Python-style: ``-1`` kept all but the last step)."""
+    from store import BadExampleError
+
+    if len(lengths) != len(inputs):
+        raise ValueError(f"{len(lengths)} lengths for {len(inputs)} inputs: give one per input")
+    for i, (row, t) in enumerate(zip(inputs, lengths, strict=True)):
+        steps = len(np.asarray(row))
+        whole = isinstance(t, int | np.integer) and not isinstance(t, bool | np.bool_)
+        if not whole or not 1 <= int(t) <= steps:
+            raise BadExampleError(
+                i, f"length {t!r} is not an integer in 1..{steps} (its row's steps)", "input"
+            )
 
 
 def encode_for_inference(

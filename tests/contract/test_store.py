@@ -72,6 +72,9 @@ def test_create_and_list_tenants(store: ExampleStore) -> None:
             store.create_tenant("a", IMAGES)
         with pytest.raises(TenantAccessError, match="raw blob store"):
             store.blobs  # noqa: B018
+        with pytest.raises(TenantAccessError, match="_publish"):  # it took any tenant's name
+            store._publish  # noqa: B018
+        assert not hasattr(store, "__deepcopy__")  # a dunder is still an AttributeError
         return
     assert store.tenants() == []
     store.create_tenant("a", IMAGES)

@@ -71,6 +71,12 @@ def test_padded_sequences_are_encoded_once() -> None:
     wide[1, 1, 0] = np.inf
     with pytest.raises(BadExampleError, match="example 1 rejected"):
         encode_batch(SEQ, wide, [2, 4])
+    # lengths out of range were cut Python-style (-1: all but the last step; 9: all 6)
+    for bad, example in (([-1, 4], 0), ([2, 9], 1), ([2, 2.5], 1), ([True, 2], 0)):
+        with pytest.raises(BadExampleError, match=f"example {example} .*not an integer in 1..6"):
+            encode_batch(SEQ, wide, bad)
+    with pytest.raises(ValueError, match="1 lengths for 2 inputs"):
+        encode_batch(SEQ, wide, [2])
     form = pyfunc_input(SEQ, rows)
     assert isinstance(form, dict) and form["x"].dtype == np.float32
     flat = pyfunc_input(Schema(input=Tensor(2), output=Tensor(2)), [[0, 1]])
