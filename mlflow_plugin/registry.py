@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,6 +155,21 @@ def model_versions(client: MlflowClient, tenant: str, *, page_size: int = 10_000
         token = page.token
         if not token:
             return out
+
+
+def served_versions(versions: Iterable[Any]) -> list[Any]:
+    """The versions ``best`` pointed at, in the order they were registered (MLflow
+    ``ModelVersion``s of one tenant): each registration moves ``best`` when it `beats` the one
+    before, as `settle_best` settles it (a tie keeps the earlier). A version registered beside
+    a better one (two jobs that read the same old best) was never served."""
+    out: list[Any] = []
+    current: BestModel | None = None
+    for mv in sorted(versions, key=lambda v: (v.creation_timestamp, int(v.version))):
+        accuracy, snapshot = _accuracy(mv.tags), _snapshot(mv.tags)
+        if beats(accuracy, current, snapshot=snapshot):
+            current = BestModel(str(mv.version), accuracy, mv.run_id or "", "", "", snapshot)
+            out.append(mv)
+    return out
 
 
 def settle_best(client: MlflowClient, tenant: str) -> BestModel | None:

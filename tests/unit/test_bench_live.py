@@ -9,6 +9,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -522,3 +523,32 @@ def test_an_error_keeps_its_brackets(capsys: pytest.CaptureFixture[str]) -> None
 
     assert _fail("flaml is an optional peer: pip install 'tenantml[peers]'").exit_code == 2
     assert "pip install 'tenantml[peers]'" in capsys.readouterr().err
+
+
+def test_flaml_serves_each_fit_from_when_it_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A nested fit that overruns its quarter (FLAML retrains on all the rows after its
+    search) is served from when it ended, not from the quarter; one past the share not at
+    all. A stand-in AutoML whose fits take their budget plus a fifth of the share."""
+    import sys
+    import types
+
+    import tenantml.bench.live as live
+
+    clock = [0.0]
+    share = 10.0  # budget_s x slots / n: 20 s for 2 tenants
+
+    class AutoML:
+        def fit(self, x: Any, y: Any, *, time_budget: float, **kwargs: Any) -> None:
+            clock[0] += time_budget + 0.2 * share
+            self.label = y[0]
+
+        def predict(self, x: Any) -> Any:
+            return np.full(len(x), self.label)
+
+    monkeypatch.setitem(sys.modules, "flaml", types.SimpleNamespace(AutoML=AutoML))
+    monkeypatch.setattr(live.time, "monotonic", lambda: clock[0])
+    a = _tenant("a", ["p", "p", "x", "x"], ["p", "p", "x"])
+    b = _tenant("b", ["q", "x", "x", "x"], ["q", "q", "x"])
+    run = live.run_flaml([a, b], budget_s=20.0)
+    assert [t for t, _ in run.steps["a"]] == pytest.approx([0.45, 0.7, 0.95])  # 1.2: dropped
+    assert [acc for _, acc in run.steps["a"]] == [0.5] * 3
