@@ -96,7 +96,7 @@ def train(spec: dict[str, Any]) -> list[dict[str, Any]]:
                 continue
             finally:  # trained, left, failed (before training too) or done before: the slot
                 # needs it no more, so it is let go after the run's last job, not at its end
-                slot.job_done(job.job_id)
+                slot.job_done(f"{job.tenant}/{job.job_id}")
             assert rec is not None  # FINISHED: trained now, or by an earlier attempt
             record(client, rec)  # (an earlier attempt: if it ended before its `record`)
             drop_checkpoints(store, rec)  # its model is in MLflow now

@@ -160,12 +160,15 @@ def model_versions(client: MlflowClient, tenant: str, *, page_size: int = 10_000
 def served_versions(versions: Iterable[Any]) -> list[Any]:
     """The versions ``best`` pointed at, in the order they were registered (MLflow
     ``ModelVersion``s of one tenant): each registration moves ``best`` when it `beats` the one
-    before, as `settle_best` settles it (a tie keeps the earlier). A version registered beside
-    a better one (two jobs that read the same old best) was never served."""
+    before, as `settle_best` settles it (a tie keeps the earlier; a version of unknown accuracy,
+    NaN, is never pointed at). A version registered beside a better one (two jobs that read
+    the same old best) was never served."""
     out: list[Any] = []
     current: BestModel | None = None
     for mv in sorted(versions, key=lambda v: (v.creation_timestamp, int(v.version))):
         accuracy, snapshot = _accuracy(mv.tags), _snapshot(mv.tags)
+        if math.isnan(accuracy):  # `settle_best` never points `best` at one
+            continue
         if beats(accuracy, current, snapshot=snapshot):
             current = BestModel(str(mv.version), accuracy, mv.run_id or "", "", "", snapshot)
             out.append(mv)

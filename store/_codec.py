@@ -209,7 +209,7 @@ def encode_labels(
         if isinstance(label, float) and label.is_integer():
             label = int(label)
         if by_index and isinstance(label, str):
-            if not label.strip().isdigit():
+            if not (label.strip().isascii() and label.strip().isdigit()):
                 raise BadExampleError(
                     i,
                     f"label {label!r} is not a class index in [0, {n_classes}), and the "

@@ -330,6 +330,13 @@ class ExampleStore:
                         f"tenant {name!r}: another feed added class names {theirs} while this "
                         f"one added {classes}; nothing of this feed was stored: feed it again"
                     )
+                # two first feeds, one of indices, one of names: the one that lost would mix
+                if class_out and m.next_id and by_index is not None and by_index != (not m.classes):
+                    kind = "class names" if m.classes else "class indices"
+                    raise ConcurrentUpdateError(
+                        f"tenant {name!r}: another feed gave its labels as {kind} meanwhile; "
+                        "nothing of this feed was stored: feed it again"
+                    )
                 if m.input_dtype not in (None, dtype) and fixed:
                     raise ConcurrentUpdateError(
                         f"tenant {name!r}: another feed fixed its inputs as {m.input_dtype} "
@@ -346,8 +353,9 @@ class ExampleStore:
         except BaseException:
             self._discard_unpublished(name, [key for key, _ in written])
             raise
-        first = new.next_id - offset
-        return new, range(first, new.next_id)
+        # the ids of this feed's own batches (after a lost answer, a later snapshot's may follow)
+        first = next(b.first_id for b in new.batches if b.key == written[0][0])
+        return new, range(first, first + offset)
 
     def _discard_unpublished(self, name: str, keys: list[str]) -> None:
         """Delete a failed feed's batches, unless the latest snapshot names them (the manifest's

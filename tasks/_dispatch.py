@@ -64,9 +64,10 @@ class Dispatcher(Protocol):
         """Start the `train` run of `spec` (stamped with ``dispatched_at``); never waits for it."""
         ...
 
-    def adopt(self, spec: JobSpec, flow_run_id: str) -> bool:
+    def adopt(self, spec: JobSpec, flow_run_id: str, *, listed: bool = False) -> bool:
         """Track the flow run `flow_run_id` an earlier scheduler started for `spec`, instead of
-        starting a new one; False when this back-end cannot (the caller then submits `spec`)."""
+        starting a new one; False when this back-end cannot (the caller then submits `spec`).
+        ``listed``: the back-end has just listed the run (`left_going`): it exists."""
         ...
 
     def left_going(self) -> list[tuple[JobSpec, str]]:
@@ -114,7 +115,7 @@ class _Base:
         spec = replace(spec, dispatched_at=time.time())
         self.jobs[self._key(spec)] = _Job(spec, self._start(spec), time.monotonic())
 
-    def adopt(self, spec: JobSpec, flow_run_id: str) -> bool:
+    def adopt(self, spec: JobSpec, flow_run_id: str, *, listed: bool = False) -> bool:
         """Nothing to adopt unless a back-end says otherwise: False (the caller submits)."""
         return False
 
@@ -241,12 +242,20 @@ class DeploymentDispatcher(_Base):
         )
         return fr.id  # type: ignore[union-attr]  # sync call: a FlowRun, not a coroutine
 
-    def adopt(self, spec: JobSpec, flow_run_id: str) -> bool:
+    def adopt(self, spec: JobSpec, flow_run_id: str, *, listed: bool = False) -> bool:
         """Track a run a previous scheduler started instead of a new one; `poll` reports it
         when it ends, and sends it again if it failed. False (the caller sends it) when this
         Prefect server has no such flow run: deleted, or of another server's database (an
         embedded home later served by `tenantml up`); adopted, every `poll` failed on it, and
-        every restart adopted it again."""
+        every restart adopted it again. ``listed`` (by `left_going`): not read again."""
+        if not listed and not self._exists(flow_run_id):
+            return False
+        self.jobs[self._key(spec)] = _Job(spec, flow_run_id, time.monotonic())
+        return True
+
+    @staticmethod
+    def _exists(flow_run_id: str) -> bool:
+        """Whether this Prefect server holds flow run `flow_run_id`."""
         from prefect.client.orchestration import get_client
         from prefect.exceptions import ObjectNotFound
 
@@ -259,7 +268,6 @@ class DeploymentDispatcher(_Base):
                 client.read_flow_run(run_id)
             except ObjectNotFound:
                 return False
-        self.jobs[self._key(spec)] = _Job(spec, flow_run_id, time.monotonic())
         return True
 
     def left_going(self) -> list[tuple[JobSpec, str]]:

@@ -601,7 +601,7 @@ def resume_orphans(svc: Service) -> Progress:
     finished = {(r.tenant, r.job_id) for r in state.records if r.status == "FINISHED"}
     for spec, flow_run_id in held:
         jobs = {(j.tenant, j.job_id) for j in spec.chain()}  # a chained run: all its jobs
-        if jobs & taken or not svc.dispatcher.adopt(spec, flow_run_id):
+        if jobs & taken or not svc.dispatcher.adopt(spec, flow_run_id, listed=True):
             continue
         taken |= jobs
         told |= jobs & finished
@@ -627,13 +627,20 @@ def resume_orphans(svc: Service) -> Progress:
             left[(job.tenant, job.job_id)] = (spec, time.monotonic())
             continue
         spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
-        if not (job.flow_run_id and svc.dispatcher.adopt(spec, job.flow_run_id)):
+        if not (job.flow_run_id and _adopted(svc, spec, job.flow_run_id)):
             svc.dispatcher.submit(spec)
         _resumed(spec)
     progress = Progress(state, refreshed, last_tick, Backoff(svc.patience_s), told=told,
                         left=left)  # fmt: skip
     svc.stop.told = progress.told  # `Stopping` counts the jobs left going
     return progress
+
+
+def _adopted(svc: Service, spec: JobSpec, flow_run_id: str) -> bool:
+    """`Dispatcher.adopt` of a run MLflow names (checked on Prefect: an outage waited out, as
+    `left_going`'s list is)."""
+    adopt = functools.partial(svc.dispatcher.adopt, spec, flow_run_id)
+    return ride_out(adopt, what="scheduler", settings=svc.settings, patience_s=svc.patience_s)
 
 
 def _resumed(spec: JobSpec) -> None:

@@ -848,7 +848,7 @@ def run_job(
         result: TrainResult | None = None
         hold = slot or SlotHold.of(replace(spec, then=()))
         # the slot is held while training (and between a chain's jobs)
-        with hold.training(spec.job_id):
+        with hold.training(f"{spec.tenant}/{spec.job_id}"):
             started = time.time()  # the trainer's first step follows at once
             timing = {"started_at": started}
             if spec.dispatched_at is not None:
@@ -949,7 +949,8 @@ class SlotHold:
 
     @contextmanager
     def training(self, job: str = "") -> Iterator[None]:
-        """Hold the slot while `job` (its id) trains (taking it if not held yet)."""
+        """Hold the slot while `job` (``tenant/job_id``: job ids repeat across tenants, and a
+        chain may mix tenants) trains (taking it if not held yet)."""
         if self.lock and self._file is None:
             self._take(self.lock)
         try:

@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 
 from store import is_class_output
 from store.schema import Schema
-from trainers._data import encode_for_inference
+from trainers._data import encode_batch
 
 __all__ = ["TrainedModel"]
 
@@ -42,9 +42,8 @@ class TrainedModel:
         Sequences come as a list of ``(T_i, *S)`` arrays, or padded ``(n, T_max, *S)`` with
         `lengths` ``(n,)``.
         """
-        if lengths is not None:
-            inputs = [row[: int(t)] for row, t in zip(inputs, lengths, strict=True)]
-        x, lengths = encode_for_inference(self.schema, inputs)
+        batch = encode_batch(self.schema, inputs, lengths)  # lengths checked, rows cut
+        x, lengths = batch.x, batch.lengths
         if self.family == "sklearn":
             return np.asarray(self.net.predict(x.reshape(len(x), -1)))
         import torch

@@ -190,6 +190,30 @@ def test_a_tenants_labels_are_class_names_or_indices_never_both(store: ExampleSt
     assert _state(store, "t") == before
 
 
+def test_two_first_feeds_of_names_and_indices_do_not_mix(
+    store: ExampleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each feed took its label kind from the snapshot it read: an index feed landed on
+    names (its 0 and 1 read as "cat" and "dog"), or names on indices. The second is refused
+    (nothing stored) and feeding it again is refused in one line as the wrong kind."""
+    store.create_tenant("t", IMAGES)
+    _meanwhile(store, monkeypatch, ["cat"])
+    with pytest.raises(ConcurrentUpdateError, match="as class names meanwhile"):
+        store.feed("t", _images(2)[0], [0, 1])
+    monkeypatch.undo()
+    assert store.load("t").y.tolist() == [0] and store.manifest("t").classes == ("cat",)
+    assert set(_blobs(store).list("tenants/t/batches/")) == {
+        b.key for b in store.manifest("t").batches
+    }
+    with pytest.raises(BadExampleError, match="has 3 classes"):  # 0, 1 read as names now
+        store.feed("t", _images(3)[0], ["a", 0, 1])
+    if not isinstance(store, TenantScopedStore):  # a second tenant (the scoped view has one)
+        store.create_tenant("u", IMAGES)
+        store.feed("u", _images(1)[0], [2])
+        with pytest.raises(BadExampleError, match="example 0.*not a class index"):
+            store.feed("u", _images(1)[0], ["\u00b3"])  # a superscript 3: a digit, no index
+
+
 def test_a_tenants_input_dtype_is_fixed_by_its_first_feed(store: ExampleStore) -> None:
     """A tenant of uint8 pixels (the trainer scales them by 1/255) takes float inputs that are
     integers in 0-255, stored as uint8, and refuses others; before, one float batch turned the
@@ -284,6 +308,21 @@ def test_a_manifest_write_whose_answer_was_lost_is_not_published_twice(
     m, ids = store.feed("t", *_images(2))
     assert (m.version, m.n_examples, list(ids)) == (1, 2, [0, 1])
     assert store.versions("t") == [0, 1]
+    # lost, and another feed published before the retry read: the ids are still this feed's
+    once = []
+
+    def lost_then_other(key: str, data: bytes) -> bool:
+        real_put_new(key, data)
+        if not once:
+            once.append(key)
+            monkeypatch.setattr(blobs, "put_new", real_put_new)
+            store.feed("t", *_images(3, seed=2))  # ids 4-6, published as snapshot 3
+        return False
+
+    monkeypatch.setattr(blobs, "put_new", lost_then_other)
+    m, ids = store.feed("t", *_images(2, seed=3))
+    assert (m.version, list(ids)) == (3, [2, 3]) and store.manifest("t").n_examples == 7
+    monkeypatch.setattr(blobs, "put_new", real_put_new)
 
     def timed_out(key: str, data: bytes) -> bool:
         real_put_new(key, data)
@@ -293,7 +332,7 @@ def test_a_manifest_write_whose_answer_was_lost_is_not_published_twice(
     with pytest.raises(TimeoutError):
         store.feed("t", *_images(3, seed=1))
     monkeypatch.undo()
-    assert store.manifest("t").n_examples == 5 and len(store.load("t")) == 5
+    assert store.manifest("t").n_examples == 10 and len(store.load("t")) == 10
 
 
 def test_bad_sequence_rejected(store: ExampleStore) -> None:

@@ -118,6 +118,8 @@ def test_unreadable_or_clashing_tenants_are_named_before_anything_runs(tmp_path:
     refused(r"pics: cannot be read \(UnidentifiedImageError")
     _csv(tmp_path / "t.csv", [[i, "abc"[i % 3]] for i in range(6)], ["x", "label"])
     refused(r"t.csv: cannot be split with --test-fraction 0.25")
+    (tmp_path / "utf16.csv").write_bytes("x,label\n1,a\n".encode("utf-16"))
+    refused(r"utf16.csv: cannot be read \(UnicodeDecodeError")
 
 
 def _tenant(name: str, test: list[str], train: list[str]) -> LiveTenant:
@@ -527,8 +529,8 @@ def test_an_error_keeps_its_brackets(capsys: pytest.CaptureFixture[str]) -> None
 
 def test_flaml_serves_each_fit_from_when_it_ended(monkeypatch: pytest.MonkeyPatch) -> None:
     """A nested fit that overruns its quarter (FLAML retrains on all the rows after its
-    search) is served from when it ended, not from the quarter; one past the share not at
-    all. A stand-in AutoML whose fits take their budget plus a fifth of the share."""
+    search) is served from when it ended, not from the quarter; one past the share at the
+    end. A stand-in AutoML whose fits take their budget plus a fifth of the share."""
     import sys
     import types
 
@@ -550,5 +552,5 @@ def test_flaml_serves_each_fit_from_when_it_ended(monkeypatch: pytest.MonkeyPatc
     a = _tenant("a", ["p", "p", "x", "x"], ["p", "p", "x"])
     b = _tenant("b", ["q", "x", "x", "x"], ["q", "q", "x"])
     run = live.run_flaml([a, b], budget_s=20.0)
-    assert [t for t, _ in run.steps["a"]] == pytest.approx([0.45, 0.7, 0.95])  # 1.2: dropped
-    assert [acc for _, acc in run.steps["a"]] == [0.5] * 3
+    assert [t for t, _ in run.steps["a"]] == pytest.approx([0.45, 0.7, 0.95, 1.0])  # 1.2 -> 1
+    assert [acc for _, acc in run.steps["a"]] == [0.5] * 4

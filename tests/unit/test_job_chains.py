@@ -301,7 +301,8 @@ def test_a_restarted_scheduler_adopts_a_held_chain_once(monkeypatch: pytest.Monk
         def left_going(self) -> list[tuple[JobSpec, str]]:
             return [(run, "fr-1")]
 
-        def adopt(self, spec: JobSpec, flow_run_id: str) -> bool:
+        def adopt(self, spec: JobSpec, flow_run_id: str, *, listed: bool = False) -> bool:
+            assert listed  # held by the back-end: listed just now, not read again
             self.adopted.append((spec.job_id, flow_run_id))
             return True
 

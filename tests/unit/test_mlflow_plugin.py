@@ -270,7 +270,7 @@ def test_the_versions_best_pointed_at_in_turn() -> None:
     """bench-live scored every registered version from its creation; a version registered
     beside a better one (two jobs that read the same old best) was never served. The order
     `settle_best` keeps: up on one snapshot (a tie keeps the earlier), any model of newer data,
-    a best of unknown accuracy kept until then."""
+    never one of unknown accuracy (NaN: registered, never pointed at)."""
     from types import SimpleNamespace
 
     from mlflow_plugin.registry import served_versions
@@ -281,4 +281,4 @@ def test_the_versions_best_pointed_at_in_turn() -> None:
 
     versions = [v(1, 10, "0.80"), v(3, 30, "0.83"), v(2, 20, "0.85"), v(4, 40, "0.85"),
                 v(5, 50, "0.70", 2), v(6, 60, "nan", 3), v(7, 70, "0.9", 3)]  # fmt: skip
-    assert [x.version for x in served_versions(versions)] == ["1", "2", "5", "6"]
+    assert [x.version for x in served_versions(versions)] == ["1", "2", "5", "7"]

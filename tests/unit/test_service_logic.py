@@ -261,6 +261,12 @@ def test_a_run_lets_its_slot_go_when_a_job_never_trains(tmp_path: Path) -> None:
     assert named._file is None  # let go after the last job
     named.job_done("c")  # the flow, after it: nothing more
     assert named.left == 0
+    # job ids repeat across tenants (``lr-s1``), and a chain may mix tenants: counted apart
+    mixed = SlotHold(lock, jobs=2)
+    for job in ("a/lr-s1", "b/lr-s1"):
+        with mixed.training(job):
+            pass
+    assert mixed._file is None and mixed.left == 0
 
 
 def test_runs_take_their_slot_in_the_order_they_were_sent(tmp_path: Path) -> None:
