@@ -7,6 +7,7 @@ networks were trained on, as an `InferenceBatch`. Encoding a batch again is free
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,8 +89,12 @@ def _check_lengths(inputs: Any, lengths: Any) -> None:
         raise ValueError(f"{len(lengths)} lengths for {len(inputs)} inputs: give one per input")
     for i, (row, t) in enumerate(zip(inputs, lengths, strict=True)):
         steps = len(np.asarray(row))
-        whole = isinstance(t, int | np.integer) and not isinstance(t, bool | np.bool_)
-        if not whole or not 1 <= int(t) <= steps:
+        try:  # an integer of any kind (a numpy or torch one too), or a float that is whole
+            n = operator.index(t) if not isinstance(t, float | np.floating) else int(t)
+            whole = not isinstance(t, bool | np.bool_) and (n == t)
+        except (TypeError, ValueError, OverflowError):
+            whole = False
+        if not whole or not 1 <= n <= steps:
             raise BadExampleError(
                 i, f"length {t!r} is not an integer in 1..{steps} (its row's steps)", "input"
             )

@@ -77,6 +77,9 @@ def test_padded_sequences_are_encoded_once() -> None:
             encode_batch(SEQ, wide, bad)
     with pytest.raises(ValueError, match="1 lengths for 2 inputs"):
         encode_batch(SEQ, wide, [2])
+    # whole lengths of any kind, as `int(t)` took them before
+    for good in (np.array([2.0, 4.0]), np.array([2, 4], np.int32), [2.0, 4]):
+        assert np.array_equal(encode_batch(SEQ, np.zeros((2, 5, 3)), good).lengths, [2, 4])
     form = pyfunc_input(SEQ, rows)
     assert isinstance(form, dict) and form["x"].dtype == np.float32
     flat = pyfunc_input(Schema(input=Tensor(2), output=Tensor(2)), [[0, 1]])
