@@ -39,7 +39,9 @@ def s3_home(s3: S3Server, tmp_path: Path) -> Iterator[dict[str, str]]:
             os.environ[k] = v
 
 
-EPOCHS = 300
+#: long enough that an attempt cannot finish between two notices (8 s apart) on a fast, idle
+#: machine: 300 epochs (7,500 steps) once took under 8 s there and met no notice
+EPOCHS = 500
 
 
 def _volatile_market(minutes: int = 4000) -> Market:
@@ -60,8 +62,8 @@ def test_revoked_workers_checkpoint_to_s3_and_resume(s3_home: dict[str, str]) ->
     d = datasets.load("digits")
     store.create_tenant("digits", d.schema)
     store.feed("digits", d.inputs[:500], d.labels[:500])
-    # 300 epochs (7,500 steps) and a notice every 8 s: on one thread (tests/conftest.py) a job
-    # trains about 500 steps a second, and 20 epochs ended before the first notice
+    # 500 epochs (12,500 steps) and a notice every 8 s: on one thread (tests/conftest.py) a job
+    # trains 500-1,000 steps a second, and 20 epochs ended before the first notice
     jobs = [{"tenant": "digits", "candidate": "lenet", "job_id": f"spot-{i}", "max_epochs": EPOCHS,
              "hyperparameters": {"lr": 0.01, "batch_size": 16, "augment": False}, "seed": i}
             for i in range(2)]  # fmt: skip
