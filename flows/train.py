@@ -87,9 +87,7 @@ def train(spec: dict[str, Any]) -> list[dict[str, Any]]:
                 print(f"left {job.tenant}/{job.job_id} to another process: {e}")
                 out.append({"job_id": job.job_id, "left": str(e)})
                 continue
-            except (
-                Exception
-            ) as e:  # the chain goes on (its tenant's, too); the run fails at the end
+            except Exception as e:  # the chain goes on; the run fails at the end
                 if len(jobs) == 1:
                     raise
                 error = error or e
