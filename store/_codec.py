@@ -35,13 +35,22 @@ __all__ = [
 
 
 class BadExampleError(ValueError):
-    """A batch was rejected; `index` is the first bad example (0-based), `reason` says why."""
+    """A batch was rejected; `index` is the first bad example (0-based), `reason` says why, and
+    `outcome` what became of the batch (a feed stores nothing; `for_inference`: a prediction
+    predicts nothing)."""
 
-    def __init__(self, index: int, reason: str, side: str = "input") -> None:
+    def __init__(
+        self, index: int, reason: str, side: str = "input", outcome: str = "nothing was stored"
+    ) -> None:
         self.index = index
         self.reason = reason
         self.side = side
-        super().__init__(f"example {index} rejected ({side}): {reason}; nothing was stored")
+        self.outcome = outcome
+        super().__init__(f"example {index} rejected ({side}): {reason}; {outcome}")
+
+    def for_inference(self) -> BadExampleError:
+        """The same rejection of an inference batch, of which nothing was predicted."""
+        return BadExampleError(self.index, self.reason, self.side, "nothing was predicted")
 
 
 @dataclass(frozen=True)

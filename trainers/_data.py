@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from store import Dataset, encode_inputs
+from store import BadExampleError, Dataset, encode_inputs
 from store.schema import Schema
 
 __all__ = ["InferenceBatch", "encode_batch", "encode_for_inference", "pad", "split"]
@@ -68,6 +68,13 @@ def encode_batch(schema: Schema, inputs: Any, lengths: Any = None) -> InferenceB
     layout (finite, zeros past each length, no longer than the longest) are only checked."""
     if isinstance(inputs, InferenceBatch):
         return inputs
+    try:
+        return _encode_batch(schema, inputs, lengths)
+    except BadExampleError as e:  # its message said "nothing was stored", which is a feed's
+        raise e.for_inference() from None
+
+
+def _encode_batch(schema: Schema, inputs: Any, lengths: Any) -> InferenceBatch:
     if lengths is not None:
         _check_lengths(inputs, lengths)
         laid_out = _padded_batch(schema, inputs, lengths)
@@ -83,8 +90,6 @@ def encode_batch(schema: Schema, inputs: Any, lengths: Any = None) -> InferenceB
 def _check_lengths(inputs: Any, lengths: Any) -> None:
     """Padded sequences' `lengths`: one per row, each an integer in 1..the row's steps (a
     negative or too large one was cut Python-style: ``-1`` kept all but the last step)."""
-    from store import BadExampleError
-
     if len(lengths) != len(inputs):
         raise ValueError(f"{len(lengths)} lengths for {len(inputs)} inputs: give one per input")
     for i, (row, t) in enumerate(zip(inputs, lengths, strict=True)):
