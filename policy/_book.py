@@ -19,8 +19,9 @@ numpy work plus O(t K) for the tenant that changed):
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -72,6 +73,10 @@ def _cost_refs(problem: Problem, arms: list[IntArray], scale: CostScale) -> Floa
 
 
 __all__ = ["TenantBook", "TenantView"]
+
+
+#: `TenantBook.generation`: one number per (re)built book in the process
+_GENERATIONS = itertools.count()
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +141,10 @@ class TenantBook:
         self._gap_dirty = np.ones(n, dtype=bool)
         self._consumed = 0
         self._last: Observation | None = None
-        self.generation = getattr(self, "generation", -1) + 1  # bumps on every rebuild
+        # unique across books: a policy's caches keyed on it (`RatePolicy._refresh`) must not
+        # outlive the book of another problem (a refitted prior, new costs), which a per-book
+        # count restarting at 0 let them do
+        self.generation = next(_GENERATIONS)
         if self.estimator is not None:
             self.estimator.reset()
         if self.cost_aware:
@@ -190,6 +198,8 @@ class TenantBook:
                 f"observation for model {obs.arm} which tenant {self.problem.tenants[i]!r} "
                 "does not have"
             )
+        if obs.completed and not np.isfinite(obs.quality):  # no model measured: as a failure
+            obs = replace(obs, quality=0.0, completed=False)  # (one NaN stopped `rate` whole)
         y = float(obs.quality)
         self.updates[i] += 1
         if obs.stale:
@@ -206,7 +216,10 @@ class TenantBook:
             self.n_z2[i] += 1
             post.update(la, y, extra)
         if self.estimator is not None and np.isfinite(obs.cost) and obs.cost > 0:
-            self.estimator.observe(i, obs.arm, obs.cost)
+            if obs.completed:
+                self.estimator.observe(i, obs.arm, obs.cost)
+            else:  # a lower bound (`CostEstimator.observe_bound`)
+                self.estimator.observe_bound(i, obs.arm, obs.cost)
             if self.cost_aware:  # predicted costs: refine this tenant's (Problem docstring)
                 o = self.problem.job_overhead
                 self.costs[i] = (self.estimator.expected(i) + o) / self._cost_ref[i]

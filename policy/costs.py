@@ -379,6 +379,20 @@ class CostEstimator:
             if local is not None:
                 post.update(local, float(np.log(cost)) - float(self._a0[tenant]))
 
+    def observe_bound(self, tenant: int, model: int, cost: float) -> bool:
+        """A job that ended without a model (failed, or stopped at its time limit) ran for
+        `cost`: a lower bound on what the model costs, not a measurement. It is taken as one
+        only when above the current median prediction, so a censored cost pulls the estimate
+        up, never down (a crash 0.3 s into a 20-s model took every prediction of its tenant
+        down 20-fold, and the time limits with them). Returns whether it was taken."""
+        if not (np.isfinite(cost) and cost > 0):
+            return False
+        local = np.flatnonzero(np.asarray(self.arms[tenant]) == model)
+        if not len(local) or np.log(cost) <= self.log_median(tenant)[int(local[0])]:
+            return False
+        self.observe(tenant, model, cost)
+        return True
+
     def log_scale(self, tenant: int) -> tuple[float, float]:
         """Posterior mean and variance of ``a_i``."""
         p = self.prior

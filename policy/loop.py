@@ -102,7 +102,10 @@ class SchedulerLoop:
     def _observe_cost(self, obs: Observation) -> None:
         # a stale job's cost was paid on another amount of data than `Problem.sizes` says
         if self._costs is not None and not obs.stale and np.isfinite(obs.cost) and obs.cost > 0:
-            self._costs.observe(obs.tenant, obs.arm, obs.cost)
+            if obs.completed:
+                self._costs.observe(obs.tenant, obs.arm, obs.cost)
+            else:  # what a job without a model ran is a lower bound on its cost
+                self._costs.observe_bound(obs.tenant, obs.arm, obs.cost)
 
     def expected_cost(self, job: Assignment) -> float:
         """Device-time ``job`` is expected to take: the refined prediction when costs are

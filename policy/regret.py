@@ -32,7 +32,10 @@ def cumulative_regret(
     *,
     horizon: float | None = None,
 ) -> tuple[float, float]:
-    """``(R_T, R'_T)`` of Sec. 4.1 over the trace (up to ``horizon`` if given)."""
+    """``(R_T, R'_T)`` of Sec. 4.1 over the trace's rounds; with ``horizon``, over the rounds
+    completed by then. Sec. 4.1 charges a round when it completes, at the quality it ends with;
+    a round still running at the horizon is not charged (nothing completed by it: 0), so this
+    is not the time-average loss up to the horizon: that is `loss_curves`' area."""
     mu_star = np.asarray(best_possible, dtype=float)
     w = np.ones_like(mu_star) if weights is None else np.asarray(weights, dtype=float)
     last = np.zeros_like(mu_star)

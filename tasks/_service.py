@@ -187,7 +187,8 @@ class ServiceState:
                 or r.run_id not in newest
             ):
                 continue
-            ok = r.status == "FINISHED" and r.accuracy is not None
+            # an accuracy of NaN (a run written outside the trainers, which clamp) is no model
+            ok = r.status == "FINISHED" and r.accuracy is not None and math.isfinite(r.accuracy)
             quality = float(r.accuracy or 0.0) if ok else 0.0
             # the training seconds: what the rest of a job's span costs (MLflow's run, the
             # model's logging, the registry) is about the same for every job, and the policy
@@ -583,8 +584,8 @@ class Planner:
             self._fed = now
         else:
             new = [r for r in done if (r.run_id, r.status) not in self._seen and r.run_id in kept]
-            fresh = ServiceState(state.tenants, new, state.problem, state.catalogue)
-            self.loop.finished(fresh.history().log)
+            # costs as the rebuild's history has them (dollars on a spot pool: `usd_per_s`)
+            self.loop.finished(replace(state, records=new).history().log)
             self._seen |= {(r.run_id, r.status) for r in done}
             self._fed |= {(r.run_id, r.status) for r in new}
             o, was = state.problem.job_overhead, self.loop.problem.job_overhead

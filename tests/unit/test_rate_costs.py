@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from policy import (
+    ArmPrior,
     Assignment,
     History,
     Observation,
@@ -15,8 +16,10 @@ from policy import (
     make_policy,
     replay,
 )
+from policy._book import TenantBook
 from policy.acquisition import expected_improvement
-from policy.costs import CostEstimator, fit_cost_prior, prior_costs
+from policy.costs import CostEstimator, CostPrior, fit_cost_prior, prior_costs
+from policy.loop import SchedulerLoop
 from policy.rate import RatePolicy
 
 
@@ -98,6 +101,44 @@ def test_rate_fills_slots_with_distinct_pairs_and_believes_pending_jobs():
     assert len(d2.assignments) == 4
 
 
+def test_a_policy_decides_on_a_new_problem_as_a_fresh_one_would():
+    """The live loop swaps its problem (a refitted prior, new costs, other arms) under one
+    `RatePolicy`; its cached rates must go with the old book. A new book's generation started
+    at 0 again, so a prior refit kept rates of the old prior, and fewer arms for a tenant
+    indexed past its arm list (IndexError)."""
+    rng = np.random.default_rng(0)
+    names, models = ["t0", "t1"], ["m0", "m1", "m2"]
+    avail, cost = np.ones((2, 3), dtype=bool), np.ones((2, 3))
+    flat = ArmPrior.create(np.full(3, 0.5), np.eye(3) * 0.05, 1e-4)
+    third_best = ArmPrior.create(np.array([0.1, 0.1, 0.9]), np.eye(3) * 0.05, 1e-4)
+    first = Problem.create(names, models, avail, cost, prior=flat)
+    refit = Problem.create(names, models, avail, cost, prior=third_best)
+    fewer = avail.copy()
+    fewer[0, :2] = False
+    narrowed = Problem.create(names, models, fewer, cost, prior=flat)
+    for new in (refit, narrowed):
+        pol = RatePolicy()
+        pol.decide(Snapshot(first, History(), (), 1), None, rng)
+        got = pol.decide(Snapshot(new, History(), (), 2), None, rng).assignments
+        assert got == RatePolicy().decide(Snapshot(new, History(), (), 2), None, rng).assignments
+
+
+def test_a_completed_job_of_unknown_quality_counts_as_one_without_a_model():
+    """An accuracy of NaN made the tenant's rates NaN, `argmax` landed on it and `rate` sent
+    no job to any tenant."""
+    problem = _problem(n=3, m=4)
+    nan = History((Observation(0, 0, float("nan"), 1.0, 1.0),))
+    failed = History((Observation(0, 0, 0.0, 1.0, 1.0, completed=False),))
+    for name in ("rate", "hybrid"):
+        got = make_policy(name).decide(
+            Snapshot(problem, nan, (), 3), None, np.random.default_rng(0)
+        )
+        want = make_policy(name).decide(
+            Snapshot(problem, failed, (), 3), None, np.random.default_rng(0)
+        )
+        assert got.assignments == want.assignments and len(got.assignments) == 3
+
+
 def test_a_zero_weight_tenant_waits_until_the_others_are_done():
     problem = _problem(n=2, weights=np.array([0.0, 1.0]))
     q = np.full((2, 5), 0.7)
@@ -148,6 +189,31 @@ def test_cost_estimator_refines_one_tenant_from_its_jobs():
         est.observe(0, 1, -1.0)
     pc = prior_costs(p, np.array([[True, False] + [True] * 18]))
     assert np.isnan(pc[0, 1]) and np.all(pc[0, [0, 2]] > 0)
+
+
+def test_a_job_without_a_model_can_raise_its_tenants_costs_but_never_lower_them():
+    """A failed job's span (or a stopped one's limit) is a lower bound on the model's cost: a
+    crash 0.3 s into a model predicted at 20 s took the tenant's every prediction, and the time
+    limits made from them, down 20-fold; a bound above the prediction still raises it."""
+    cp = CostPrior(np.log([20.0, 20.0, 5.0, 5.0]), 0.0, 0.0, tenant_var=1.0, noise_var=0.5)
+    avail = np.ones((1, 4), dtype=bool)
+    prior = ArmPrior.create(np.full(4, 0.5), np.eye(4) * 0.05, 1e-4)
+    problem = Problem.create(
+        ["t0"], ["m0", "m1", "m2", "m3"], avail, prior_costs(cp, avail), prior=prior, cost_prior=cp
+    )
+    loop = SchedulerLoop(problem, make_policy("rate"))
+    before = [loop.time_limit(Assignment(0, k)) for k in range(4)]
+    loop.finished([Observation(0, 0, 0.0, 0.3, 1.0, completed=False)])
+    assert [loop.time_limit(Assignment(0, k)) for k in range(4)] == before
+    book = TenantBook(problem)  # the policy's own estimate: the same rule
+    book.sync(History((Observation(0, 0, 0.0, 0.3, 1.0, completed=False),)))
+    np.testing.assert_allclose(book.costs[0], TenantBook(problem).costs[0])
+    est = CostEstimator(cp, [np.arange(4)])
+    was = est.expected(0).copy()
+    assert not est.observe_bound(0, 0, 0.3)
+    np.testing.assert_array_equal(est.expected(0), was)
+    assert est.observe_bound(0, 0, 400.0)  # ran 400 s and still had no model: dearer
+    assert np.all(est.expected(0) > was)
 
 
 def test_cost_prior_rejects_empty_input():

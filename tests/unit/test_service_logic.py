@@ -510,6 +510,30 @@ def test_spot_pool_costs_are_expected_dollars() -> None:
             capacity_prices(bad, cat)
 
 
+def test_results_reach_the_policy_in_the_pools_units_whichever_way_they_arrive() -> None:
+    """The planner builds its loop from the history once and then feeds it each pass's new
+    results; on a spot pool the new ones went in as seconds beside a history in dollars (the
+    incremental path dropped `usd_per_s`). A NaN accuracy is no model: one stopped `rate` for
+    every tenant."""
+    from tasks._service import capacity_prices
+
+    tab = _tenant("tab", TAB)
+    cat = _state([tab], []).catalogue
+    usd = capacity_prices("gpu=0.72,cpu=0.036", cat)
+    problem, cat = build_problem([tab], usd)
+    first, second = _record("tab", cat[0]), _record("tab", cat[1])
+    planner = Planner("rate", slots=1)
+    planner.decide(ServiceState([tab], [first], problem, cat, usd), in_flight=[], tick=1)
+    both = ServiceState([tab], [first, second], problem, cat, usd)
+    planner.decide(both, in_flight=[], tick=2)  # the second result fed to the loop as it is
+    assert [o.cost for o in planner.loop.history.log] == [o.cost for o in both.history().log]
+    assert planner.loop.history.log[-1].cost == pytest.approx(1.0 * 0.036 / 3600)
+    nan = ServiceState([tab], [_record("tab", cat[2], acc=math.nan)], problem, cat, usd)
+    (obs,) = nan.history().log
+    assert not obs.completed and obs.quality == 0.0
+    assert Planner("rate", slots=1).decide(nan, in_flight=[], tick=1)
+
+
 def test_spot_pool_jobs_get_their_limits_and_deadlines_in_seconds() -> None:
     # on a spot pool the policy's costs and limits are dollars; a job's time limit and a SEER
     # job's deadline are seconds of its instance: the same as on a pool priced in seconds
