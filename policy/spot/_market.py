@@ -91,9 +91,11 @@ def features(m: Market, t: int) -> FloatArray:
 
 def revpred_max_price(m: Market, t: int) -> float:
     """Alg. 2: the training-time maximum price, ``price[t]`` + the mean absolute price change over
-    the last hour with the smallest and largest 20% removed."""
+    the last hour with the smallest and largest 20% removed. The hour is line 2's open interval
+    ``t - 1 h < tau < t``: the 59 changes ``|p[tau] - p[tau - 1]|`` for tau = t-59 .. t-1 (the
+    paper's "59 price records in the past hour"), not the change into ``t`` itself."""
     lo = max(1, t - 59)
-    deltas = np.sort(np.abs(np.diff(m.prices[lo - 1 : t + 1])))
+    deltas = np.sort(np.abs(np.diff(m.prices[lo - 1 : t])))
     L = len(deltas)
     i = np.arange(L)
     kept = deltas[(i > 0.2 * L) & (i < 0.8 * L)]

@@ -59,17 +59,21 @@ def test_refund_rule() -> None:
 
 
 def test_alg_2_maximum_price() -> None:
-    # the hour before t = 60: 60 deltas; 10 of 0.05 (then back), the rest 0
+    # the hour before t = 60, line 2's open interval: the 59 changes into minutes 1..59
+    # (tau = t - 59 .. t - 1); 10 spikes of 0.05 (then back), the rest 0, and a jump into
+    # minute 60 itself that Alg. 2 leaves out
     prices = [0.1] * 61
     for i in range(1, 11):
         prices[i * 5] = 0.15
+    prices[60] = 0.5
     m = market(prices)
-    deltas = np.sort(np.abs(np.diff(m.prices[0:61])))  # 60 deltas, 20 of 0.05
+    deltas = np.sort(np.abs(np.diff(m.prices[0:60])))  # 59 deltas, 20 of 0.05
     L = len(deltas)
+    assert L == 59
     trimmed = deltas[(np.arange(L) > 0.2 * L) & (np.arange(L) < 0.8 * L)].sum()
-    assert revpred_max_price(m, 60) == pytest.approx(0.1 + trimmed / (0.6 * L))
-    assert revpred_max_price(m, 60) > 0.1
-    assert revoked_within(m, 0, 0.12) and not revoked_within(m, 50, 0.2)
+    assert revpred_max_price(m, 60) == pytest.approx(0.5 + trimmed / (0.6 * L))
+    assert revpred_max_price(m, 60) > 0.5
+    assert revoked_within(m, 0, 0.12) and not revoked_within(m, 50, 0.6)
 
 
 def test_eq_3_calibration() -> None:
