@@ -90,60 +90,63 @@ def run_jobs(
     waiting = list(range(len(jobs)))
     running: dict[int, LocalInstance] = {}
     deadline = time.monotonic() + timeout_s
-    while waiting or running:
-        if time.monotonic() > deadline:
-            for inst in running.values():
-                backend.terminate(inst)
-            raise TimeoutError(f"spot jobs not done in {timeout_s:g} s")
-        for i in waiting:
-            t = backend.minute()
-            mk, max_price, _ = best_instance(markets, t, sps, rev, rng)
-            if max_price_delta is not None:
-                max_price = float(markets[mk].prices[t]) + max_price_delta
-            result = specs[i] + ".result"
-            if os.path.exists(result):
-                os.remove(result)
-            running[i] = backend.launch(mk, max_price, specs[i])
-        waiting = []
-        for i, inst in list(running.items()):
-            backend.check(inst)
-            code = inst.proc.poll()
-            hour = (backend.minute() - inst.launched_minute) >= 60
-            if code is None and hour and inst.noticed_at is None:
-                inst.proc.send_signal(15)  # Alg. 1 l. 31-34: checkpoint, shut down, re-deploy
-                inst.noticed_at = time.monotonic()
-                inst.extra["hourly"] = True
-                continue
-            if code is None:
-                continue
-            report: dict[str, Any] = {}
-            if os.path.exists(specs[i] + ".result"):
-                with open(specs[i] + ".result") as f:
-                    report = json.load(f)
-            m = markets[inst.market]
-            reports[i].attempts.append(
-                Attempt(
-                    m.name,
-                    code,
-                    inst.noticed_at is not None,
-                    inst.revoked,
-                    time.monotonic() - inst.launched_at,
-                    report,
+    try:
+        while waiting or running:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"spot jobs not done in {timeout_s:g} s")
+            for i in waiting:
+                t = backend.minute()
+                mk, max_price, _ = best_instance(markets, t, sps, rev, rng)
+                if max_price_delta is not None:
+                    max_price = float(markets[mk].prices[t]) + max_price_delta
+                result = specs[i] + ".result"
+                if os.path.exists(result):
+                    os.remove(result)
+                running[i] = backend.launch(mk, max_price, specs[i])
+            waiting = []
+            for i, inst in list(running.items()):
+                backend.check(inst)
+                code = inst.proc.poll()
+                hour = (backend.minute() - inst.launched_minute) >= 60
+                if code is None and hour and inst.noticed_at is None:
+                    inst.proc.send_signal(15)  # Alg. 1 l. 31-34: checkpoint, shut down, re-deploy
+                    inst.noticed_at = time.monotonic()
+                    inst.extra["hourly"] = True
+                    continue
+                if code is None:
+                    continue
+                report: dict[str, Any] = {}
+                if os.path.exists(specs[i] + ".result"):
+                    with open(specs[i] + ".result") as f:
+                        report = json.load(f)
+                m = markets[inst.market]
+                reports[i].attempts.append(
+                    Attempt(
+                        m.name,
+                        code,
+                        inst.noticed_at is not None,
+                        inst.revoked,
+                        time.monotonic() - inst.launched_at,
+                        report,
+                    )
                 )
-            )
-            del running[i]
-            if code == 0:
-                reports[i].finished = True
-            elif len(reports[i].attempts) >= max_attempts:
-                raise RuntimeError(
-                    f"job {reports[i].name} failed {max_attempts} times; last exit {code}, "
-                    f"log {inst.log_path}"
-                )
-            elif code != PREEMPTED_EXIT and inst.noticed_at is None and not report:
-                with open(inst.log_path) as f:
-                    tail = f.read()[-1500:]
-                raise RuntimeError(f"job {reports[i].name}: worker exited {code}:\n{tail}")
-            else:
-                waiting.append(i)
-        time.sleep(poll_s)
+                del running[i]
+                if code == 0:
+                    reports[i].finished = True
+                elif len(reports[i].attempts) >= max_attempts:
+                    raise RuntimeError(
+                        f"job {reports[i].name} failed {max_attempts} times; last exit {code}, "
+                        f"log {inst.log_path}"
+                    )
+                elif code != PREEMPTED_EXIT and inst.noticed_at is None and not report:
+                    with open(inst.log_path) as f:
+                        tail = f.read()[-1500:]
+                    raise RuntimeError(f"job {reports[i].name}: worker exited {code}:\n{tail}")
+                else:
+                    waiting.append(i)
+            time.sleep(poll_s)
+    except BaseException:  # a timeout, a failed job, Ctrl-C: no other job's worker left running
+        for inst in running.values():
+            backend.terminate(inst)
+        raise
     return reports
