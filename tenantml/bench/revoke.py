@@ -55,6 +55,7 @@ def revoke_bench(
             [executable("moto_server"), "-H", "127.0.0.1", "-p", str(port)],
             stdout=out,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group, which `stop_pid` stops
         )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -730,12 +730,16 @@ def flow_processes(**env: str) -> list[int]:
 
 
 def stop_pid(pid: int, timeout: float = 10.0) -> bool:
-    """TERM, then INT, then KILL the process group of `pid`; True once it is gone."""
+    """TERM, then INT, then KILL the process group of `pid` (or `pid` alone when it leads no
+    group: a process started without a session of its own); True once it is gone."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL):
         try:
             os.killpg(pid, sig)
-        except ProcessLookupError:
-            return True
+        except ProcessLookupError:  # no such group: gone, or a process in its parent's group
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                return True
         except PermissionError:
             os.kill(pid, sig)
         deadline = time.monotonic() + timeout / 3
