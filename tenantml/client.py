@@ -305,7 +305,12 @@ class Client:
         if options.get("tuner", "replan") not in TUNERS:
             raise ValueError(f"tuner {options['tuner']!r} is not valid: use one of {list(TUNERS)}")
         p_max = options.get("p_max")
-        plan(
+        seed, batch = options.get("seed", 0), options.get("global_batch", 128)
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed {seed!r} is not valid: give an integer >= 0")
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"global_batch {batch!r} is not valid: give an integer >= 1")
+        first = plan(
             deadline_min,
             budget_gpu_min,
             eta=options.get("eta", 4),
@@ -314,6 +319,18 @@ class Client:
             p_max=float("inf") if p_max is None else p_max,
             t_min=options.get("t_min", 1.0),
         )
+        # a trial's processes split the global batch: each needs one example a step (the
+        # stage's check refused it only after the stage's other trials had trained)
+        widest = (
+            int(p_max)
+            if p_max is not None
+            else max((b.gpus_per_trial for st in first.stages for b in st.brackets), default=1)
+        )
+        if batch < widest:
+            raise ValueError(
+                f"global_batch {batch} is smaller than the {widest} GPUs a trial may get: give "
+                f"global_batch >= {widest}, or p_max <= {batch}"
+            )
         if self.store.manifest(name).n_enabled < 10:
             raise ValueError(f"tenant {name!r} has fewer than 10 enabled examples; feed more")
         out: dict[str, Any] = seer(name, model, deadline_min, budget_gpu_min, **options)

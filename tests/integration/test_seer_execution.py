@@ -158,6 +158,17 @@ def test_bad_seer_requests_fail_before_anything_runs(home: Path) -> None:
     r = runner.invoke(app, ["seer", "run", "nobody", "--model", "lenet", "--deadline", "1",
                             "--budget", "4", "--home", str(home)])  # fmt: skip
     assert r.exit_code == 2 and "nobody" in r.output
+    # a global batch that a trial's processes cannot split, and a negative seed, failed only
+    # once used: after a stage's other trials had trained, and a FAILED run stored
+    plan = ["seer", "run", "digits", "--model", "lenet", "--deadline", "0.5", "--budget", "2",
+            "--t-min", "0.25", "--eta", "2", "--tuner", "seer", "--home", str(home)]  # fmt: skip
+    for extra, words in (
+        (["--global-batch", "1"], "global_batch 1 is smaller than the 2 GPUs a trial may get"),
+        (["--global-batch", "0"], "global_batch 0 is not valid"),
+        (["--seed", "-1"], "seed -1 is not valid"),
+    ):
+        r = runner.invoke(app, [*plan, *extra])
+        assert r.exit_code == 2 and words in r.output, r.output
     after = len(c.mlflow.search_runs([c.mlflow.get_experiment_by_name("tenantml/digits")
                                       .experiment_id]))  # fmt: skip
     assert after == before
