@@ -55,6 +55,10 @@ __all__ = [
 ]
 
 TENANT_NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}\Z")
+#: names a tenant cannot take: ``scheduler`` is the service's own MLflow experiment
+#: (``tenantml/scheduler``, beside each tenant's ``tenantml/<name>``); a tenant of that name was
+#: stored and fed, and never trained or shown
+RESERVED_TENANT_NAMES = frozenset({"scheduler"})
 FEED_CHUNK = 4096  # examples per stored batch object when a feed streams
 
 
@@ -77,6 +81,11 @@ def validate_tenant_name(name: str) -> str:
         raise ValueError(
             f"tenant name {name!r} is not valid: use 1-63 characters of lowercase letters, "
             "digits, '_' or '-', starting with a letter (no '/', '.', ':' or spaces)"
+        )
+    if name in RESERVED_TENANT_NAMES:
+        raise ValueError(
+            f"tenant name {name!r} is reserved (the service's own MLflow experiment): "
+            "choose another"
         )
     return name
 

@@ -99,6 +99,16 @@ def test_tenant_names_cannot_escape_their_prefix(store: ExampleStore, name: str)
     assert _snapshot(store) == before
 
 
+def test_the_schedulers_name_is_no_tenants(store: ExampleStore) -> None:
+    """A tenant ``scheduler`` shared the service's MLflow experiment (``tenantml/scheduler``): it
+    was stored and fed, and never trained nor shown in `status`."""
+    before = _snapshot(store)
+    with pytest.raises(ValueError, match="'scheduler' is reserved"):
+        store.create_tenant("scheduler", IMAGES)
+    assert _snapshot(store) == before
+    validate_tenant_name("schedulers")  # only the name itself
+
+
 @FUZZ
 @given(st.text(max_size=80))
 def test_any_accepted_tenant_name_is_a_plain_ascii_key(name: str) -> None:
