@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import json
+import operator
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -88,6 +89,22 @@ def validate_tenant_name(name: str) -> str:
             "choose another"
         )
     return name
+
+
+def _example_ids(ids: Iterable[int], what: str) -> set[int]:
+    """`ids` as a set of ints; a string (whose characters were read as ids: "12" as 1 and 2)
+    or a value that is not a whole number (1.9 was read as 1) is refused, naming `what`."""
+    if isinstance(ids, str | bytes):
+        raise TypeError(f"{what}: give example ids as integers, not the string {ids!r}")
+    out: set[int] = set()
+    for i in ids:
+        try:
+            if isinstance(i, bool):
+                raise TypeError
+            out.add(operator.index(i))
+        except TypeError:
+            raise TypeError(f"{what}: example id {i!r} is not an integer") from None
+    return out
 
 
 @dataclass(frozen=True)
@@ -385,8 +402,10 @@ class ExampleStore:
     def refine(
         self, name: str, *, enable: Iterable[int] = (), disable: Iterable[int] = ()
     ) -> Manifest:
-        """Switch examples on/off by id (the paper's refine); publishes a new snapshot."""
-        on, off = {int(i) for i in enable}, {int(i) for i in disable}
+        """Switch examples on/off by id (the paper's refine); publishes a new snapshot when that
+        changes which examples are enabled, else returns the latest one (a new snapshot makes the
+        service train the tenant's models again)."""
+        on, off = _example_ids(enable, "enable"), _example_ids(disable, "disable")
         if on & off:
             raise ValueError(f"ids {sorted(on & off)[:10]} are both enabled and disabled")
 
@@ -396,7 +415,8 @@ class ExampleStore:
                 raise KeyError(
                     f"tenant {name!r} has no example ids {unknown[:10]}; ids are 0..{m.next_id - 1}"
                 )
-            return replace(m, disabled=frozenset((m.disabled - on) | off))
+            disabled = frozenset((m.disabled - on) | off)
+            return m if disabled == m.disabled else replace(m, disabled=disabled)
 
         return self._publish(name, change)
 

@@ -125,6 +125,17 @@ def test_refine_switches_examples_and_keeps_old_snapshots(store: ExampleStore) -
     with pytest.raises(KeyError, match=r"no example ids \[99\]"):
         store.refine("t", disable=[99])
     assert _state(store, "t") == before
+    # a refine that changes nothing publishes nothing (a snapshot retrains the tenant)
+    latest = store.manifest("t").version
+    for same in ({}, {"disable": [1]}, {"enable": [0, 4]}):
+        assert store.refine("t", **same).version == latest
+    # ids that are no integers: a string's characters were ids ("12" disabled 1 and 2), a
+    # float was cut (1.9 enabled 1)
+    for bad in ({"disable": "12"}, {"enable": [1.9]}, {"disable": [True]}):
+        with pytest.raises(TypeError, match="is not an integer|not the string"):
+            store.refine("t", **bad)
+    assert _state(store, "t") == before
+    assert store.refine("t", disable=[np.int64(2)]).version == latest + 1
 
 
 def test_sequences_round_trip(store: ExampleStore) -> None:
