@@ -52,7 +52,15 @@ def _errors() -> Iterator[None]:
     except PermissionError as e:  # store._scoped.TenantAccessError
         err.print(f"error: {e}", soft_wrap=True)
         raise typer.Exit(2) from None
-    except (UnknownTenantError, ValueError, KeyError, FileNotFoundError) as e:
+    except (
+        UnknownTenantError,
+        ValueError,
+        KeyError,
+        FileNotFoundError,
+        IsADirectoryError,  # a folder given as a file (--csv DIR, @DIR, --plot DIR)
+        NotADirectoryError,
+        FileExistsError,  # a file where a folder goes (TENANTML_HOME)
+    ) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         err.print(f"error: {msg}", soft_wrap=True)
         raise typer.Exit(2) from None

@@ -164,3 +164,23 @@ def test_bench_startup_times_run_to_its_first_job_on_new_homes(
     assert len(first["cold"]) == len(first["template"]) == 1
     assert first["cold_s"] > 0 and first["template_s"] > 0
     assert "first job dispatched after" in res.output
+
+
+def test_a_folder_where_a_file_goes_and_a_file_where_a_folder_goes_are_one_line(
+    home: Path, restore_env: None
+) -> None:
+    """A folder given as `--csv`, `@SCHEMA` or `--plot`, and a file as the home, ended in a
+    traceback and exit 1."""
+    (home / "adir").mkdir()
+    runner = CliRunner()
+    at_home = {"TENANTML_HOME": str(home / "home")}
+    for argv, env in (
+        (["feed", "wine", "--csv", str(home / "adir"), "--label-column", "label"], at_home),
+        (["submit", "other", f"@{home / 'adir'}"], at_home),
+        (["status", "--plot", str(home / "adir")], at_home),
+        (["tenants"], {"TENANTML_HOME": str(home / "x.csv")}),
+    ):
+        res = runner.invoke(app, argv, env=env)
+        assert res.exit_code == 2, (argv, res.output)
+        lines = res.output.strip().splitlines()
+        assert lines and lines[0].startswith("error: ") and "Traceback" not in res.output, argv
