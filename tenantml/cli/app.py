@@ -912,10 +912,30 @@ def _quiet(
 def main() -> None:
     """The ``tenantml`` entry point: the app, with warnings and library logs routed to the
     home's log file by its callback (`tenantml.cli._logs`; ``-v`` shows them here too)."""
+    import signal
+
+    # Ctrl-C and SIGTERM end any command with one line and exit 130, as `run`'s own handlers
+    # do (they replace these): Typer turned the interrupt into a silent exit 130, and SIGTERM
+    # killed the command with 143
+    received: list[str] = []
+
+    def interrupted(signum: int, frame: Any) -> None:
+        received.append(signal.Signals(signum).name)
+        raise KeyboardInterrupt(received[-1])
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, interrupted)
     try:
         app()
-    except KeyboardInterrupt:  # pragma: no cover
-        sys.exit(130)
+    except KeyboardInterrupt:  # a signal before Typer took over
+        pass
+    except SystemExit as e:  # Typer's silent exit 130 after a signal (or any other exit)
+        if e.code != 130 or not received:
+            raise
+    else:
+        return
+    err_console.print(f"stopped by {received[-1] if received else 'SIGINT'}", highlight=False)
+    sys.exit(130)
 
 
 if __name__ == "__main__":

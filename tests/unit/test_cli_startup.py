@@ -5,11 +5,14 @@ assertions: the timings are the benchmark's to report."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -184,3 +187,37 @@ def test_a_folder_where_a_file_goes_and_a_file_where_a_folder_goes_are_one_line(
         assert res.exit_code == 2, (argv, res.output)
         lines = res.output.strip().splitlines()
         assert lines and lines[0].startswith("error: ") and "Traceback" not in res.output, argv
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_ends_any_command_with_one_line_and_exit_130(
+    home: Path, restore_env: None, monkeypatch: pytest.MonkeyPatch, capsys: Any, sig: int
+) -> None:
+    """`feed` reading paths from its input when the signal comes: Typer ended the command with
+    exit 130 and nothing said, and SIGTERM killed it (143)."""
+    from tenantml.cli.app import main
+
+    class Input(io.StringIO):
+        def readline(self, *args: Any) -> str:
+            os.kill(os.getpid(), sig)  # delivered here, in the main thread, as from outside
+            return ""
+
+        def __iter__(self) -> Any:
+            return self
+
+        def __next__(self) -> str:
+            self.readline()
+            raise StopIteration
+
+    monkeypatch.setenv("TENANTML_HOME", str(home / "home"))
+    monkeypatch.setattr(sys, "argv", ["tenantml", "feed", "wine", "--label", "a"])
+    monkeypatch.setattr(sys, "stdin", Input())
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(SystemExit) as ended:
+            main()
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    assert ended.value.code == 130
+    assert capsys.readouterr().err.strip() == f"stopped by {signal.Signals(sig).name}"
