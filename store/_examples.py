@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import operator
 import re
 import uuid
@@ -42,6 +43,7 @@ from store._codec import (
     is_class_output,
     require_batch,
 )
+from store.limits import max_input_bytes
 from store.schema import Schema
 
 __all__ = [
@@ -89,6 +91,21 @@ def validate_tenant_name(name: str) -> str:
             "choose another"
         )
     return name
+
+
+def _check_example_size(schema: Schema) -> None:
+    """Refuse a schema whose one example (a sequence's one step) would hold more float32 values
+    than `store.limits.max_input_bytes` allows: a tiny feed to ``Tensor[60000, 60000, 3]``
+    allocated 43 GB, one to ``Tensor[99999999999]`` 22 TiB."""
+    limit = max_input_bytes()
+    for side, dtype in (("input", schema.input), ("output", schema.output)):
+        for t in dtype.fields:
+            size = math.prod(t.shape) * 4
+            if size > limit:
+                raise ValueError(
+                    f"schema {side} {t} takes {size:,} bytes an example as float32, over the "
+                    f"limit of {limit:,} (TENANTML_MAX_INPUT_BYTES): declare smaller tensors"
+                )
 
 
 def _example_ids(ids: Iterable[int], what: str) -> set[int]:
@@ -223,8 +240,10 @@ class ExampleStore:
         return f"tenants/{validate_tenant_name(name)}/"
 
     def create_tenant(self, name: str, schema: Schema) -> None:
-        """Register `name` with `schema`; an existing tenant with a different schema is an error."""
+        """Register `name` with `schema`; an existing tenant with a different schema is an error,
+        and so is a schema one example of which would take more than `max_input_bytes`."""
         key = self._t(name) + "schema.txt"
+        _check_example_size(schema)
         text = str(schema)
         if not self.blobs.put_new(key, text.encode()):
             old = self.blobs.get(key).decode()

@@ -109,6 +109,23 @@ def test_the_schedulers_name_is_no_tenants(store: ExampleStore) -> None:
     validate_tenant_name("schedulers")  # only the name itself
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{input: {[Tensor[60000, 60000, 3]], []}, output: {[Tensor[2]], []}}",
+        "{input: {[Tensor[99999999999]], []}, output: {[Tensor[2]], []}}",
+        "{input: {[Tensor[4]], []}, output: {[Tensor[999999999999]], []}}",
+    ],
+)
+def test_a_schema_whose_one_example_is_too_big_is_refused(store: ExampleStore, text: str) -> None:
+    """Such a tenant was created, and its first 20x20 image asked for 43 GB (a CSV row for
+    22 TiB): one tenant could exhaust a shared service's memory."""
+    before = _snapshot(store)
+    with pytest.raises(ValueError, match="over the limit of 1,073,741,824"):
+        store.create_tenant("big", Schema.parse(text))
+    assert _snapshot(store) == before
+
+
 @FUZZ
 @given(st.text(max_size=80))
 def test_any_accepted_tenant_name_is_a_plain_ascii_key(name: str) -> None:
