@@ -374,6 +374,8 @@ class Client:
         from tasks import listen
         from tasks.outage import wait_for_servers
 
+        _check_scheduler_options(scheduler.fn, ticks, options)
+
         if self.settings.mode == "servers":
             # The scheduler is the service, not a user's short command: started while a server
             # is down it waits, with the lines and the patience a running scheduler has
@@ -390,3 +392,24 @@ class Client:
             raise SchedulerBusyError(out["busy"])
         out.setdefault("wall_s", time.monotonic() - start)
         return out
+
+
+def _check_scheduler_options(
+    flow_fn: Callable[..., Any], ticks: Any, options: dict[str, Any]
+) -> None:
+    """The scheduler's options checked as the flow will check them (`tasks.SchedulerOptions`),
+    before its Prefect server is waited for: a bad one took 28 s to be named, among Prefect's
+    lines, and an unknown name came back as Prefect's whole signature."""
+    import inspect
+
+    from tasks import SchedulerOptions
+
+    signature = inspect.signature(flow_fn)
+    unknown = sorted(set(options) - set(signature.parameters))
+    if unknown:
+        raise ValueError(
+            f"scheduler options {unknown} are not valid: use {', '.join(signature.parameters)}"
+        )
+    bound = signature.bind(ticks=ticks, **options)
+    bound.apply_defaults()
+    SchedulerOptions(**bound.arguments)  # raises ValueError naming each bad one

@@ -600,6 +600,21 @@ def test_scheduler_parameters_are_checked_before_anything_starts() -> None:
             SchedulerOptions(**{**good, **bad})  # type: ignore[arg-type]
 
 
+def test_client_run_checks_its_options_before_it_waits_for_prefect() -> None:
+    """`Client.run` names a bad option before the flow (and its server) is waited for: it took
+    28 s, among Prefect's lines, and an unknown name came back as Prefect's signature."""
+    from flows.scheduler import scheduler
+    from tenantml.client import _check_scheduler_options
+
+    _check_scheduler_options(scheduler.fn, 3, {"slots": 2, "policy": "hybrid"})  # good ones
+    with pytest.raises(ValueError, match=r"options \['bogus'\] are not valid: use ticks, policy"):
+        _check_scheduler_options(scheduler.fn, 1, {"bogus": 3})
+    with pytest.raises(ValueError, match="slots 0: use 1 or more"):
+        _check_scheduler_options(scheduler.fn, 0, {"slots": 0})
+    with pytest.raises(ValueError, match="ticks -1: use 0 or more"):
+        _check_scheduler_options(scheduler.fn, -1, {})
+
+
 def test_gpu_count_without_a_driver_needs_no_torch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
