@@ -8,13 +8,11 @@ out the same jobs itself with ``scheduler(seer_budget_x=...)``. Retries resume a
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 from prefect import flow, runtime
 
-from tasks import BY_HAND, SeerOptions
+from tasks import BY_HAND, SeerOptions, seer_job_id
 from tasks.settings import Settings
 
 __all__ = ["seer"]
@@ -34,12 +32,15 @@ def seer(
     global_batch: int = SeerOptions.global_batch,
     seed: int = SeerOptions.seed,
     tuner: str = SeerOptions.tuner,
+    deadline_at: str | None = None,
 ) -> dict[str, Any]:
     """Run SEER for `model` of `tenant` on its latest snapshot; returns the job's record. The
     options and their defaults: `tasks._seer.SeerOptions`. The same options on the same
     snapshot are one job: run again once it FINISHED, it returns that job's record with
     ``reused`` True (its checkpoints are gone; its model is in MLflow); while another process
-    trains it, ``{"job_id", "busy": why}`` and nothing runs."""
+    trains it, ``{"job_id", "busy": why}`` and nothing runs. `deadline_at`: the moment the
+    deadline was given as (a clock time, ISO), which identifies the request in place of
+    `deadline_min`, the minutes left, which differ each time it is run again."""
     from mlflow.tracking import MlflowClient
 
     from mlflow_plugin.registry import best_model
@@ -59,8 +60,7 @@ def seer(
     opts = SeerOptions(
         deadline_min, budget_gpu_min, eta, v, p_min, p_max, t_min, global_batch, seed, tuner
     )
-    digest = hashlib.sha256(json.dumps(opts.as_dict(), sort_keys=True).encode()).hexdigest()[:8]
-    job_id = f"seer-{model.replace('+', '_')}-s{snapshot}-{digest}"
+    job_id = seer_job_id(model, snapshot, opts, deadline_at)
     spec = JobSpec(tenant, model, snapshot, job_id, tick=0, policy=BY_HAND, seer=opts.as_dict())
     experiment_id = ensure_tenant_experiment(
         client, tenant, str(schema), [], settings.artifact_location

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         RESUMED_BY_SCHEDULER,
         SeerOptions,
         request_lock,
+        seer_job_id,
         seer_options_from_params,
     )
     from tasks._service import (
@@ -132,6 +133,7 @@ __all__ = [
     "scheduler_lock",
     "scheduler_run",
     "request_lock",
+    "seer_job_id",
     "seer_options_from_params",
     "should_stop",
     "stop_on_signals",
@@ -153,6 +155,7 @@ _HOME: dict[str, str] = {
     "RESUMED_BY_SCHEDULER": "tasks._seer",
     "SeerOptions": "tasks._seer",
     "request_lock": "tasks._seer",
+    "seer_job_id": "tasks._seer",
     "seer_options_from_params": "tasks._seer",
     "DeploymentDispatcher": "tasks._dispatch",
     "Dispatcher": "tasks._dispatch",

@@ -17,6 +17,7 @@ by `SeerOptions.from_params` when a restarted scheduler re-sends an orphaned job
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -41,6 +42,7 @@ __all__ = [
     "SeerOptions",
     "derive_seer",
     "request_lock",
+    "seer_job_id",
     "seer_options_from_params",
     "train_seer",
 ]
@@ -230,3 +232,14 @@ def train_seer(spec: Any, store: ExampleStore, run: JobRun) -> TrainResult:
         run.log_text(json.dumps(decisions, indent=2), "seer_decisions.json")
 
     return run_seer(job, store, on_stage, on_decision)
+
+
+def seer_job_id(model: str, snapshot: int, opts: SeerOptions, deadline_at: str | None) -> str:
+    """A `seer run` request's job id: its model, the snapshot and a digest of its options, the
+    same each time the request is run again (so it resumes). A deadline given as a clock time
+    (`deadline_at`, ISO) stands in the digest for the minutes left, which differ each time."""
+    request: dict[str, Any] = opts.as_dict()
+    if deadline_at is not None:
+        request["deadline_min"] = deadline_at
+    digest = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()[:8]
+    return f"seer-{model.replace('+', '_')}-s{snapshot}-{digest}"

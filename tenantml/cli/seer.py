@@ -54,18 +54,26 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 def parse_deadline(text: str, now: datetime | None = None) -> float:
     """Minutes until the deadline: ``90`` / ``90m`` minutes, ``6h`` hours, or a clock time
     ``18:00`` (today, or tomorrow once it has passed)."""
-    t = text.strip().lower()
-    if ":" in t:
-        now = now or datetime.now()
-        try:
-            hh, mm = (int(x) for x in t.split(":"))
-            at = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
-        except ValueError:
-            raise _fail(f"--deadline {text!r} is not a clock time HH:MM") from None
-        if at <= now:
-            at += timedelta(days=1)
+    now = now or datetime.now()
+    at = deadline_at(text, now)
+    if at is not None:
         return (at - now).total_seconds() / 60.0
     return _amount(text, "--deadline")
+
+
+def deadline_at(text: str, now: datetime | None = None) -> datetime | None:
+    """The moment a clock-time deadline (``18:00``) names: today, or tomorrow once it has
+    passed; None for an amount of time (``90``, ``6h``)."""
+    t = text.strip().lower()
+    if ":" not in t:
+        return None
+    now = now or datetime.now()
+    try:
+        hh, mm = (int(x) for x in t.split(":"))
+        at = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
+    except ValueError:
+        raise _fail(f"--deadline {text!r} is not a clock time HH:MM") from None
+    return at + timedelta(days=1) if at <= now else at
 
 
 def _amount(text: str, name: str) -> float:
@@ -286,7 +294,9 @@ def run_cmd(
 
     from tenantml.cli.service import InThread, _client, _errors, end_now
 
-    deadline = parse_deadline(deadline_text)
+    now = datetime.now()
+    deadline = parse_deadline(deadline_text, now)
+    at = deadline_at(deadline_text, now)
     budget = _amount(budget_text, "--budget")
     with _errors():
         cap = _p_max(p_max)
@@ -310,6 +320,9 @@ def run_cmd(
                 budget,
                 p_max=None if math.isinf(cap) else int(cap),
                 tuner=tuner,
+                # a clock time is the job's identity, not the minutes left: the same command
+                # after a Ctrl-C resumes the job (the minutes made it another job each time)
+                deadline_at=None if at is None else at.isoformat(timespec="minutes"),
                 **_given(
                     eta=eta, v=v, p_min=p_min, t_min=t_min, global_batch=global_batch, seed=seed
                 ),

@@ -260,3 +260,26 @@ def test_deadlines_as_users_say_them() -> None:
         parse_deadline("25:99", now)
     r = runner.invoke(app, ["seer", "plan", "--deadline", "6h", "--budget", "40h", "--json"])
     assert r.exit_code == 0 and json.loads(r.output)["T"] == 360
+
+
+def test_a_clock_deadline_names_the_same_job_when_run_again() -> None:
+    """`seer run --deadline 18:00` again after a Ctrl-C: the job's id was a digest of the
+    minutes left, another job each time, so it started afresh and spent its budget again."""
+    from datetime import datetime
+
+    from tasks import SeerOptions, seer_job_id
+    from tenantml.cli.seer import deadline_at, parse_deadline
+
+    ids = []
+    for now in (datetime(2026, 11, 22, 9, 30), datetime(2026, 11, 22, 9, 37, 30)):
+        at = deadline_at("18:00", now)
+        assert at == datetime(2026, 11, 22, 18, 0)
+        opts = SeerOptions(parse_deadline("18:00", now), 240.0)
+        ids.append(seer_job_id("lenet", 3, opts, at.isoformat(timespec="minutes")))
+    assert ids[0] == ids[1]
+    assert deadline_at("90", datetime(2026, 11, 22, 9, 30)) is None
+    assert deadline_at("08:00", datetime(2026, 11, 22, 9, 30)) == datetime(2026, 11, 23, 8, 0)
+    # an amount of time is the request itself: its id follows it, as before
+    assert seer_job_id("lenet", 3, SeerOptions(90.0, 240.0), None) != seer_job_id(
+        "lenet", 3, SeerOptions(80.0, 240.0), None
+    )
