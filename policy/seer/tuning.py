@@ -377,4 +377,10 @@ def run_method(
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; valid: {', '.join(METHODS)}")
     rng = np.random.default_rng(seed)
-    return METHODS[method](curves, deadline, budget, rng, settings or TuningSettings())
+    s = settings or TuningSettings()
+    # ASHA, HyperSched and BOHB keep floor(B/T) >= 1 workers busy until T, and E-Grid at least
+    # p_min GPUs: with a budget below that they spent up to 3.3x B. They stop when it is spent.
+    least = {"asha": 1, "hypersched": 1, "bohb": 1, "e-grid": s.p_min}.get(method)
+    if least is not None and budget < least * deadline:
+        deadline = budget / least
+    return METHODS[method](curves, deadline, budget, rng, s)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from policy.seer import plan
+from policy.seer import PlanError, plan
 from policy.seer.tuning import METHODS, Curves, TuningSettings, UniformSampler, run_method
 from tenantml.bench.curves import BUILTIN_CURVES, CurveFormatError, load_curves
 from tenantml.cli import app
@@ -112,13 +112,19 @@ def test_every_method_stays_within_budget_and_returns_a_sampled_value(method: st
 @given(
     finals=st.lists(st.floats(0.05, 1.0), min_size=2, max_size=12),
     T=st.floats(2, 60),
-    ratio=st.sampled_from([1.0, 4.0, 16.0]),
+    ratio=st.sampled_from([0.3, 0.6, 1.0, 4.0, 16.0]),
     seed=st.integers(0, 100),
 )
 def test_no_method_overspends(finals: list[float], T: float, ratio: float, seed: int) -> None:
+    """Also with a budget below one GPU for the whole deadline, where ASHA, HyperSched, BOHB and
+    E-Grid kept a worker (E-Grid p_min GPUs) until T: up to 3.3x B."""
     c = rising_curves(finals, 30)
     for method in ("seer", "seer-fill", "random", "asha", "hypersched", "bohb", "e-grid"):
-        out = run_method(method, c, T, ratio * T, seed, TuningSettings(t_min=1))
+        try:
+            out = run_method(method, c, T, ratio * T, seed, TuningSettings(t_min=1))
+        except PlanError:  # SEER's planner refuses a budget below one round, as documented
+            assert method.startswith("seer") and ratio < 1
+            continue
         assert out.resource_time <= ratio * T * (1 + 1e-9), method
 
 
