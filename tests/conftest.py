@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,3 +32,17 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     with s3_server(Path(tmp_path_factory.mktemp("s3"))) as server:
         yield server
+
+
+@pytest.fixture(autouse=True)
+def _prefect_events_drained() -> Iterator[None]:
+    """After a test that ran a flow in this process, stop Prefect's events worker: its
+    websocket's keep-alive pings draw from the global `random` every 20 s from a thread, and
+    Hypothesis, seeing the global random state change while it drew an example, warned
+    (`HypothesisDeprecationWarning`, "Do not use the `random` module inside strategies") in
+    whichever property test of the same pytest worker came later. The next flow starts a new
+    worker."""
+    yield
+    worker = sys.modules.get("prefect.events.worker")
+    if worker is not None:
+        worker.EventsWorker.drain_all(timeout=10, at_exit=False)
