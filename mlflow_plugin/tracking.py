@@ -158,16 +158,25 @@ WEIGHT_PREFIX = "tenantml.weight."  # + tenant name, on the scheduler experiment
 DEFAULT_WEIGHT = 1.0
 
 
+#: the weights a tenant may have: a factor of a million either way of the default is a tenant
+#: that alone counts, or never does; beyond, a weighted total of regrets can overflow to inf
+WEIGHT_RANGE = (1e-6, 1e6)
+
+
 def valid_weight(weight: object) -> float:
-    """``weight`` as a float, or ValueError naming what is valid: a finite number > 0."""
+    """``weight`` as a float, or ValueError naming what is valid: a number in `WEIGHT_RANGE`
+    (not a bool: True was taken as 1)."""
     try:
+        if isinstance(weight, bool):
+            raise TypeError
         w = float(weight)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         w = float("nan")
-    if not (0 < w < float("inf")):
+    lo, hi = WEIGHT_RANGE
+    if not (lo <= w <= hi):
         raise ValueError(
-            f"weight {weight!r} is not valid: give a positive number, e.g. 2 for a tenant whose "
-            f"regret counts twice (default {DEFAULT_WEIGHT:g})"
+            f"weight {weight!r} is not valid: give a number from {lo:g} to {hi:g}, e.g. 2 for "
+            f"a tenant whose regret counts twice (default {DEFAULT_WEIGHT:g})"
         )
     return w
 

@@ -172,6 +172,7 @@ class Client:
         from mlflow_plugin.tracking import DEFAULT_WEIGHT, tenant_weights
 
         self._operator_only("a tenant's weight")
+        self.store.schema(name)  # UnknownTenantError naming the known tenants (was 1.0)
         return tenant_weights(self.mlflow).get(name, DEFAULT_WEIGHT)
 
     def tenants(self) -> list[str]:

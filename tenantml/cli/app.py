@@ -484,7 +484,7 @@ def _weights(spec: str | None) -> dict[str, float] | None:
             out[name.strip()] = float(value)
         except ValueError:
             raise _fail(
-                f"--weights {part!r}: weight {value!r} is not valid: give a positive number"
+                f"--weights {part!r}: weight {value!r} is not valid: give a number"
             ) from None
     return out
 

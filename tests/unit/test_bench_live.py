@@ -229,7 +229,7 @@ def test_weights_weight_the_regret() -> None:
     ("weights", "fragment"),
     [
         ("zz=2", "--weights names zz, not a tenant"),
-        ("t=0", "weight 0.0 is not valid: give a positive number"),
+        ("t=0", "weight 0.0 is not valid: give a number from"),
         ("t", "--weights 't' is not NAME=WEIGHT"),
         ("t=lots", "weight 'lots' is not valid"),
     ],

@@ -71,18 +71,22 @@ def test_a_bad_weight_is_named_and_changes_nothing(tmp_path: Path, restore_env: 
 
     home = tmp_path / "home"
     assert _cli(home, "submit", "wine", SCHEMA, "--weight", "2")[0] == 0
-    for bad in ("0", "-1", "nan", "inf", "heavy"):
+    for bad in ("0", "-1", "nan", "inf", "heavy", "1e308", "1e-300"):
         # a negative number needs `--` before it on a command line, as for any command
         res = runner.invoke(app, ["weight", "--home", str(home), "wine", "--", bad])
-        message = f"weight {bad!r} is not valid: give a positive number"
+        message = f"weight {bad!r} is not valid: give a number from 1e-06 to 1e+06"
         assert res.exit_code == 2 and message in res.output, res.output
         if bad != "heavy":  # typer itself refuses a non-number for --weight
             code, out = _cli(home, "submit", "iris", SCHEMA, f"--weight={bad}")
-            assert code == 2 and "is not valid: give a positive number" in out, out
+            assert code == 2 and "is not valid: give a number from" in out, out
     c = Client(home)
     assert c.weight("wine") == 2.0 and c.tenants() == ["wine"]  # nothing stored for iris
     with pytest.raises(ValueError, match="is not valid"):
         c.set_weight("wine", -1)
+    with pytest.raises(ValueError, match="weight True is not valid"):  # was taken as 1
+        c.set_weight("wine", True)
+    with pytest.raises(KeyError, match="unknown tenant 'nope'"):  # the SDK said 1.0
+        c.weight("nope")
 
 
 def test_an_unknown_tenant_is_named(tmp_path: Path, restore_env: None) -> None:
