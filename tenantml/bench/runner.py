@@ -102,6 +102,11 @@ RULES: dict[str, tuple[str, Callable[[Any], bool], str]] = {
     "gpus": ("--gpus", lambda v: v >= 1, ">= 1"),
     "budget": ("--budget", lambda v: 0 < v <= 1, "a fraction in (0, 1]"),
     "limit_factor": ("--time-limit-factor", lambda v: v > 0, "> 0"),
+    # ease.ml's confidence delta of beta_t and Hybrid's stagnation steps s (Sec. 4.4): nan,
+    # 5 or s = -1 ran and changed Hybrid's numbers
+    "delta": ("--delta", lambda v: 0 < v < 1, "a probability in (0, 1)"),
+    "hybrid_s": ("--hybrid-s", lambda v: v >= 1, ">= 1"),
+    "lambda_exp": ("--lambda-exp", lambda v: 0 <= v <= 1, "an exponent in [0, 1]"),
 }
 
 

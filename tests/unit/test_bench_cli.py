@@ -131,6 +131,15 @@ def test_missing_columns_and_unknowns(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "--kernel 'rbf'; valid: app-a, empirical" in res.output
     res = runner.invoke(app, ["bench", "lcdb", "--costs", "predicted", "--cost-oblivious"])
     assert res.exit_code == 2 and "--costs predicted needs the cost-aware protocol" in res.output
+    # these ran, and changed Hybrid's numbers
+    for option, value, valid in (
+        ("--delta", "nan", "a probability in (0, 1)"),
+        ("--delta", "5", "a probability in (0, 1)"),
+        ("--hybrid-s", "0", ">= 1"),
+        ("--lambda-exp", "2", "an exponent in [0, 1]"),
+    ):
+        res = runner.invoke(app, ["bench", "easeml-dl", option, value])
+        assert res.exit_code == 2 and f"valid: {valid}" in res.output, (option, res.output)
 
 
 def test_predicted_costs_change_decisions_but_not_the_clock(tmp_path: Path) -> None:
