@@ -230,6 +230,15 @@ def encode_labels(
         elif not by_index and isinstance(label, int) and not isinstance(label, bool):
             label = str(label)
         if isinstance(label, str):
+            if label not in known and (not label.strip() or not label.isprintable()):
+                # an unset shell variable (`--label "$X"`) took a class for good, and a tab or
+                # a newline broke `examples`' tab-separated lines
+                raise BadExampleError(
+                    i,
+                    f"label {label!r} is no class name: give one with a visible character "
+                    "and no tab, newline or other control character",
+                    "output",
+                )
             if label not in known:
                 if len(classes) >= n_classes:
                     raise BadExampleError(

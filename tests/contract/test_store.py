@@ -186,6 +186,21 @@ def test_bad_batches_are_rejected_whole(
     np.testing.assert_array_equal(store.load("t").x, x)
 
 
+def test_a_class_name_has_a_visible_character_and_no_control_one(store: ExampleStore) -> None:
+    """An empty name (`--label "$UNSET"`) took one of the tenant's classes for good, and a tab
+    or newline broke the tab-separated lines of `examples`."""
+    store.create_tenant("t", IMAGES)
+    x, _ = _images(2)
+    store.feed("t", x[:1], ["cat"])
+    before = _state(store, "t")
+    for bad in ("", "   ", "a\tb", "new\nline", "bell\x07"):
+        with pytest.raises(BadExampleError, match="example 1 rejected.*is no class name"):
+            store.feed("t", x, ["cat", bad])
+    assert _state(store, "t") == before
+    m, _ = store.feed("t", x, ["cat", "small dog"])  # spaces inside a name are fine
+    assert m.classes == ("cat", "small dog")
+
+
 def test_a_tenants_labels_are_class_names_or_indices_never_both(store: ExampleStore) -> None:
     """Before, names took indices 0, 1, ... in order of appearance while integers were used
     as indices: an int 0 fed after the names "7", "3" was stored as class "7". Names: a number
