@@ -194,6 +194,16 @@ def feed(
 ) -> None:
     """Feed labelled examples: files with --label, a CSV, or an .npz; all or nothing."""
     with _errors():
+        # one source, and one way to label it: the others were ignored without a word
+        given = [what for what, v in (("FILES", files), ("--csv", csv), ("--npz", npz)) if v]
+        if len(given) > 1:
+            raise ValueError(f"feed one source at a time; got {' and '.join(given)}")
+        if label is not None and label_column is not None:
+            raise ValueError("give --label (every example's) or --label-column (per row), not both")
+        if npz is not None and (label is not None or label_column is not None):
+            raise ValueError("an .npz holds its labels (y): drop --label and --label-column")
+        if label_column is not None and csv is None:
+            raise ValueError("--label-column names a column of --csv; give --csv FILE")
         c = _client(home)
         if npz is not None:
             from store.limits import load_npz

@@ -221,3 +221,26 @@ def test_a_signal_ends_any_command_with_one_line_and_exit_130(
             signal.signal(s, handler)
     assert ended.value.code == 130
     assert capsys.readouterr().err.strip() == f"stopped by {signal.Signals(sig).name}"
+
+
+def test_feed_takes_one_source_and_one_way_to_label_it(home: Path, restore_env: None) -> None:
+    """The others were ignored without a word: `--csv` beside `--npz` fed the npz, a FILE
+    beside `--csv` fed the CSV, `--label` beside `--label-column` was dropped."""
+    from tasks.settings import Settings
+
+    np.savez(home / "x.npz", x=np.ones((2, 4), np.float32), y=np.array(["a", "b"]))
+    csv, npz = str(home / "x.csv"), str(home / "x.npz")
+    runner = CliRunner()
+    env = {"TENANTML_HOME": str(home / "home")}
+    for argv, words in (
+        (["--csv", csv, "--label-column", "label", "--npz", npz], "got --csv and --npz"),
+        ([csv, "--csv", csv, "--label-column", "label"], "got FILES and --csv"),
+        (["--csv", csv, "--label-column", "label", "--label", "c"], "not both"),
+        (["--npz", npz, "--label", "a"], "an .npz holds its labels"),
+        ([csv, "--label-column", "label"], "--label-column names a column of --csv"),
+    ):
+        res = runner.invoke(app, ["feed", "wine", *argv], env=env)
+        assert res.exit_code == 2 and words in res.output, (argv, res.output)
+    assert Settings.load(home / "home").store().manifest("wine").next_id == 3  # nothing fed
+    res = runner.invoke(app, ["feed", "wine", "--csv", csv, "--label-column", "label"], env=env)
+    assert res.exit_code == 0, res.output
