@@ -12,6 +12,7 @@ c.status("digits")                              # leaderboard: models tried, acc
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -112,6 +113,16 @@ class Client:
 
         self._operator_only("granting credentials")
         self.store.schema(name)  # unknown tenant -> clear error
+        users = dict(self.settings.server_env).get("MLFLOW_TRACKING_USERNAME") or os.environ.get(
+            "MLFLOW_TRACKING_USERNAME"
+        )
+        if not users:
+            # embedded, or servers without `--auth`: MLflow has no users (an MLflow traceback)
+            how = "embedded" if self.settings.mode == "embedded" else "on servers without --auth"
+            raise ValueError(
+                "grant needs MLflow users: servers started with `tenantml up --auth` (this home "
+                f"is {how})"
+            )
         exp = self.mlflow.get_experiment_by_name(experiment_name(name))
         if exp is None:
             raise ValueError(f"tenant {name!r} has no MLflow experiment; submit it again")

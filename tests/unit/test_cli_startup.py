@@ -244,3 +244,11 @@ def test_feed_takes_one_source_and_one_way_to_label_it(home: Path, restore_env: 
     assert Settings.load(home / "home").store().manifest("wine").next_id == 3  # nothing fed
     res = runner.invoke(app, ["feed", "wine", "--csv", csv, "--label-column", "label"], env=env)
     assert res.exit_code == 0, res.output
+
+
+def test_grant_without_mlflow_users_is_one_line(home: Path, restore_env: None) -> None:
+    """On an embedded home (or servers without `--auth`) MLflow has no users: `grant` ended in
+    an MLflow traceback."""
+    res = CliRunner().invoke(app, ["grant", "wine"], env={"TENANTML_HOME": str(home / "home")})
+    assert res.exit_code == 2 and "grant needs MLflow users" in res.output, res.output
+    assert "this home is embedded" in res.output
