@@ -197,6 +197,11 @@ def simulate_cmd(
     from tenantml.bench.synetune_peer import PeerUnavailable
     from tenantml.cli._progress import progress_bar
 
+    chosen = [m.strip() for m in methods.split(",") if m.strip()]
+    if not chosen:  # ran and printed an empty table
+        raise _fail(f"--methods {methods!r} names none: give a comma list of methods")
+    if t_min is not None and not t_min > 0:  # 0 was taken as "one epoch" (`t_min or ...`)
+        raise _fail(f"--t-min {t_min!r} is not valid: use a positive number of minutes")
     try:
         sets = load_curves(curves, minimize=minimize)
         if groups is not None:
@@ -211,7 +216,7 @@ def simulate_cmd(
             result = simulate(
                 sets,
                 name=curves,
-                methods=[m.strip() for m in methods.split(",") if m.strip()],
+                methods=chosen,
                 deadline=deadline,
                 budget=budget,
                 seeds=seeds,

@@ -32,6 +32,15 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _require(*checks: tuple[bool, str, object, str]) -> None:
+    """Each ``(ok, option, value, valid)``: the first not ok is one line naming the option, its
+    value and what is valid (before anything runs; they raised ZeroDivisionError, KeyError or
+    IndexError, or ran to a meaningless answer)."""
+    for ok, option, value, valid in checks:
+        if not ok:
+            raise _fail(f"{option} {value!r} is not valid: {valid}")
+
+
 def _floats(text: str, name: str) -> list[float]:
     try:
         return [float(x) for x in text.split(",") if x.strip()]
@@ -62,6 +71,11 @@ def earlycurve_cmd(
     from tenantml.cli._progress import progress_bar
 
     thetas = _floats(theta, "--theta")
+    _require(
+        (bool(thetas), "--theta", theta, "give a comma list of theta in (0, 1]"),
+        (draws >= 1, "--draws", draws, "use 1 or more"),
+        (groups is None or groups >= 1, "--groups", groups, "use 1 or more"),
+    )
     try:
         sets = load_curves(curves)
         if groups is not None:
@@ -143,6 +157,12 @@ def revpred_cmd(
     from tenantml.bench.spot_data import INSTANCE_TYPES, load_markets
     from tenantml.cli._progress import progress_bar
 
+    _require(
+        (train_days > 0, "--train-days", train_days, "use a positive number of days"),
+        (test_days > 0, "--test-days", test_days, "use a positive number of days"),
+        (stride >= 1, "--stride", stride, "use 1 or more minutes"),
+        (epochs >= 1, "--epochs", epochs, "use 1 or more"),
+    )
     kinds = tuple(t.strip() for t in types.split(",")) if types else None
     if kinds and (bad := [k for k in kinds if k not in INSTANCE_TYPES]):
         raise _fail(f"unknown instance type(s) {bad}; valid: {', '.join(INSTANCE_TYPES)}")
@@ -228,6 +248,18 @@ def simulate_cmd(
 
     if predictor not in ("revpred", "tributary", "logistic", "none"):
         raise _fail(f"--predictor {predictor!r} is not valid: revpred, tributary, logistic, none")
+    _require(
+        (runs >= 1, "--runs", runs, "use 1 or more"),
+        (step_scale > 0, "--step-scale", step_scale, "use a positive number"),
+        (mcnt >= 1, "--mcnt", mcnt, "use 1 or more trials"),
+        (restore_min >= 0, "--restore-min", restore_min, "use 0 or more minutes"),
+        (
+            parallel_fraction is None or 0 <= parallel_fraction <= 1,
+            "--parallel-fraction",
+            parallel_fraction,
+            "use a fraction in [0, 1]",
+        ),
+    )
     try:
         group = next(iter(load_curves(curves).values()))
     except CurveFormatError as e:
@@ -247,15 +279,18 @@ def simulate_cmd(
     rng = np.random.default_rng(0)
     starts = sorted(int(x) for x in rng.integers(train_end, train_end + 3 * 1440, runs))
     with progress_bar("runs", len(starts), console=err_console) as advance:
-        result = run_simulation(
-            trials,
-            markets,
-            starts,
-            revocation,
-            mcnt=mcnt,
-            restore_min=restore_min,
-            on_step=advance,
-        )
+        try:
+            result = run_simulation(
+                trials,
+                markets,
+                starts,
+                revocation,
+                mcnt=mcnt,
+                restore_min=restore_min,
+                on_step=advance,
+            )
+        except ValueError as e:  # the work outlasts the price traces (a large --step-scale)
+            raise _fail(f"{e}: use a smaller --step-scale (now {step_scale:g})") from None
     result.update(
         {
             "workload": curves,
@@ -310,6 +345,12 @@ def revoke_bench_cmd(
     from tenantml.bench.revoke import revoke_bench
     from tenantml.cli._progress import progress_bar
 
+    _require(
+        (revocations >= 1, "--revocations", revocations, "use 1 or more"),
+        (jobs >= 1, "--jobs", jobs, "use 1 or more"),
+        (epochs >= 1, "--epochs", epochs, "use 1 or more"),
+        (seconds_per_minute > 0, "--seconds-per-minute", seconds_per_minute, "use > 0"),
+    )
     with progress_bar("notices", revocations, console=err_console) as advance:
         result = revoke_bench(
             revocations=revocations,

@@ -195,3 +195,21 @@ def test_earlycurve_cli_on_a_curve_file(tmp_path) -> None:  # type: ignore[no-un
     assert r.exit_code == 2 and "unknown instance type" in r.output
     r = CliRunner().invoke(app, ["spot", "revpred", "--start", "2016-01-01"])
     assert r.exit_code == 2 and "outside the price traces" in r.output
+    # each raised ZeroDivisionError, KeyError or IndexError, or ran to a meaningless answer
+    for argv in (
+        ["spot", "earlycurve", "--curves", str(path), "--draws", "0"],
+        ["spot", "earlycurve", "--curves", str(path), "--theta", ","],
+        ["spot", "simulate", "--runs", "0"],
+        ["spot", "simulate", "--step-scale", "0"],
+        ["spot", "simulate", "--mcnt", "0"],
+        ["spot", "simulate", "--restore-min", "-3"],
+        ["spot", "revpred", "--stride", "0"],
+        ["spot", "revpred", "--train-days", "0"],
+        ["spot", "revpred", "--test-days", "-1"],
+        ["spot", "revoke-bench", "--seconds-per-minute", "0"],
+        ["seer", "simulate", "--methods", ","],
+        ["seer", "simulate", "--t-min", "0"],
+    ):
+        r = CliRunner().invoke(app, argv)
+        assert r.exit_code == 2 and r.output.startswith("error: "), (argv, r.output)
+        assert len(r.output.strip().splitlines()) == 1, (argv, r.output)
