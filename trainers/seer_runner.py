@@ -32,6 +32,7 @@ returns the best trial of its last stage as it ended).
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -145,6 +146,15 @@ class _State:
     stages: list[dict[str, Any]] = field(default_factory=list)  # the plan's, as re-planned
     curves: dict[str, list[list[float]]] = field(default_factory=dict)  # [step, accuracy]
     decisions: list[dict[str, Any]] = field(default_factory=list)
+    # the stage `next_stage`'s trials that finished it in an attempt where another failed:
+    # trial -> its `StageResult` (as a dict); a re-run keeps them instead of training them a
+    # second stage on top of their stage-end checkpoints (they got twice the failed one's)
+    finished: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _state_key(job: SeerJob) -> str:
+    """The checkpoint key of `job`'s `_State`."""
+    return f"{job.job_id}-seer"
 
 
 def _stage_from(d: dict[str, Any]) -> Stage:
@@ -177,7 +187,7 @@ def run_seer(
     ``on_decision`` (``replan``) after every re-planning decision with all of them so far.
     """
     p = job.plan()
-    key = f"{job.job_id}-seer"
+    key = _state_key(job)
     blob = store.get_checkpoint(job.tenant, key)
     if blob is not None:  # resume: the remaining stages keep their lengths, starting now
         state = _State(**json.loads(blob))
@@ -371,11 +381,30 @@ def _run_stage(
                     ),
                 )
             )
-    with ThreadPoolExecutor(max(1, len(work))) as pool:
-        results = list(pool.map(lambda w: run_trial_stage(w[3]), work))
+    done = {t: StageResult(**r) for t, r in state.finished.items()}
+    todo = [w for w in work if w[0] not in done]
+    failed: list[tuple[str, BaseException]] = []
+    lock = threading.Lock()
+
+    def attempt(w: tuple[str, int, int, TrialStage]) -> None:
+        began = time.time()
+        try:
+            done[w[0]] = run_trial_stage(w[3])
+        except BaseException as e:  # the others go on to the stage's end
+            with lock:
+                failed.append((w[0], e))
+                state.gpu_s += (time.time() - began) * w[1]  # its GPUs were held all the same
+
+    with ThreadPoolExecutor(max(1, len(todo))) as pool:
+        list(pool.map(attempt, todo))
+    if failed:  # keep what finished, and what the failed attempt cost, for the re-run
+        state.finished = {t: asdict(r) for t, r in done.items()}
+        store.put_checkpoint(job.tenant, _state_key(job), json.dumps(asdict(state)).encode())
+        raise failed[0][1]
+    state.finished = {}
     return [
-        StageEvent(t, stage.index, gpus, bracket, state.configs[t], r)
-        for (t, gpus, bracket, _), r in zip(work, results, strict=True)
+        StageEvent(t, stage.index, gpus, bracket, state.configs[t], done[t])
+        for t, gpus, bracket, _ in work
     ]
 
 

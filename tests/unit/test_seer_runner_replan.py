@@ -4,7 +4,9 @@ deadline, never past the deadline T or the budget B left (Fact 1)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -174,3 +176,63 @@ def test_replan_starts_from_the_default_recipe_the_paper_draws_every_trial() -> 
     assert len(paper) == 4 and DEFAULT_CONFIG not in paper
     assert all(c[k] in SEARCH_SPACE[k] for c in ours + paper for k in SEARCH_SPACE)
     assert sample_configs(0, np.random.default_rng(7), with_default=True) == []
+
+
+def test_a_stage_run_again_after_a_failure_keeps_the_trials_that_finished_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One trial's rank crashes while the stage's others finish (stage-end checkpoints written);
+    the flow runs the job again. The finished trials trained the stage a second time on top of
+    their checkpoints (twice the failed one's training going into the elimination), and the
+    failed attempt's GPU time was never charged to the budget."""
+    import time
+
+    import trainers.seer_runner as runner
+    from trainers.elastic import StageResult
+
+    class Store:
+        def __init__(self) -> None:
+            self.checkpoints: dict[str, bytes] = {}
+
+        def get_checkpoint(self, tenant: str, key: str) -> bytes | None:
+            return self.checkpoints.get(key)
+
+        def put_checkpoint(self, tenant: str, key: str, data: bytes) -> None:
+            self.checkpoints[key] = data
+
+        class blobs:  # noqa: N801 (the attribute the runner reads)
+            @staticmethod
+            def url() -> str:
+                return "mem://"
+
+    store, crash = Store(), {"on": True}
+
+    def stage(ts: Any) -> StageResult:
+        resumed = int(store.checkpoints.get(ts.checkpoint, b"0"))
+        if crash["on"] and ts.checkpoint.endswith("trial-002"):
+            time.sleep(0.2)
+            raise RuntimeError("rank 0 exited with -9")
+        step = resumed + 100
+        store.checkpoints[ts.checkpoint] = str(step).encode()
+        return StageResult(0.5 + step / 1e4, step, 100, resumed, 1.0, len(ts.devices), 60.0,
+                           0.0, 0.0, 60.0, 0.1, curve=[[float(step), 0.5]],
+                           best=[0.5, float(step)], stage_train_s=60.0)  # fmt: skip
+
+    monkeypatch.setattr(runner, "run_trial_stage", stage)
+    monkeypatch.setattr(runner, "load_trial_model", lambda *a, **k: None)
+    monkeypatch.setattr(runner, "_devices", lambda job: ["cpu"])
+    job = SeerJob("t", "lenet", 1, "j", 3.0, 12.0, 2, 2, 1, float("inf"), 1.0, 128, 0,
+                  tuner="seer")  # fmt: skip
+    first = job.plan().stages[0]
+    assert [(b.trials, b.gpus_per_trial) for b in first.brackets] == [(2, 1), (1, 2)]
+    with pytest.raises(RuntimeError, match="rank 0 exited"):
+        runner.run_seer(job, store)  # type: ignore[arg-type]
+    kept = json.loads(store.checkpoints["j-seer"])
+    assert sorted(kept["finished"]) == ["trial-000", "trial-001"] and kept["next_stage"] == 0
+    assert kept["gpu_s"] >= 0.2 * 2  # the failed trial held its 2 GPUs
+    crash["on"] = False
+    runner.run_seer(job, store)  # type: ignore[arg-type]
+    stage_1 = [e for e in json.loads(store.checkpoints["j-seer"])["events"] if e["stage"] == 1]
+    assert sorted((e["trial"], e["steps"]) for e in stage_1) == [
+        ("trial-000", 100), ("trial-001", 100), ("trial-002", 100)
+    ]  # fmt: skip
