@@ -281,6 +281,13 @@ class ExampleStore:
     def manifest(self, name: str, version: int | None = None) -> Manifest:
         """Snapshot `version` (default: the latest)."""
         self.schema(name)  # unknown tenant -> a clear error
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+            try:  # a numpy integer is one; "1" or 1.5 is not (a format error from deep inside)
+                if isinstance(version, bool):
+                    raise TypeError
+                version = operator.index(version)
+            except TypeError:
+                raise TypeError(f"snapshot {version!r} is not an integer") from None
         if version is None:
             versions = self.versions(name)
             if not versions:  # a submit cut short before snapshot 0: no examples yet

@@ -156,6 +156,13 @@ class Client:
             valid_weight(weight)  # before anything is stored
         if isinstance(schema, str):
             schema = Schema.parse(schema)
+        if not isinstance(schema, Schema):  # an AttributeError from deep inside, before
+            raise TypeError(
+                f"schema {schema!r} is not valid: give a Schema or its text, e.g. "
+                "'{input: {[Tensor[4]], []}, output: {[Tensor[3]], []}}'"
+            )
+        if isinstance(models, str):  # "knn" was read as the models k, n, n
+            raise TypeError(f"models {models!r}: give a list of names, e.g. [{models!r}]")
         register_tenant(
             self.mlflow, self.store, name, schema, self.settings.artifact_location, models
         )

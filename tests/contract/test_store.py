@@ -136,6 +136,10 @@ def test_refine_switches_examples_and_keeps_old_snapshots(store: ExampleStore) -
             store.refine("t", **bad)
     assert _state(store, "t") == before
     assert store.refine("t", disable=[np.int64(2)]).version == latest + 1
+    for bad in ("1", 1.5, True):  # a snapshot that is no integer: a format error from inside
+        with pytest.raises(TypeError, match=f"snapshot {bad!r} is not an integer"):
+            store.manifest("t", bad)  # type: ignore[arg-type]
+    assert store.manifest("t", np.int64(1)).version == 1
 
 
 def test_sequences_round_trip(store: ExampleStore) -> None:

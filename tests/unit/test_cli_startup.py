@@ -252,3 +252,16 @@ def test_grant_without_mlflow_users_is_one_line(home: Path, restore_env: None) -
     res = CliRunner().invoke(app, ["grant", "wine"], env={"TENANTML_HOME": str(home / "home")})
     assert res.exit_code == 2 and "grant needs MLflow users" in res.output, res.output
     assert "this home is embedded" in res.output
+
+
+def test_submit_names_a_schema_or_models_of_the_wrong_type(home: Path, restore_env: None) -> None:
+    """`submit(name, 42)` raised AttributeError from inside; `models="knn"` was read as the
+    models k, n, n."""
+    from tenantml.client import Client
+
+    c = Client(home / "home")
+    with pytest.raises(TypeError, match="schema 42 is not valid: give a Schema or its text"):
+        c.submit("other", 42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"models 'knn': give a list of names, e.g. \['knn'\]"):
+        c.submit("other", "{input: {[Tensor[4]], []}, output: {[Tensor[3]], []}}", models="knn")
+    assert c.tenants() == ["wine"]
