@@ -131,7 +131,13 @@ class Settings:
         root = root.expanduser().resolve()
         servers: dict[str, Any] = {}
         if (root / "servers.json").exists():
-            servers = json.loads((root / "servers.json").read_text())
+            try:
+                servers = json.loads((root / "servers.json").read_text())
+            except ValueError as e:  # a damaged file: its path, not only the decoder's words
+                raise ValueError(
+                    f"{root / 'servers.json'} is not valid JSON ({e}): `tenantml down` then "
+                    "`tenantml up` writes it again"
+                ) from None
         env = os.environ.get
         # Servers: `tenantml up` on this machine, or a cluster's Prefect API in the environment.
         mode: Mode = "servers" if servers or env("PREFECT_API_URL") else "embedded"

@@ -82,6 +82,15 @@ def _errors() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
+def _read_text(path: Path) -> str:
+    """A text file's contents; one that is not UTF-8 is named (the decoder's message alone,
+    "'utf-8' codec can't decode byte 0x80", did not say which file)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a UTF-8 text file") from None
+
+
 def _server_gone(e: BaseException) -> str | None:
     """The server that does not answer now, as 'the X server at URL', when `e` is a failed or
     broken connection (`tasks.outage.is_outage`, `connection_broke`: a server went away after
@@ -149,7 +158,7 @@ def submit(
 ) -> None:
     """Declare a task by its input/output schema (ease.ml Fig. 2 syntax)."""
     with _errors():
-        text = Path(schema[1:]).read_text() if schema.startswith("@") else schema
+        text = _read_text(Path(schema[1:])) if schema.startswith("@") else schema
         chosen = None if models is None else [m.strip() for m in models.split(",") if m.strip()]
         lb = _client(home).submit(name, text, weight=weight, models=chosen)
         shown = "" if lb.weight is None else f", weight {lb.weight:g}"

@@ -265,3 +265,18 @@ def test_submit_names_a_schema_or_models_of_the_wrong_type(home: Path, restore_e
     with pytest.raises(TypeError, match=r"models 'knn': give a list of names, e.g. \['knn'\]"):
         c.submit("other", "{input: {[Tensor[4]], []}, output: {[Tensor[3]], []}}", models="knn")
     assert c.tenants() == ["wine"]
+
+
+def test_files_that_cannot_be_read_are_named(home: Path, restore_env: None) -> None:
+    """A schema file that is not UTF-8 and a damaged servers.json were reported by their
+    decoders' words alone, without the file."""
+    (home / "junk.txt").write_bytes(bytes(range(128, 256)))
+    runner = CliRunner()
+    res = runner.invoke(
+        app, ["submit", "other", f"@{home / 'junk.txt'}"], env={"TENANTML_HOME": str(home / "home")}
+    )
+    assert res.exit_code == 2 and f"{home / 'junk.txt'}: not a UTF-8 text file" in res.output
+    (home / "home" / "servers.json").write_text("{not json")
+    res = runner.invoke(app, ["tenants"], env={"TENANTML_HOME": str(home / "home")})
+    assert res.exit_code == 2 and "servers.json is not valid JSON" in res.output, res.output
+    assert "`tenantml down`" in res.output
