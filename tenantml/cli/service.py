@@ -474,6 +474,15 @@ def run(
                 raise ValueError(f"--chain-s {chain_s} is not valid: use 0 (off) or more seconds")
             if budget_s is not None and not budget_s > 0:
                 raise ValueError(f"--budget-s {budget_s} is not valid: use a positive number")
+            # before Prefect's server starts (`Client.run` checks them all again, later)
+            if slots is not None and slots < 1:
+                raise ValueError(f"--slots {slots} is not valid: use 1 or more")
+            if max_epochs < 1:
+                raise ValueError(f"--max-epochs {max_epochs} is not valid: use 1 or more")
+            if job_budget is not None and not job_budget > 0:
+                raise ValueError(f"--job-budget {job_budget} is not valid: use a positive number")
+            if tuner not in ("replan", "seer"):  # trainers.seer_runner.TUNERS (not loaded yet)
+                raise ValueError(f"--tuner {tuner!r} is not valid; valid: replan, seer")
             chain = {} if chain_s is None else {"chain_s": chain_s}
             # Its settings reach the environment before Prefect loads. No fail-fast check of the
             # servers: the scheduler waits for them (`Client.run`).

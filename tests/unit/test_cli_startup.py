@@ -280,3 +280,25 @@ def test_files_that_cannot_be_read_are_named(home: Path, restore_env: None) -> N
     res = runner.invoke(app, ["tenants"], env={"TENANTML_HOME": str(home / "home")})
     assert res.exit_code == 2 and "servers.json is not valid JSON" in res.output, res.output
     assert "`tenantml down`" in res.output
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "words"),
+    [
+        ("--slots", "0", "--slots 0 is not valid"),
+        ("--max-epochs", "0", "--max-epochs 0 is not valid"),
+        ("--job-budget", "nan", "--job-budget nan is not valid"),
+        ("--tuner", "bogus", "--tuner 'bogus' is not valid; valid: replan, seer"),
+    ],
+)
+def test_run_names_a_bad_option_before_prefect_starts(
+    home: Path, restore_env: None, option: str, value: str, words: str
+) -> None:
+    """They were named only by the flow, 28 s later, among Prefect's lines."""
+    from trainers.seer_runner import TUNERS
+
+    assert TUNERS == ("replan", "seer")  # the list the command names before it loads them
+    res = CliRunner().invoke(
+        app, ["run", "--ticks", "1", option, value], env={"TENANTML_HOME": str(home / "home")}
+    )
+    assert res.exit_code == 2 and words in res.output, res.output
