@@ -329,27 +329,24 @@ class Client:
             raise ValueError(f"seed {seed!r} is not valid: give an integer >= 0")
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ValueError(f"global_batch {batch!r} is not valid: give an integer >= 1")
-        first = plan(
+        p_min = options.get("p_min", 1)
+        if batch < p_min:  # a trial's processes split the global batch, one example a step each
+            raise ValueError(
+                f"global_batch {batch} is smaller than p_min {p_min}, the GPUs every trial gets: "
+                f"give global_batch >= {p_min}"
+            )
+        # the job gives a trial no more GPUs than the global batch (`SeerJob.widest`): the plan
+        # is checked as it will run (a wider trial failed only in its stage, after the stage's
+        # other trials had trained)
+        plan(
             deadline_min,
             budget_gpu_min,
             eta=options.get("eta", 4),
             v=options.get("v", 2),
-            p_min=options.get("p_min", 1),
-            p_max=float("inf") if p_max is None else p_max,
+            p_min=p_min,
+            p_max=min(float("inf") if p_max is None else p_max, batch),
             t_min=options.get("t_min", 1.0),
         )
-        # a trial's processes split the global batch: each needs one example a step (the
-        # stage's check refused it only after the stage's other trials had trained)
-        widest = (
-            int(p_max)
-            if p_max is not None
-            else max((b.gpus_per_trial for st in first.stages for b in st.brackets), default=1)
-        )
-        if batch < widest:
-            raise ValueError(
-                f"global_batch {batch} is smaller than the {widest} GPUs a trial may get: give "
-                f"global_batch >= {widest}, or p_max <= {batch}"
-            )
         if self.store.manifest(name).n_enabled < 10:
             raise ValueError(f"tenant {name!r} has fewer than 10 enabled examples; feed more")
         out: dict[str, Any] = seer(name, model, deadline_min, budget_gpu_min, **options)

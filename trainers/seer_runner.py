@@ -101,6 +101,12 @@ class SeerJob:
     devices: tuple[str, ...] | None = None
     tuner: Tuner = "replan"
 
+    @property
+    def widest(self) -> float:
+        """The most GPUs (processes) a trial may get: `p_max`, and no more than the global
+        batch, which the trial's processes split (one example a step each at least)."""
+        return min(self.p_max, self.global_batch)
+
     def plan(self) -> Plan:
         """The plan the job starts from: Alg. 1's for ``seer``; for ``replan``
         `policy.seer.replan.starting_plan` (SEER-fill's, or E-Grid's where SEER's bets on one
@@ -114,7 +120,7 @@ class SeerJob:
             eta=self.eta,
             v=self.v,
             p_min=self.p_min,
-            p_max=self.p_max,
+            p_max=self.widest,
             t_min=self.t_min,
         )
 
@@ -150,6 +156,9 @@ class _State:
     # trial -> its `StageResult` (as a dict); a re-run keeps them instead of training them a
     # second stage on top of their stage-end checkpoints (they got twice the failed one's)
     finished: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the deadline T (minutes) the stages' timeline was planned for: a resumed job re-plans
+    # against it, whatever minutes a clock-time deadline has left by then (None: older state)
+    plan_t: float | None = None
 
 
 def _state_key(job: SeerJob) -> str:
@@ -191,6 +200,8 @@ def run_seer(
     blob = store.get_checkpoint(job.tenant, key)
     if blob is not None:  # resume: the remaining stages keep their lengths, starting now
         state = _State(**json.loads(blob))
+        if state.plan_t is not None and state.plan_t != p.T:  # the stages' own deadline
+            p = replace(p, T=state.plan_t)
         if not state.stages:  # written before the stages were kept
             state.stages = [asdict(st) for st in p.stages]
         if state.next_stage < len(state.stages):
@@ -202,6 +213,7 @@ def run_seer(
         ids = [f"trial-{i:03d}" for i in range(p.sampled_trials)]
         state = _State(dict(zip(ids, configs, strict=True)), ids, started_at=time.time())
         state.stages = [asdict(st) for st in p.stages]
+        state.plan_t = p.T
     devices = _devices(job)
     while state.next_stage < len(state.stages):
         stage = _stage_from(state.stages[state.next_stage])
@@ -425,7 +437,7 @@ def _replan(
     rates = [e.result.stage_steps / length / speedup(e.gpus) for e in events if length > 0]
     per_gpu = float(np.median(rates)) if rates else 0.0
     settings = TuningSettings(
-        eta=job.eta, v=job.v, p_min=job.p_min, p_max=job.p_max, t_min=job.t_min,
+        eta=job.eta, v=job.v, p_min=job.p_min, p_max=job.widest, t_min=job.t_min,
         scaling=lambda g: per_gpu * speedup(g),
     )  # fmt: skip
     curves = {t: np.array(state.curves.get(t, []), dtype=float).reshape(-1, 2) for t in ran}

@@ -163,7 +163,7 @@ def test_bad_seer_requests_fail_before_anything_runs(home: Path) -> None:
     plan = ["seer", "run", "digits", "--model", "lenet", "--deadline", "0.5", "--budget", "2",
             "--t-min", "0.25", "--eta", "2", "--tuner", "seer", "--home", str(home)]  # fmt: skip
     for extra, words in (
-        (["--global-batch", "1"], "global_batch 1 is smaller than the 2 GPUs a trial may get"),
+        (["--p-min", "2", "--global-batch", "1"], "global_batch 1 is smaller than p_min 2"),
         (["--global-batch", "0"], "global_batch 0 is not valid"),
         (["--seed", "-1"], "seed -1 is not valid"),
     ):

@@ -5,7 +5,7 @@ deadline, never past the deadline T or the budget B left (Fact 1)."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, astuple
 from typing import Any
 
 import pytest
@@ -236,3 +236,64 @@ def test_a_stage_run_again_after_a_failure_keeps_the_trials_that_finished_it(
     assert sorted((e["trial"], e["steps"]) for e in stage_1) == [
         ("trial-000", 100), ("trial-001", 100), ("trial-002", 100)
     ]  # fmt: skip
+
+
+def test_a_job_resumed_with_fewer_minutes_left_keeps_its_stages_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`seer run --deadline 18:00` again after a Ctrl-C resumes the job (160dc32) with the
+    minutes left now, a shorter T than the stored stages were planned on: the re-planning mixed
+    the two clocks, and a stage could end before it began. The stages' own T is kept."""
+    import trainers.seer_runner as runner
+    from trainers.elastic import StageResult
+
+    checkpoints: dict[str, bytes] = {}
+
+    class Store:
+        def get_checkpoint(self, tenant: str, key: str) -> bytes | None:
+            return checkpoints.get(key)
+
+        def put_checkpoint(self, tenant: str, key: str, data: bytes) -> None:
+            checkpoints[key] = data
+
+        class blobs:  # noqa: N801 (the attribute the runner reads)
+            @staticmethod
+            def url() -> str:
+                return "mem://"
+
+    stop = {"at": 2}  # the first attempt ends (Ctrl-C) when stage 2 starts
+
+    def stage(ts: Any) -> StageResult:
+        resumed = int(checkpoints.get(ts.checkpoint, b"0"))
+        if resumed >= 100 * (stop["at"] - 1):
+            raise KeyboardInterrupt
+        step = resumed + 100
+        checkpoints[ts.checkpoint] = str(step).encode()
+        return StageResult(0.5 + step / 1e4, step, 100, resumed, 1.0, len(ts.devices), 60.0,
+                           0.0, 0.0, 60.0, 0.1, curve=[[float(step), 0.5 + step / 1e4]],
+                           best=[0.5, float(step)], stage_train_s=60.0)  # fmt: skip
+
+    monkeypatch.setattr(runner, "run_trial_stage", stage)
+    monkeypatch.setattr(runner, "load_trial_model", lambda *a, **k: None)
+    monkeypatch.setattr(runner, "_devices", lambda job: ["cpu"])
+    job = _job(64.0)  # deadline 8 min
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_seer(job, Store())  # type: ignore[arg-type]
+    stop["at"] = 99
+    later = SeerJob(job.tenant, job.candidate, job.snapshot, job.job_id, 3.0, *astuple(job)[5:])
+    runner.run_seer(later, Store())  # type: ignore[arg-type]
+    stages = json.loads(checkpoints["j-seer"])["stages"]
+    assert all(s["start"] < s["end"] for s in stages), stages
+    assert stages[-1]["end"] == pytest.approx(8.0)
+    assert all(d["left_deadline_min"] >= 0 for d in json.loads(checkpoints["j-seer"])["decisions"])
+
+
+def test_no_trial_gets_more_processes_than_the_global_batch() -> None:
+    """Each process of a trial takes one example a step at least. `replan`'s starting plan for
+    30 min and 80 GPU-minutes gives a trial 4 GPUs; with a global batch of 3 that stage failed
+    after its other trials had trained (`seer run`'s check used the paper's plan, 2 GPUs)."""
+    wide = SeerJob("t", "lenet", 1, "j", 30.0, 80.0, 4, 2, 1, float("inf"), 1.0, 128, 0)
+    assert max(b.gpus_per_trial for s in wide.plan().stages for b in s.brackets) == 4
+    narrow = SeerJob("t", "lenet", 1, "j", 30.0, 80.0, 4, 2, 1, float("inf"), 1.0, 3, 0)
+    assert narrow.widest == 3
+    assert max(b.gpus_per_trial for s in narrow.plan().stages for b in s.brackets) <= 3
