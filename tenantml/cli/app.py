@@ -914,27 +914,26 @@ def main() -> None:
     home's log file by its callback (`tenantml.cli._logs`; ``-v`` shows them here too)."""
     import signal
 
+    from tenantml import _signals
+
     # Ctrl-C and SIGTERM end any command with one line and exit 130, as `run`'s own handlers
     # do (they replace these): Typer turned the interrupt into a silent exit 130, and SIGTERM
-    # killed the command with 143
-    received: list[str] = []
-
-    def interrupted(signum: int, frame: Any) -> None:
-        received.append(signal.Signals(signum).name)
-        raise KeyboardInterrupt(received[-1])
-
+    # killed the command with 143. A command that prints its own line says so (`announce`).
+    _signals.reset()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, interrupted)
+        signal.signal(sig, _signals.interrupt)
     try:
         app()
     except KeyboardInterrupt:  # a signal before Typer took over
         pass
     except SystemExit as e:  # Typer's silent exit 130 after a signal (or any other exit)
-        if e.code != 130 or not received:
+        if e.code != 130 or not _signals.received:
             raise
     else:
         return
-    err_console.print(f"stopped by {received[-1] if received else 'SIGINT'}", highlight=False)
+    if not _signals.announced():
+        name = _signals.received[-1] if _signals.received else "SIGINT"
+        err_console.print(f"stopped by {name}", highlight=False)
     sys.exit(130)
 
 

@@ -532,7 +532,11 @@ def run(
 
 
 def _stopped_line(signal_name: str, in_flight: int, embedded: bool) -> str:
-    """The one line `run` ends with when a signal stopped it."""
+    """The one line `run` ends with when a signal stopped it (the entry point then prints no
+    other: `tenantml._signals.announce`)."""
+    from tenantml._signals import announce
+
+    announce()
     jobs = f"{in_flight} job{'' if in_flight == 1 else 's'} in flight"
     where = "" if embedded else " (they go on in the workers meanwhile)"
     return f"stopped by {signal_name}: {jobs}; they resume on the next `tenantml run`{where}"

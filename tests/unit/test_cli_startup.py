@@ -302,3 +302,27 @@ def test_run_names_a_bad_option_before_prefect_starts(
         app, ["run", "--ticks", "1", option, value], env={"TENANTML_HOME": str(home / "home")}
     )
     assert res.exit_code == 2 and words in res.output, res.output
+
+
+def test_run_stopped_while_it_starts_says_so_once(
+    home: Path, restore_env: None, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """Ctrl-C while `run` starts Prefect's server: `run` printed its line, then the entry point
+    a second one."""
+    from tenantml.cli.app import main
+    from tenantml.client import Client
+
+    monkeypatch.setattr(Client, "start_prefect", lambda self: os.kill(os.getpid(), signal.SIGINT))
+    monkeypatch.setenv("TENANTML_HOME", str(home / "home"))
+    monkeypatch.setattr(sys, "argv", ["tenantml", "run", "--ticks", "1"])
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(SystemExit) as ended:
+            main()
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    out = capsys.readouterr()
+    assert ended.value.code == 130
+    lines = [x for x in (out.out + out.err).splitlines() if "stopped by" in x]
+    assert len(lines) == 1 and lines[0].startswith("stopped by SIGINT: 0 jobs in flight"), lines
