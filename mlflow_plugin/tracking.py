@@ -194,12 +194,15 @@ def tenant_weights(
     if exp is None:
         return {}
     out = {}
+    lo, hi = WEIGHT_RANGE
     for key, value in exp.tags.items():
         if key.startswith(WEIGHT_PREFIX):
             try:
-                out[key.removeprefix(WEIGHT_PREFIX)] = valid_weight(value)
+                w = float(value)
             except ValueError:
                 continue  # a tag edited by hand to nonsense counts as unset
+            if 0 < w < float("inf"):  # one set before `WEIGHT_RANGE` existed: its nearest
+                out[key.removeprefix(WEIGHT_PREFIX)] = min(max(w, lo), hi)
     return out
 
 

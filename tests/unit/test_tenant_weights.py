@@ -87,6 +87,14 @@ def test_a_bad_weight_is_named_and_changes_nothing(tmp_path: Path, restore_env: 
         c.set_weight("wine", True)
     with pytest.raises(KeyError, match="unknown tenant 'nope'"):  # the SDK said 1.0
         c.weight("nope")
+    # weights stored before their range existed read as the range's nearest, not as unset (1)
+    from mlflow_plugin import tracking
+
+    exp = c.mlflow.get_experiment_by_name(tracking.SCHEDULER_EXPERIMENT)
+    c.mlflow.set_experiment_tag(exp.experiment_id, tracking.WEIGHT_PREFIX + "wine", "5e6")
+    assert c.weight("wine") == 1e6
+    c.mlflow.set_experiment_tag(exp.experiment_id, tracking.WEIGHT_PREFIX + "wine", "1e-7")
+    assert c.weight("wine") == 1e-6
 
 
 def test_an_unknown_tenant_is_named(tmp_path: Path, restore_env: None) -> None:
