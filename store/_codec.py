@@ -15,6 +15,7 @@ Every check names the example index and the reason; one bad example rejects the 
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,12 @@ __all__ = [
     "encode_labels",
     "is_class_output",
 ]
+
+
+def _breaks_lines(text: str) -> bool:
+    """Whether `text` holds a control character or a line or paragraph separator (what breaks
+    a tab-separated line); a no-break space, an ideographic space or a joiner does not."""
+    return any(unicodedata.category(ch) in ("Cc", "Zl", "Zp") for ch in text)
 
 
 class BadExampleError(ValueError):
@@ -230,7 +237,7 @@ def encode_labels(
         elif not by_index and isinstance(label, int) and not isinstance(label, bool):
             label = str(label)
         if isinstance(label, str):
-            if label not in known and (not label.strip() or not label.isprintable()):
+            if label not in known and (not label.strip() or _breaks_lines(label)):
                 # an unset shell variable (`--label "$X"`) took a class for good, and a tab or
                 # a newline broke `examples`' tab-separated lines
                 raise BadExampleError(

@@ -201,8 +201,11 @@ def test_a_class_name_has_a_visible_character_and_no_control_one(store: ExampleS
         with pytest.raises(BadExampleError, match="example 1 rejected.*is no class name"):
             store.feed("t", x, ["cat", bad])
     assert _state(store, "t") == before
-    m, _ = store.feed("t", x, ["cat", "small dog"])  # spaces inside a name are fine
-    assert m.classes == ("cat", "small dog")
+    for bad in ("line\u2028sep", "row\x1e"):
+        with pytest.raises(BadExampleError, match="is no class name"):
+            store.feed("t", x, ["cat", bad])
+    m, _ = store.feed("t", x, ["cat", "New\xa0York"])  # a no-break space (scraped CSVs)
+    assert m.classes == ("cat", "New\xa0York")
 
 
 def test_a_tenants_labels_are_class_names_or_indices_never_both(store: ExampleStore) -> None:
