@@ -428,4 +428,7 @@ def _check_scheduler_options(
         )
     bound = signature.bind(ticks=ticks, **options)
     bound.apply_defaults()
-    SchedulerOptions(**bound.arguments)  # raises ValueError naming each bad one
+    try:
+        SchedulerOptions(**bound.arguments)  # raises ValueError naming each bad one
+    except TypeError:  # a value of another type ("2"), which Prefect's validation coerces
+        return  # (or names): the flow checks it as before

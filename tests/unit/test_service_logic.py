@@ -613,6 +613,7 @@ def test_client_run_checks_its_options_before_it_waits_for_prefect() -> None:
         _check_scheduler_options(scheduler.fn, 0, {"slots": 0})
     with pytest.raises(ValueError, match="ticks -1: use 0 or more"):
         _check_scheduler_options(scheduler.fn, -1, {})
+    _check_scheduler_options(scheduler.fn, 1, {"slots": "2"})  # Prefect coerces it, as before
 
 
 def test_gpu_count_without_a_driver_needs_no_torch(
