@@ -195,7 +195,6 @@ def test_a_signal_ends_any_command_with_one_line_and_exit_130(
 ) -> None:
     """`feed` reading paths from its input when the signal comes: Typer ended the command with
     exit 130 and nothing said, and SIGTERM killed it (143)."""
-    from tenantml.cli.app import main
 
     class Input(io.StringIO):
         def readline(self, *args: Any) -> str:
@@ -212,14 +211,8 @@ def test_a_signal_ends_any_command_with_one_line_and_exit_130(
     monkeypatch.setenv("TENANTML_HOME", str(home / "home"))
     monkeypatch.setattr(sys, "argv", ["tenantml", "feed", "wine", "--label", "a"])
     monkeypatch.setattr(sys, "stdin", Input())
-    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with pytest.raises(SystemExit) as ended:
-            main()
-    finally:
-        for s, handler in before.items():
-            signal.signal(s, handler)
-    assert ended.value.code == 130
+    code = _main_exit_code()
+    assert code == 130
     assert capsys.readouterr().err.strip() == f"stopped by {signal.Signals(sig).name}"
 
 
@@ -309,12 +302,22 @@ def test_run_stopped_while_it_starts_says_so_once(
 ) -> None:
     """Ctrl-C while `run` starts Prefect's server: `run` printed its line, then the entry point
     a second one."""
-    from tenantml.cli.app import main
     from tenantml.client import Client
 
     monkeypatch.setattr(Client, "start_prefect", lambda self: os.kill(os.getpid(), signal.SIGINT))
     monkeypatch.setenv("TENANTML_HOME", str(home / "home"))
     monkeypatch.setattr(sys, "argv", ["tenantml", "run", "--ticks", "1"])
+    code = _main_exit_code()
+    out = capsys.readouterr()
+    assert code == 130
+    lines = [x for x in (out.out + out.err).splitlines() if "stopped by" in x]
+    assert len(lines) == 1 and lines[0].startswith("stopped by SIGINT: 0 jobs in flight"), lines
+
+
+def _main_exit_code() -> Any:
+    """The entry point's exit code, run here; the signal handlers it sets are put back."""
+    from tenantml.cli.app import main
+
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         with pytest.raises(SystemExit) as ended:
@@ -322,7 +325,4 @@ def test_run_stopped_while_it_starts_says_so_once(
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
-    out = capsys.readouterr()
-    assert ended.value.code == 130
-    lines = [x for x in (out.out + out.err).splitlines() if "stopped by" in x]
-    assert len(lines) == 1 and lines[0].startswith("stopped by SIGINT: 0 jobs in flight"), lines
+    return ended.value.code
