@@ -108,20 +108,23 @@ def _check_example_size(schema: Schema) -> None:
                 )
 
 
+def _integer(value: object, what: str) -> int:
+    """`value` as an int when it is an integer of any kind (a numpy one too), else TypeError
+    naming `what` ("1", 1.5 and True are none: they were read as 1)."""
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+    raise TypeError(f"{what} {value!r} is not an integer")
+
+
 def _example_ids(ids: Iterable[int], what: str) -> set[int]:
     """`ids` as a set of ints; a string (whose characters were read as ids: "12" as 1 and 2)
     or a value that is not a whole number (1.9 was read as 1) is refused, naming `what`."""
     if isinstance(ids, str | bytes):
         raise TypeError(f"{what}: give example ids as integers, not the string {ids!r}")
-    out: set[int] = set()
-    for i in ids:
-        try:
-            if isinstance(i, bool):
-                raise TypeError
-            out.add(operator.index(i))
-        except TypeError:
-            raise TypeError(f"{what}: example id {i!r} is not an integer") from None
-    return out
+    return {_integer(i, f"{what}: example id") for i in ids}
 
 
 @dataclass(frozen=True)
@@ -281,13 +284,8 @@ class ExampleStore:
     def manifest(self, name: str, version: int | None = None) -> Manifest:
         """Snapshot `version` (default: the latest)."""
         self.schema(name)  # unknown tenant -> a clear error
-        if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
-            try:  # a numpy integer is one; "1" or 1.5 is not (a format error from deep inside)
-                if isinstance(version, bool):
-                    raise TypeError
-                version = operator.index(version)
-            except TypeError:
-                raise TypeError(f"snapshot {version!r} is not an integer") from None
+        if version is not None:  # "1" or 1.5 gave a format error from deep inside
+            version = _integer(version, "snapshot")
         if version is None:
             versions = self.versions(name)
             if not versions:  # a submit cut short before snapshot 0: no examples yet
