@@ -22,6 +22,9 @@ more of Alembic migrations (every revision since Prefect's first, on an empty da
   starts from a copy of it and Prefect finds nothing to migrate. A template that is not a
   migrated Prefect database (a cut-off copy, another program's file) is ignored and replaced.
 
+The early server writes to ``$PREFECT_HOME/server.log``, not to the command's terminal
+(`_start_server`).
+
 Servers (``tenantml up``, ``PREFECT_API_URL``) are untouched: they migrate once, at ``up``.
 """
 
@@ -50,6 +53,7 @@ __all__ = ["EarlyStart", "start_early", "template_path"]
 log = logging.getLogger(__name__)
 
 DB_NAME = "prefect.db"  # Prefect's default database under PREFECT_HOME
+SERVER_LOG = "server.log"  # the early server's output, beside its database (`_start_server`)
 # what Prefect's SubprocessASGIServer sets for its temporary server (prefect/server/api/server.py)
 SERVER_ENV = {
     "PREFECT_UI_ENABLED": "0",
@@ -127,9 +131,8 @@ class EarlyStart:
         self.error: BaseException | None = None
         self.handed_over = False  # Prefect's once `wait` gave it; `wait` again is a no-op
         self.port = _free_port()
-        self.process: subprocess.Popen[bytes] | None = subprocess.Popen(
-            _server_command(self.port), env={**os.environ, **SERVER_ENV}
-        )
+        self.log_path = db.parent / SERVER_LOG
+        self.process: subprocess.Popen[bytes] | None = _start_server(self.port, self.log_path)
         atexit.register(self._stop_unclaimed)
         _EARLY.append(self)
         self._thread = threading.Thread(
@@ -187,6 +190,19 @@ def _free_port() -> int:
     return port
 
 
+def _start_server(port: int, log_path: Path) -> subprocess.Popen[bytes]:
+    """The server's process, its output appended to `log_path`. Not the command's own stderr:
+    a Ctrl-C reaches the whole foreground process group, the server too, and its services, cut
+    off mid-write, logged 100-150 lines of tracebacks under the command's one line ``stopped by
+    SIGINT`` (9 of 64 `bench-live` runs, 2026-11-28)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as out:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            _server_command(port), env={**os.environ, **SERVER_ENV},
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
 def _server_command(port: int) -> list[str]:
     """The uvicorn command of Prefect's temporary server on `port`, found without importing
     Prefect."""
@@ -211,7 +227,10 @@ def _wait_healthy(start: EarlyStart, timeout_s: float) -> None:
         proc = start.process
         if proc is None or proc.poll() is not None:
             code = None if proc is None else proc.returncode
-            raise RuntimeError(f"Prefect's temporary server exited (code {code}) before answering")
+            raise RuntimeError(
+                f"Prefect's temporary server exited (code {code}) before answering; its output "
+                f"is in {start.log_path}"
+            )
         try:
             with opener.open(url, timeout=2) as response:
                 if response.status == 200:

@@ -100,18 +100,24 @@ def test_nothing_is_started_for_servers_or_another_database(
 
 
 def test_a_server_that_exits_before_answering_is_reported_and_not_handed_to_prefect(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
+    """...and what the server wrote is in its log, not on the command's terminal (a Ctrl-C
+    reached the server too, whose services' tracebacks followed the command's one line)."""
     import sys
 
     import tasks.prefect_start as ps
 
     # uvicorn's own exit code when its port is taken
-    monkeypatch.setattr(ps, "_server_command", lambda port: [sys.executable, "-c", "exit(3)"])
+    said = "import sys; sys.stderr.write('the server says boom\\n'); exit(3)"
+    monkeypatch.setattr(ps, "_server_command", lambda port: [sys.executable, "-c", said])
     start = ps.EarlyStart(tmp_path / "prefect.db", tmp_path / "template.db", timeout_s=30)
     start.wait()
     assert isinstance(start.error, RuntimeError) and "exited (code 3)" in str(start.error)
+    assert str(tmp_path / "server.log") in str(start.error)
     assert start.process is None  # nothing left for Prefect: it starts its own server
+    assert "boom" not in capfd.readouterr().err
+    assert (tmp_path / "server.log").read_text() == "the server says boom\n"
 
 
 def test_a_server_that_never_answers_is_stopped(
