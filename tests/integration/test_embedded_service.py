@@ -372,9 +372,10 @@ def test_a_signal_stops_run_with_one_line_and_the_next_run_resumes_its_jobs(
         return [r for r in recs if r.status == "RUNNING"]
 
     cmd = [sys.executable, "-m", "tenantml.cli", "run"]
+    # the signal comes while the first job trains (one slot: a second would wait for it)
     code, out, err, took = signal_after_dispatch(
         [*cmd, "--ticks", "20", "--sleep-job-seconds", "60"], env, sig, to_group,
-        ready=lambda: bool(running()),
+        ready=lambda: bool(running()), jobs=1,
     )  # fmt: skip
     print(f"{sig.name}: the scheduler ended {took:.2f} s after the signal")
     assert code == 130, (out, err[-3000:])
