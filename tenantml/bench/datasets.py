@@ -156,11 +156,16 @@ def _read_rows(fh: io.TextIOBase | io.TextIOWrapper, label: str, where: str) -> 
 
 
 def _keyed_rows(
-    path: str | Path, key: str, columns: tuple[str, ...], names: tuple[str, ...]
+    path: str | Path,
+    key: str,
+    columns: tuple[str, ...],
+    names: tuple[str, ...],
+    strict: bool = False,
 ) -> Iterator[tuple[int, str, dict[str, str]]]:
     """Rows of a side CSV keyed by ``key`` (a tenant or model name): ``(index into names,
-    'PATH: line N', row)``; rows naming something not in ``names`` are skipped. Checks that the
-    file exists and the header has ``key`` and ``columns`` (extra columns are ignored)."""
+    'PATH: line N', row)``; rows naming something not in ``names`` are skipped, or with
+    `strict` refused. Checks that the file exists and the header has ``key`` and ``columns``
+    (extra columns are ignored)."""
     p = Path(path)
     if not p.exists():
         raise BenchInputError(f"{p}: no such file")
@@ -173,9 +178,15 @@ def _keyed_rows(
                 f"expected {','.join((key, *columns))}"
             )
         for line, row in enumerate(reader, start=2):
-            i = index.get((row[key] or "").strip())
+            name = (row[key] or "").strip()
+            i = index.get(name)
             if i is not None:
                 yield i, f"{p}: line {line}", row
+            elif strict:
+                shown = ", ".join(names[:5]) + (
+                    f", ... ({len(names)} in all)" if len(names) > 5 else ""
+                )
+                raise BenchInputError(f"{p}: line {line}: no {key} {name!r} here; valid: {shown}")
 
 
 def read_models_meta(path: str | Path, models: tuple[str, ...]) -> ModelMeta:
@@ -191,11 +202,12 @@ def read_models_meta(path: str | Path, models: tuple[str, ...]) -> ModelMeta:
 
 
 def _tenant_values(
-    path: str | Path, tenants: tuple[str, ...], column: str, unlisted: float
+    path: str | Path, tenants: tuple[str, ...], column: str, unlisted: float, strict: bool
 ) -> FloatArray:
-    """``tenant,<column>`` with finite values > 0; tenants not listed get ``unlisted``."""
+    """``tenant,<column>`` with finite values > 0; tenants not listed get ``unlisted``; with
+    `strict` a row naming no tenant of `tenants` is refused (`_keyed_rows`)."""
     values = np.full(len(tenants), unlisted)
-    for i, where, row in _keyed_rows(path, "tenant", (column,), tenants):
+    for i, where, row in _keyed_rows(path, "tenant", (column,), tenants, strict):
         v = _parse_float((row[column] or "").strip(), column, where)
         if not (np.isfinite(v) and v > 0):
             raise BenchInputError(f"{where}: {column} {v!r}; must be finite and > 0")
@@ -205,15 +217,17 @@ def _tenant_values(
 
 def read_tenant_sizes(path: str | Path, tenants: tuple[str, ...]) -> FloatArray:
     """Read ``tenant,size`` (size > 0: how much data, e.g. examples x features); tenants not
-    listed stay NaN (unknown). Extra columns are ignored."""
-    return _tenant_values(path, tenants, "size", np.nan)
+    listed stay NaN (unknown); rows of other tenants are skipped (one file may serve several
+    data sets). Extra columns are ignored."""
+    return _tenant_values(path, tenants, "size", np.nan, strict=False)
 
 
 def read_tenant_weights(path: str | Path, tenants: tuple[str, ...]) -> FloatArray:
     """Read ``tenant,weight`` (weight > 0: w_i, how much the tenant's regret counts, as the
-    service's `tenantml weight` sets it); tenants not listed weigh 1. Extra columns are
-    ignored."""
-    return _tenant_values(path, tenants, "weight", 1.0)
+    service's `tenantml weight` sets it); tenants not listed weigh 1. A row naming a tenant
+    that is not in `tenants` is refused: a misspelt name would weigh 1 without a word. Extra
+    columns are ignored."""
+    return _tenant_values(path, tenants, "weight", 1.0, strict=True)
 
 
 def _builtin_path(name: str) -> Path:

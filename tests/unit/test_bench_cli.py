@@ -256,5 +256,10 @@ def test_tenant_weights_reach_the_replay(tmp_path: Path) -> None:
     path.write_text(f"tenant,weight\n{table.tenants[0]},0\n")
     with pytest.raises(BenchInputError, match="line 2: weight 0.0; must be finite and > 0"):
         read_tenant_weights(path, table.tenants)
+    # a misspelt tenant is named, not weighed 1 without a word
+    path.write_text(f"tenant,weight\n{table.tenants[0]},2\n{table.tenants[1]}x,3\n")
+    with pytest.raises(BenchInputError, match=rf"line 3: no tenant '{table.tenants[1]}x' here; "
+                       rf"valid: {table.tenants[0]}, "):  # fmt: skip
+        read_tenant_weights(path, table.tenants)
     res = runner.invoke(app, ["bench", "easeml-dl", "--tenant-weights", str(tmp_path / "none.csv")])
     assert res.exit_code == 2 and "none.csv: no such file" in res.output
