@@ -129,6 +129,16 @@ def _home() -> Path:
     return Settings.resolve_home()
 
 
+def _check_takes_files(c: Any, name: str, instead: str) -> None:
+    """Refuse files (or paths on stdin) for a tenant whose inputs are not images or sequences,
+    naming the option that takes its inputs (`instead`): the loader's own message named an SDK
+    function (`echo rows.csv | tenantml infer` read the CSV as an example file)."""
+    schema = c.store.schema(name)
+    field = schema.input.single
+    if field is not None and not schema.input.is_sequence and len(field.shape) != 3:
+        raise ValueError(f"{name!r} takes {schema.input} inputs, not files: {instead}")
+
+
 def _paths(files: list[Path] | None) -> list[str]:
     if files:
         return [str(f) for f in files]
@@ -232,6 +242,10 @@ def feed(
                 labels = [label] * len(x)
             snap, ids = c.feed(name, x, labels)
         else:
+            _check_takes_files(
+                c, name, "give rows with --csv FILE (a header, one example per row) or arrays "
+                "with --npz FILE"
+            )  # fmt: skip
             if label is None:
                 raise ValueError("give --label for the files fed (one label per call)")
             paths = _paths(files)
@@ -297,6 +311,7 @@ def infer(
             keys = [f"{csv}:{i + 2}" for i in range(len(x))]
             pred = c.infer(name, x)
         else:
+            _check_takes_files(c, name, "give rows with --csv FILE (a header, one input per row)")
             keys = _paths(files)
             pred = c.infer_files(name, keys)
         for key, p in zip(keys, pred, strict=True):

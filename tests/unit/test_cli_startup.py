@@ -239,6 +239,21 @@ def test_feed_takes_one_source_and_one_way_to_label_it(home: Path, restore_env: 
     assert res.exit_code == 0, res.output
 
 
+def test_files_for_a_tabular_tenant_name_the_option_that_takes_its_rows(
+    home: Path, restore_env: None
+) -> None:
+    """`echo rows.csv | tenantml infer wine` read the CSV as an example file, and its error
+    said to feed "CSV rows (read_csv_rows)", an SDK function."""
+    csv = str(home / "x.csv")
+    env = {"TENANTML_HOME": str(home / "home")}
+    runner = CliRunner()
+    res = runner.invoke(app, ["infer", "wine"], input=csv + "\n", env=env)
+    assert res.exit_code == 2, res.output
+    assert "not files: give rows with --csv FILE (a header, one input per row)" in res.output
+    res = runner.invoke(app, ["feed", "wine", csv, "--label", "a"], env=env)
+    assert res.exit_code == 2 and "--csv FILE" in res.output and "--npz FILE" in res.output
+
+
 def test_grant_without_mlflow_users_is_one_line(home: Path, restore_env: None) -> None:
     """On an embedded home (or servers without `--auth`) MLflow has no users: `grant` ended in
     an MLflow traceback."""
