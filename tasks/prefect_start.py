@@ -194,9 +194,12 @@ def _start_server(port: int, log_path: Path) -> subprocess.Popen[bytes]:
     """The server's process, its output appended to `log_path`. Not the command's own stderr:
     a Ctrl-C reaches the whole foreground process group, the server too, and its services, cut
     off mid-write, logged 100-150 lines of tracebacks under the command's one line ``stopped by
-    SIGINT`` (9 of 64 `bench-live` runs, 2026-11-28)."""
+    SIGINT`` (9 of 64 `bench-live` runs, 2026-11-28). The previous start's output is kept as
+    ``server.log.1``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as out:  # the child keeps its own descriptor
+    if log_path.exists():
+        log_path.replace(log_path.with_name(log_path.name + ".1"))
+    with open(log_path, "wb") as out:  # the child keeps its own descriptor
         return subprocess.Popen(
             _server_command(port), env={**os.environ, **SERVER_ENV},
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -238,7 +241,10 @@ def _wait_healthy(start: EarlyStart, timeout_s: float) -> None:
         except OSError:  # not listening yet (URLError, ConnectionError, timeouts)
             pass
         if time.monotonic() > deadline:
-            raise TimeoutError(f"Prefect's temporary server: no answer at {url} in {timeout_s:g} s")
+            raise TimeoutError(
+                f"Prefect's temporary server: no answer at {url} in {timeout_s:g} s; its output "
+                f"is in {start.log_path}"
+            )
         time.sleep(0.05)
 
 

@@ -118,6 +118,10 @@ def test_a_server_that_exits_before_answering_is_reported_and_not_handed_to_pref
     assert start.process is None  # nothing left for Prefect: it starts its own server
     assert "boom" not in capfd.readouterr().err
     assert (tmp_path / "server.log").read_text() == "the server says boom\n"
+    again = ps.EarlyStart(tmp_path / "prefect.db", tmp_path / "template.db", timeout_s=30)
+    again.wait()  # the next start writes a new log and keeps the last one
+    assert (tmp_path / "server.log.1").read_text() == "the server says boom\n"
+    assert (tmp_path / "server.log").read_text() == "the server says boom\n"
 
 
 def test_a_server_that_never_answers_is_stopped(
@@ -134,6 +138,7 @@ def test_a_server_that_never_answers_is_stopped(
     assert proc is not None
     start.wait()
     assert isinstance(start.error, TimeoutError) and "/api/health" in str(start.error)
+    assert str(tmp_path / "server.log") in str(start.error)
     assert proc.poll() is not None and start.process is None
 
 
