@@ -7,11 +7,11 @@ the best *test* accuracy any of its systems served within the budget; at a short
 system trains most of the catalogue, so that realised loss is a lower bound. This script
 measures the estimate's own quantity instead: it reads the home's last logged estimates and each
 tenant's ``b_i`` (as the service takes it: the best accuracy of its FINISHED jobs on its current
-data snapshot), runs ``tenantml run`` until the policy has nothing left to train (or
-`--timeout-s` passes: then a SIGINT stops it, as a user would), and prints per tenant the
-estimate against ``best after - b_i``, with how many of its candidates were then measured;
-then the means and Spearman's rho, over all tenants and over those with every candidate
-measured. The realised side is a maximum of noisy validation scores, the estimate one over the
+data snapshot), runs ``tenantml run`` until the policy has nothing left to train (or until
+every tenant measured has had each candidate measured, or `--timeout-s` passes: then a SIGINT
+stops it, as a user would), and prints per tenant the estimate against ``best after - b_i``,
+with how many of its candidates were then measured; then the means and Spearman's rho, over
+all tenants and over those with every candidate measured. The realised side is a maximum of noisy validation scores, the estimate one over the
 posterior of those scores: on a small tenant one score's noise is a few points.
 
 ``--only digits,glass``: the other tenants get the least weight in the copy (1e-6, the low
@@ -38,6 +38,8 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -89,20 +91,28 @@ def measured(home: Path) -> dict[str, tuple[float, int, int]]:
     return out
 
 
-def train_the_rest(home: Path, timeout_s: float) -> bool:
-    """``tenantml run`` on `home` until nothing is left to train: True when it ended so, False
-    when `timeout_s` ran out first (stopped as a user stops it); raises if it failed."""
+def train_the_rest(
+    home: Path, timeout_s: float, done: Callable[[], bool], check_s: float = 30.0
+) -> bool:
+    """``tenantml run`` on `home` until nothing is left to train or `done()` (asked every
+    `check_s`; then stopped as a user stops it): True; False when `timeout_s` ran out first
+    (stopped the same way); raises if the run failed."""
     env = {**os.environ, "TENANTML_HOME": str(home)}
     cmd = [sys.executable, "-m", "tenantml.cli", "run", "--ticks", "1000000"]
     log_path = home / "loss_realised.log"
+    deadline = time.monotonic() + timeout_s
     with open(log_path, "a") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)  # fmt: skip
         try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            stop_as_a_user(proc)
-            return False
+            while proc.poll() is None:
+                try:
+                    proc.wait(timeout=max(0.0, min(check_s, deadline - time.monotonic())))
+                except subprocess.TimeoutExpired:
+                    finished = done()
+                    if finished or time.monotonic() >= deadline:
+                        stop_as_a_user(proc)
+                        return finished
         except BaseException:
             stop_as_a_user(proc)
             raise
@@ -154,7 +164,12 @@ def main() -> None:
             home = copy_home(args.home, args.copy if temp is None else temp / "home")
             for name in set(before) - set(only):
                 Client(home).set_weight(name, WEIGHT_RANGE[0])
-        complete = train_the_rest(home, args.timeout_s)
+
+        def named_done() -> bool:
+            now = measured(home)
+            return all(now[n][1] == now[n][2] for n in only if n in now)
+
+        complete = train_the_rest(home, args.timeout_s, named_done)
         after = measured(home)
     finally:
         if temp is not None:
