@@ -208,8 +208,15 @@ def test_a_signal_ends_any_command_with_one_line_and_exit_130(
             self.readline()
             raise StopIteration
 
+    from store.schema import Schema, Tensor
+    from tasks.settings import Settings
+
+    # a tenant of images: its files come as paths on standard input
+    Settings.load(home / "home").store().create_tenant(
+        "pics", Schema(input=Tensor(8, 8, 3), output=Tensor(2))
+    )
     monkeypatch.setenv("TENANTML_HOME", str(home / "home"))
-    monkeypatch.setattr(sys, "argv", ["tenantml", "feed", "wine", "--label", "a"])
+    monkeypatch.setattr(sys, "argv", ["tenantml", "feed", "pics", "--label", "a"])
     monkeypatch.setattr(sys, "stdin", Input())
     code = _main_exit_code()
     assert code == 130
