@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 DB_NAME = "prefect.db"  # Prefect's default database under PREFECT_HOME
 SERVER_LOG = "server.log"  # the early server's output, beside its database (`_start_server`)
+SERVER_LOG_MAX_BYTES = 4 << 20  # then the next start moves it to server.log.1
 # what Prefect's SubprocessASGIServer sets for its temporary server (prefect/server/api/server.py)
 SERVER_ENV = {
     "PREFECT_UI_ENABLED": "0",
@@ -194,12 +195,13 @@ def _start_server(port: int, log_path: Path) -> subprocess.Popen[bytes]:
     """The server's process, its output appended to `log_path`. Not the command's own stderr:
     a Ctrl-C reaches the whole foreground process group, the server too, and its services, cut
     off mid-write, logged 100-150 lines of tracebacks under the command's one line ``stopped by
-    SIGINT`` (9 of 64 `bench-live` runs, 2026-11-28). The previous start's output is kept as
-    ``server.log.1``."""
+    SIGINT`` (9 of 64 `bench-live` runs, 2026-11-28). Each start appends; a log over
+    `SERVER_LOG_MAX_BYTES` is moved to ``server.log.1`` first (appending, not replacing: a
+    second `run` refused beside a running one starts a server too)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    if log_path.exists():
+    if log_path.exists() and log_path.stat().st_size > SERVER_LOG_MAX_BYTES:
         log_path.replace(log_path.with_name(log_path.name + ".1"))
-    with open(log_path, "wb") as out:  # the child keeps its own descriptor
+    with open(log_path, "ab") as out:  # the child keeps its own descriptor
         return subprocess.Popen(
             _server_command(port), env={**os.environ, **SERVER_ENV},
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
