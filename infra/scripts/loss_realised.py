@@ -11,8 +11,9 @@ data snapshot), runs ``tenantml run`` until the policy has nothing left to train
 every tenant measured has had each candidate measured, or `--timeout-s` passes: then a SIGINT
 stops it, as a user would), and prints per tenant the estimate against ``best after - b_i``,
 with how many of its candidates were then measured; then the means and Spearman's rho, over
-all tenants and over those with every candidate measured. The realised side is a maximum of noisy validation scores, the estimate one over the
-posterior of those scores: on a small tenant one score's noise is a few points.
+all tenants and over those with every candidate measured. The realised side is a maximum of
+noisy validation scores, the estimate one over the posterior of those scores: on a small
+tenant one score's noise is a few points.
 
 ``--only digits,glass``: the other tenants get the least weight in the copy (1e-6, the low
 end of `WEIGHT_RANGE`), so that `rate` trains them last, and the means are over the named
