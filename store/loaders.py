@@ -70,6 +70,12 @@ def load_sequence(path: str | Path) -> NDArray[np.float32]:
     return np.loadtxt(p, delimiter=",", dtype=np.float32, ndmin=2)
 
 
+def takes_files(schema: Schema) -> bool:
+    """Whether the schema's inputs come as files (`iter_file_inputs`): images or sequences."""
+    field = schema.input.single
+    return field is not None and (schema.input.is_sequence or len(field.shape) == 3)
+
+
 def iter_file_inputs(schema: Schema, paths: Iterable[str | Path]) -> Iterator[NDArray[Any]]:
     """One decoded input per path (images or sequence files), lazily, so feeds can stream."""
     field = schema.input.single

@@ -46,11 +46,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.stats import spearmanr
 
 from mlflow_plugin.tracking import WEIGHT_RANGE
 from tasks import load_state
-from tenantml.bench.live import _last_loss_estimates, stop_as_a_user
+from tenantml.bench.live import _last_loss_estimates, _rank_correlation, stop_as_a_user
 from tenantml.client import Client
 
 #: MLflow's columns that hold absolute artifact locations (sqlite backend)
@@ -129,7 +128,7 @@ def _summary(rows: dict[str, dict[str, Any]]) -> str:
     real = np.array([r["realised"] for r in rows.values()])
     if not len(est):
         return "none"
-    rho = spearmanr(est, real).statistic if len(est) >= 3 and np.ptp(est) and np.ptp(real) else None
+    rho = _rank_correlation(list(zip(est, real, strict=True)))
     return (
         f"{len(est)} tenants: estimate {est.mean():.4f}, realised {real.mean():.4f}, "
         f"mean |estimate - realised| {np.abs(est - real).mean():.4f}, Spearman "

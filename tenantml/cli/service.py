@@ -133,9 +133,10 @@ def _check_takes_files(c: Any, name: str, instead: str) -> None:
     """Refuse files (or paths on stdin) for a tenant whose inputs are not images or sequences,
     naming the option that takes its inputs (`instead`): the loader's own message named an SDK
     function (`echo rows.csv | tenantml infer` read the CSV as an example file)."""
+    from store.loaders import takes_files
+
     schema = c.store.schema(name)
-    field = schema.input.single
-    if field is not None and not schema.input.is_sequence and len(field.shape) != 3:
+    if schema.input.single is not None and not takes_files(schema):
         raise ValueError(f"{name!r} takes {schema.input} inputs, not files: {instead}")
 
 
