@@ -1,12 +1,15 @@
 """Loss estimates recomputed at the end of `bench-live` runs, with the calibration scale of
 each tenant alone (``nu`` pseudo-observations at 1: the estimates until 2026-11-27, and `rate`'s
-decisions still) and learnt across tenants (`policy.estimates.calibration_scales`), against the
-realised loss; and what a constant 0 would score.
+decisions still), learnt across tenants (`policy.estimates.calibration_scales`: the estimates
+until 2026-11-28), and as the service makes them now (`policy.loss_estimates`: moved by the
+mean surprise as well), against the realised loss; and what a constant 0 would score.
 
 Each split's home (``seed-K/homes/live``) is read as the service would read it (`load_state`);
-the estimate is the one `policy.loss_estimates` makes from that final state (not the last
-estimate the service logged, which `bench-live` reports). Realised: the best test accuracy any
-system of the run served the tenant, less what the service served at the end (never negative;
+the estimate is the one made from that final state (not the last estimate the service logged,
+which `bench-live` reports). A home that `loss_realised.py` trained on in place (its
+``loss_realised.log``) no longer holds the run's final state and is left out. Realised: the
+best test accuracy any system of the run served the tenant, less what the service served at the
+end (never negative;
 so a constant 0 errs by the mean realised loss).
 
 Usage: ``python infra/scripts/calibration_recompute.py RUN [RUN ...]`` (`bench-live --repeats`
@@ -22,33 +25,37 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import spearmanr
 
+from policy import loss_estimates
 from policy._book import TenantBook
 from policy.estimates import CALIBRATION, calibration_scales, expected_loss
 from tasks import load_state
 from tenantml.client import Client
 
 
-def estimates(home: Path) -> dict[str, tuple[float, float]]:
-    """Per tenant: (estimate with each tenant's own scale, estimate with the pooled scale)."""
+def estimates(home: Path) -> dict[str, tuple[float, float, float]]:
+    """Per tenant: the estimates with each tenant's own scale, with the pooled scale, and as
+    the service makes them now."""
     c = Client(home)
     state = load_state(c.mlflow, c.store)
     book = TenantBook(state.problem, cost_aware=False)
     book.sync(state.history())
+    now = loss_estimates(state.problem, state.history())
     alone = (CALIBRATION + book.sum_z2) / (CALIBRATION + book.n_z2)
     pooled = calibration_scales(book.sum_z2, book.n_z2)
     out = {}
     for i, tenant in enumerate(state.tenants):
         untried = book.candidates(i)
         if not untried.any():
-            out[tenant.name] = (0.0, 0.0)
+            out[tenant.name] = (0.0, 0.0, 0.0)
             continue
         post = book.posterior(i)
         cov = post.cov()[np.ix_(untried, untried)]
         best = float(book.best[i])
-        out[tenant.name] = tuple(  # type: ignore[assignment]
+        alone_i, pooled_i = (
             expected_loss(post.mu[untried], cov * k, best, np.random.default_rng([0, i]))
             for k in (alone[i], pooled[i])
         )
+        out[tenant.name] = (alone_i, pooled_i, float(now[i]))
     return out
 
 
@@ -56,14 +63,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", type=Path, nargs="+")
     args = ap.parse_args()
-    print(f"{'run':24s} {'n':>4s} {'realised':>8s} {'alone':>7s} {'pooled':>7s} {'zero':>7s}"
-          f" {'rho':>5s}   (mean |estimate - realised|; rho: Spearman's, pooled estimate"
-          " against realised, over tenants x splits)")  # fmt: skip
+    print(f"{'run':24s} {'n':>4s} {'realised':>8s} {'alone':>7s} {'pooled':>7s} {'now':>7s} "
+          f"{'zero':>7s} {'rho':>5s}   (mean |estimate - realised|, then the mean estimate; rho:"
+          " Spearman's, the estimate now against realised, over tenants x splits)")  # fmt: skip
     for run in args.runs:
         rows = []
         for split in sorted(run.glob("seed-*")):
             home = split / "homes" / "live"
             if not home.exists():
+                continue
+            if (home / "loss_realised.log").exists():
+                print(f"{split}: left out (trained on in place by loss_realised.py)")
                 continue
             summary = json.loads((split / "summary.json").read_text())
             best: dict[str, float] = {}
@@ -72,13 +82,15 @@ def main() -> None:
                     for _, acc in points:
                         best[tenant] = max(best.get(tenant, 0.0), float(acc))
             final = summary["systems"]["live"]["final_accuracy"]
-            for tenant, (alone, pooled) in estimates(home).items():
-                rows.append((best[tenant] - final[tenant], alone, pooled))
+            for tenant, estimate in estimates(home).items():
+                rows.append((best[tenant] - final[tenant], *estimate))
         a = np.array(rows)
         real = a[:, 0]
-        print(f"{run.name:24s} {len(a):4d} {real.mean():8.4f} "
-              f"{np.abs(a[:, 1] - real).mean():7.4f} {np.abs(a[:, 2] - real).mean():7.4f} "
-              f"{real.mean():7.4f} {spearmanr(a[:, 2], real).statistic:5.2f}")  # fmt: skip
+        err = [f"{np.abs(a[:, k] - real).mean():7.4f}" for k in (1, 2, 3)]
+        mean = [f"{a[:, k].mean():7.4f}" for k in (1, 2, 3)]
+        print(f"{run.name:24s} {len(a):4d} {real.mean():8.4f} {' '.join(err)} "
+              f"{real.mean():7.4f} {spearmanr(a[:, 3], real).statistic:5.2f}")  # fmt: skip
+        print(f"{'':24s} {'':4s} {'':8s} {' '.join(mean)}")
 
 
 if __name__ == "__main__":
