@@ -135,6 +135,7 @@ class TenantBook:
         self.measured = np.zeros(n, dtype=bool)  # a model measured on the current data
         self.sum_z2 = np.zeros(n)  # sum of squared standardised surprises (y - mu) / sd
         self.n_z2 = np.zeros(n, dtype=np.intp)  # the surprises in it (failed jobs have none)
+        self.sum_z = np.zeros(n)  # their signed sum: a posterior too high or too low throughout
         self.min_ecb = np.full(n, np.inf)
         self.sigma_tilde = np.full(n, np.nan)
         self.gap = np.full(n, np.nan)
@@ -212,7 +213,9 @@ class TenantBook:
             self.min_ecb[i] = min(float(bound), float(self.min_ecb[i]))  # Alg. 2 line 6
             self.sigma_tilde[i] = self.min_ecb[i] - y
             extra = self.measurement_noise(i, y)
-            self.sum_z2[i] += (y - post.mu[la]) ** 2 / (post.var[la] + post.noise + extra)
+            z = (y - post.mu[la]) / np.sqrt(post.var[la] + post.noise + extra)
+            self.sum_z2[i] += z**2
+            self.sum_z[i] += z
             self.n_z2[i] += 1
             post.update(la, y, extra)
         if self.estimator is not None and np.isfinite(obs.cost) and obs.cost > 0:

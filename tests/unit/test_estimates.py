@@ -104,3 +104,44 @@ def test_the_calibration_scale_is_learnt_across_tenants() -> None:
     assert learnt < 0.8 * alone  # narrowed by what the kernel did on tenant a
     surprising = tuple(Observation(0, k, 0.7 + 0.2 * (-1) ** k, 1.0) for k in range(6))
     assert loss_estimates(problem, History(own + surprising))[new] > raw  # widened by it
+
+
+def test_a_posterior_that_ran_high_on_the_others_moves_a_new_tenants_arms_down() -> None:
+    """The mean surprise is learnt across tenants: where the shared posterior predicted tenant
+    a's results too high (each 0.1 below its mean), a new tenant's untried arms are moved down
+    by it, and its loss estimate falls; too low, it rises. The shift is ``m`` predictive sds,
+    ``m`` the mean surprise over all results shrunk by ``nu`` pseudo-observations at 0, one for
+    every tenant; with none anywhere, no shift."""
+    from policy import History, Observation, Problem, loss_estimates
+    from policy._book import TenantBook
+    from policy.estimates import calibration_shifts
+
+    m = calibration_shifts(np.array([-5.0, 1.0]), np.array([10, 2]), nu=3.0)
+    assert np.allclose(m, [-4.0 / 15, -4.0 / 15])  # all results', 3 pseudo-observations at 0
+    assert np.allclose(calibration_shifts(np.zeros(2), np.zeros(2, int)), 0.0)
+    assert np.allclose(calibration_shifts(np.array([-5.0]), np.array([10]), nu=0), 0.0)
+    assert np.allclose(calibration_shifts(np.array([2.0]), np.array([5])), 2.0 / 8)  # alone
+
+    arms = 12
+    cov = 0.01 * (0.9 * np.eye(arms) + 0.1)  # nearly independent arms, s.d. 0.1
+    prior = ArmPrior.create(np.full(arms, 0.7), cov, 1e-4)
+    problem = Problem.create(["a", "new"], [f"m{k}" for k in range(arms)],
+                             np.ones((2, arms), dtype=bool), np.ones((2, arms)),
+                             prior=prior)  # fmt: skip
+    new = 1
+
+    def on_a(offset: float) -> History:
+        # tenant a's results, each `offset` from what the posterior before it predicted
+        book = TenantBook(problem, cost_aware=False)
+        log = [Observation(new, 0, 0.7, 1.0)]  # the new tenant's one result, as predicted
+        for k in range(8):
+            book.sync(History(tuple(log)))
+            log.append(Observation(0, k, float(book.posterior(0).mu[k]) + offset, 1.0))
+        return History(tuple(log))
+
+    low, fair, high = (loss_estimates(problem, on_a(d))[new] for d in (-0.1, 0.0, 0.1))
+    # (scaled alone, as until 2026-11-28, ``low`` and ``high`` were the same: equal z^2)
+    assert 0 < low < fair < high and low < 0.5 * high, (low, fair, high)
+    book = TenantBook(problem, cost_aware=False)
+    book.sync(on_a(-0.1))
+    assert book.sum_z[0] < -4 and book.sum_z[new] == 0  # signed, each tenant's own
