@@ -17,13 +17,22 @@ Calibration, learnt across tenants (`calibration_scales`, `calibration_shifts`):
 result's standardised surprise ``z = (y - mu) / s`` (``s`` its predictive sd: posterior,
 prior noise and measurement noise, against the posterior before it) says how far the posterior
 was off. Tenant ``i``'s untried arms are moved by the mean surprise, ``mu_k + m s_k``, and their
-covariance scaled by the surprises' variance about it, ``kappa_i - m^2``, where
+covariance scaled by its surprises' mean square about it, ``v_i = kappa_i - 2 m zbar_i + m^2``
+(`calibration_spreads`), where
 
 * ``kappa_i = (nu kappa_0i + sum_i z^2) / (nu + n_i)`` over the ``n_i`` surprises of its own
   results, with ``nu = calibration`` pseudo-observations at ``kappa_0i = (nu + sum_(j != i) z^2)
   / (nu + sum_(j != i) n_j)``, the same mean square over the other tenants' surprises;
+* ``zbar_i = (nu zbar_0i + sum_i z) / (nu + n_i)``, its mean surprise pooled the same way, with
+  ``zbar_0i = sum_(j != i) z / (nu + sum_(j != i) n_j)`` (``nu`` pseudo-observations at 0);
 * ``m = sum_j z / (nu + sum_j n_j)``, the mean surprise over every tenant's results, shrunk
   towards 0 by ``nu`` pseudo-observations at 0: one bias for all, the shared prior's.
+
+``v_i`` is the mean of ``(z - m)^2`` over the same pooled surprises as ``kappa_i`` (the mean of
+``z^2``), so it is never negative, and it is ``kappa_i - m^2`` where the tenant's own mean is
+``m``. (A first version scaled by ``kappa_i - m^2`` for every tenant: a tenant predicted well,
+``zbar_i`` near 0, beside others predicted too high got a spread near 0, and its estimate a
+fixed number; found in review.)
 
 Every tenant is predicted by the same shared kernel and mean, so how well it predicted the
 others is evidence about how well it predicts this one (an empirical-Bayes prior for the
@@ -40,8 +49,8 @@ scikit-learn candidate of the ten tabular tenants of `bench-live real` was train
 of its 30-s runs (`infra/scripts/loss_truth.py`, splits 201-208): the surprises of the tenants'
 measured results had a mean of -0.19 (the shipped prior, learnt on OpenML, rates these tenants'
 arms too high), and the untried arms' truths -0.11 under the final posteriors. The estimates
-averaged 0.048 against a realised 0.034 (mean error 0.032); moved, 0.034 (0.027), Spearman's
-rho 0.44 against 0.41. Moved by each tenant's own mean surprise, pooled as the scale is, they
+averaged 0.048 against a realised 0.034 (mean error 0.032); moved, 0.033 (0.027), Spearman's
+rho 0.43 against 0.41. Moved by each tenant's own mean surprise, pooled as the scale is, they
 averaged 0.031 (0.026) but ranked the tenants worse (0.28): cracker and glass, whose first
 results fell short and whose untried arms then did well, were moved down.)
 
@@ -67,6 +76,7 @@ __all__ = [
     "SAMPLES",
     "calibration_scales",
     "calibration_shifts",
+    "calibration_spreads",
     "expected_loss",
     "loss_estimates",
 ]
@@ -105,8 +115,8 @@ def loss_estimates(
         raise ValueError("loss estimates need a GP prior (Problem.prior)")
     book = TenantBook(problem, cost_aware=False)
     book.sync(history)
-    scales = calibration_scales(book.sum_z2, book.n_z2, calibration)
     shifts = calibration_shifts(book.sum_z, book.n_z2, calibration)
+    spreads = calibration_spreads(book.sum_z, book.sum_z2, book.n_z2, calibration)
     out = np.zeros(problem.n_tenants)
     for i in range(problem.n_tenants):
         untried = book.candidates(i)
@@ -114,12 +124,12 @@ def loss_estimates(
             continue
         post = book.posterior(i)
         mu = post.mu[untried]
-        # each untried arm's predictive sd, as its surprise would be standardised (`TenantBook`)
+        # each untried arm's predictive sd, as `TenantBook` standardises a surprise (there with
+        # the measurement noise at the measured accuracy; here at the predicted one)
         noise = [book.measurement_noise(i, float(q)) for q in mu]
         sd = np.sqrt(post.var[untried] + post.noise + np.asarray(noise))
-        spread = max(float(scales[i] - shifts[i] ** 2), 0.0)  # the surprises' variance about m
         rng = np.random.default_rng([seed, i])
-        cov = post.cov()[np.ix_(untried, untried)] * spread
+        cov = post.cov()[np.ix_(untried, untried)] * spreads[i]
         out[i] = expected_loss(mu + shifts[i] * sd, cov, float(book.best[i]), rng)
     return out
 
@@ -146,3 +156,20 @@ def calibration_shifts(sum_z: FloatArray, n_z: IntArray, nu: float = CALIBRATION
     if nu <= 0:
         return np.zeros(len(sum_z))
     return np.full(len(sum_z), float(np.sum(sum_z)) / (nu + float(np.sum(n_z))))
+
+
+def calibration_spreads(
+    sum_z: FloatArray, sum_z2: FloatArray, n_z: IntArray, nu: float = CALIBRATION
+) -> FloatArray:
+    """``(n,)`` the scales ``v_i = kappa_i - 2 m zbar_i + m^2`` of the tenants' moved posterior
+    covariances (module docstring): each tenant's pooled mean square of ``z - m``, with ``m``
+    `calibration_shifts`' and ``kappa_i`` `calibration_scales`'. ``nu=0``: all 1."""
+    if nu <= 0:
+        return np.ones(len(sum_z))
+    kappa = calibration_scales(sum_z2, n_z, nu)
+    m = calibration_shifts(sum_z, n_z, nu)
+    others_z = float(np.sum(sum_z)) - sum_z
+    others_n = float(np.sum(n_z)) - n_z
+    zbar = (nu * others_z / (nu + others_n) + sum_z) / (nu + n_z)
+    out: FloatArray = np.maximum(kappa - 2 * m * zbar + m**2, 0.0)  # >= 0 but for rounding
+    return out

@@ -5,8 +5,11 @@ candidate a tabular tenant had left, trained as the service would train it.
 it expects least from, so a tenant is rarely complete. Here each tabular tenant's untried
 candidates are trained in this process (`trainers.train`, the job the service would send: the
 tenant's current snapshot, seed 0), without touching the home, and the realised loss is
-``max(b_i, best untried) - b_i``: the estimate's own quantity (`policy.estimates`). Results are
-cached per home (``loss_truth.json`` beside ``--out``), so that a rerun only analyses.
+``max(b_i, best untried) - b_i``: the estimate's own quantity (`policy.estimates`), in
+validation accuracy as ``b_i`` is. (Not quite exact: the estimate is over the models'
+accuracies, the realised value a maximum of ~18 noisy validation scores, biased up a little.)
+The accuracies trained here are cached per home, tenant and data snapshot (``--cache``,
+default ``OUT.cache.json``; written after each tenant), so that a rerun only analyses.
 
 Printed per home and over all: the mean realised loss; per estimate of `ESTIMATES` its mean and
 its mean absolute error; two floors set by the realised losses' own spread, chosen in hindsight
@@ -42,10 +45,12 @@ def tabular(candidates: tuple[str, ...]) -> bool:
     return all(Candidate.parse(c).spec.family == "sklearn" for c in candidates)
 
 
-def truths(home: Path, cache: dict[str, Any]) -> dict[str, dict[str, float]]:
+def truths(
+    home: Path, cache: dict[str, Any], save: Callable[[], None]
+) -> dict[str, dict[str, float]]:
     """Per tabular tenant of `home`: every candidate's validation accuracy on its current
     snapshot, measured ones as the home has them and the rest trained here (`cache` keeps
-    them, keyed by home)."""
+    them, keyed by home and ``tenant@snapshot``; `save` is called after each tenant)."""
     c = Client(home)
     state = load_state(c.mlflow, c.store)
     known = cache.setdefault(str(home), {})
@@ -59,13 +64,14 @@ def truths(home: Path, cache: dict[str, Any]) -> dict[str, dict[str, float]]:
             if r.tenant == t.name and r.status == "FINISHED" and r.snapshot == t.snapshot
             and r.accuracy is not None and np.isfinite(r.accuracy)
         }  # fmt: skip
-        trained = known.setdefault(t.name, {})
+        trained = known.setdefault(f"{t.name}@{t.snapshot}", {})
         for cand in t.candidates:
             if cand not in done and cand not in trained:
                 res = train(TrainJob(t.name, cand, t.snapshot), c.store)
                 trained[cand] = res.accuracy
                 print(f"  {home.parent.parent.name} {t.name} {cand}: {res.accuracy:.4f}",
                       flush=True)  # fmt: skip
+        save()
         out[t.name] = {**trained, **done}
     return out
 
@@ -151,14 +157,20 @@ def _report(label: str, rs: list[dict[str, Any]]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("homes", type=Path, nargs="+")
-    ap.add_argument("--out", type=Path, required=True, help="rows (JSON); its cache beside it")
+    ap.add_argument("--out", type=Path, required=True, help="the rows, as JSON")
+    ap.add_argument("--cache", type=Path, help="accuracies trained here (default OUT.cache.json)")
     args = ap.parse_args()
-    cache_path = args.out.with_name("loss_truth.json")
+    cache_path = args.cache or args.out.with_suffix(".cache.json")
+    if cache_path.resolve() == args.out.resolve():
+        raise SystemExit(f"--cache {cache_path} is --out: give another file")
     cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
+
+    def save() -> None:
+        cache_path.write_text(json.dumps(cache, indent=1, sort_keys=True))
+
     everything = []
     for home in args.homes:
-        truth = truths(home, cache)
-        cache_path.write_text(json.dumps(cache, indent=1, sort_keys=True))
+        truth = truths(home, cache, save)
         rs = rows(home, truth)
         _report(home.parent.parent.name, rs)
         everything += rs

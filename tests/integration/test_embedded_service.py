@@ -188,8 +188,8 @@ def _script_in_new_home(script: str, home: Path) -> Any:
 
 def test_fed_data_is_trained_on_and_served(tmp_path: Path) -> None:
     """A tenant that feeds more examples gets models trained on all of them, and `best` moves to
-    one, although every candidate had been tried on the smaller snapshot and the best there
-    measured higher on its smaller validation split."""
+    one, although every candidate had been tried on the smaller snapshot (`best` prefers the
+    newer snapshot's model, whatever the older one measured on its smaller validation split)."""
     script = (
         "import json\nfrom tenantml.client import Client\nfrom tenantml import datasets\n"
         "from mlflow_plugin import best_model\n"

@@ -145,3 +145,22 @@ def test_a_posterior_that_ran_high_on_the_others_moves_a_new_tenants_arms_down()
     book = TenantBook(problem, cost_aware=False)
     book.sync(on_a(-0.1))
     assert book.sum_z[0] < -4 and book.sum_z[new] == 0  # signed, each tenant's own
+
+
+def test_the_spread_is_each_tenants_own_about_the_shared_shift() -> None:
+    """The moved covariance is scaled by the tenant's pooled mean square of ``z - m``, not by
+    ``kappa_i - m^2``: tenant a predicted exactly (40 results at z = 0) beside tenant b
+    predicted one sd too high (40 at z = -1) shares b's shift (m = -40/83), and its spread is
+    about that distance squared, not ``kappa_a - m^2 < 0`` clipped to 0 (a fixed estimate)."""
+    from policy.estimates import calibration_scales, calibration_shifts, calibration_spreads
+
+    sum_z, sum_z2, n = np.array([0.0, -40.0]), np.array([0.0, 40.0]), np.array([40, 40])
+    m = calibration_shifts(sum_z, n)[0]
+    kappa = calibration_scales(sum_z2, n)
+    v = calibration_spreads(sum_z, sum_z2, n)
+    assert kappa[0] - m**2 < 0 < 0.2 < v[0] < 0.3  # a: about m^2 = 0.23
+    assert 0.2 < v[1] < 0.3 < kappa[1]  # b: its variance about m, far below its mean square
+    # a lone tenant's is its own variance, kappa - m^2; nu = 0: the posterior as it is
+    lone = calibration_spreads(np.array([2.0]), np.array([3.0]), np.array([5]))
+    assert np.allclose(lone, (3 + 3.0) / 8 - (2.0 / 8) ** 2)
+    assert np.allclose(calibration_spreads(sum_z, sum_z2, n, nu=0), 1.0)
