@@ -141,10 +141,17 @@ def calibration_scales(sum_z2: FloatArray, n_z2: IntArray, nu: float = CALIBRATI
     posterior as it is). With no surprise anywhere, all 1."""
     if nu <= 0:
         return np.ones(len(sum_z2))
-    others_z2 = float(np.sum(sum_z2)) - sum_z2  # each tenant's own left out (not counted twice)
-    others_n = float(np.sum(n_z2)) - n_z2
-    kappa_0 = (nu + others_z2) / (nu + others_n)
-    out: FloatArray = (nu * kappa_0 + sum_z2) / (nu + n_z2)
+    return _pooled_means(sum_z2, n_z2, nu, at=1.0)
+
+
+def _pooled_means(sums: FloatArray, n: IntArray, nu: float, at: float) -> FloatArray:
+    """``(n,)`` each tenant's mean of a per-result statistic (``sums`` of it, over ``n``
+    results), with ``nu`` pseudo-observations at the other tenants' mean, itself with ``nu``
+    pseudo-observations at ``at``: ``kappa_i`` for ``z^2`` at 1, ``zbar_i`` for ``z`` at 0."""
+    others = float(np.sum(sums)) - sums  # each tenant's own left out (not counted twice)
+    others_n = float(np.sum(n)) - n
+    prior = (nu * at + others) / (nu + others_n)
+    out: FloatArray = (nu * prior + sums) / (nu + n)
     return out
 
 
@@ -168,8 +175,6 @@ def calibration_spreads(
         return np.ones(len(sum_z))
     kappa = calibration_scales(sum_z2, n_z, nu)
     m = calibration_shifts(sum_z, n_z, nu)
-    others_z = float(np.sum(sum_z)) - sum_z
-    others_n = float(np.sum(n_z)) - n_z
-    zbar = (nu * others_z / (nu + others_n) + sum_z) / (nu + n_z)
+    zbar = _pooled_means(sum_z, n_z, nu, at=0.0)
     out: FloatArray = np.maximum(kappa - 2 * m * zbar + m**2, 0.0)  # >= 0 but for rounding
     return out
