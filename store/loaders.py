@@ -81,20 +81,15 @@ def iter_file_inputs(schema: Schema, paths: Iterable[str | Path]) -> Iterator[ND
     field = schema.input.single
     if field is None:
         raise ValueError(f"input {schema.input} has several tensor fields; feed arrays instead")
+    if not takes_files(schema):
+        raise ValueError(
+            f"input {schema.input} is not an image or a sequence: feed flat tensors "
+            "as CSV rows (read_csv_rows) or arrays"
+        )
     for i, path in enumerate(paths):
         try:
-            if schema.input.is_sequence:
-                yield load_sequence(path)
-            elif len(field.shape) == 3:
-                yield load_image(path, field.shape)
-            else:
-                raise ValueError(
-                    f"input {schema.input} is not an image or a sequence: feed flat tensors "
-                    "as CSV rows (read_csv_rows) or arrays"
-                )
+            yield load_sequence(path) if schema.input.is_sequence else load_image(path, field.shape)
         except (OSError, RuntimeError, ValueError, SyntaxError) as e:
-            if isinstance(e, ValueError) and "feed flat tensors" in str(e):
-                raise
             raise BadExampleError(i, f"cannot read {str(path)!r}: {e}") from None
 
 

@@ -27,6 +27,9 @@ def test_images_decode_to_the_schema_shape(tmp_path: Path) -> None:
     assert rgb[0].dtype == np.uint8 and rgb[0][..., 0].mean() > 240 and rgb[1][..., 2].mean() > 240
     grey = next(iter_file_inputs(Schema(input=Tensor(4, 4, 1), output=Tensor(2)), [red]))
     assert grey.shape == (4, 4, 1)
+    # flat inputs come as rows, not files: refused by name, not as an unreadable file
+    with pytest.raises(ValueError, match="not an image or a sequence: feed flat tensors"):
+        next(iter_file_inputs(Schema(input=Tensor(4), output=Tensor(2)), [red]))
 
 
 def test_feed_files_streams_and_rejects_unreadable_files_whole(tmp_path: Path) -> None:
