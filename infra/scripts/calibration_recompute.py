@@ -37,25 +37,29 @@ def estimates(home: Path) -> dict[str, tuple[float, float, float]]:
     the service makes them now."""
     c = Client(home)
     state = load_state(c.mlflow, c.store)
+    history = state.history()
     book = TenantBook(state.problem, cost_aware=False)
-    book.sync(state.history())
-    now = loss_estimates(state.problem, state.history())
-    alone = (CALIBRATION + book.sum_z2) / (CALIBRATION + book.n_z2)
-    pooled = calibration_scales(book.sum_z2, book.n_z2)
-    out = {}
-    for i, tenant in enumerate(state.tenants):
+    book.sync(history)
+    now = loss_estimates(state.problem, history)
+    alone = scaled_estimates(book, (CALIBRATION + book.sum_z2) / (CALIBRATION + book.n_z2))
+    pooled = scaled_estimates(book, calibration_scales(book.sum_z2, book.n_z2))
+    return {
+        t.name: (float(alone[i]), float(pooled[i]), float(now[i]))
+        for i, t in enumerate(state.tenants)
+    }
+
+
+def scaled_estimates(book: TenantBook, scales: np.ndarray) -> np.ndarray:
+    """``(n,)`` the loss estimates with each tenant's posterior covariance scaled by
+    ``scales[i]`` and not moved (the estimates until 2026-11-28, with the pooled scale)."""
+    out = np.zeros(book.problem.n_tenants)
+    for i in range(book.problem.n_tenants):
         untried = book.candidates(i)
-        if not untried.any():
-            out[tenant.name] = (0.0, 0.0, 0.0)
-            continue
-        post = book.posterior(i)
-        cov = post.cov()[np.ix_(untried, untried)]
-        best = float(book.best[i])
-        alone_i, pooled_i = (
-            expected_loss(post.mu[untried], cov * k, best, np.random.default_rng([0, i]))
-            for k in (alone[i], pooled[i])
-        )
-        out[tenant.name] = (alone_i, pooled_i, float(now[i]))
+        if untried.any():
+            post = book.posterior(i)
+            cov = post.cov()[np.ix_(untried, untried)] * scales[i]
+            rng = np.random.default_rng([0, i])
+            out[i] = expected_loss(post.mu[untried], cov, float(book.best[i]), rng)
     return out
 
 

@@ -31,10 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from calibration_recompute import scaled_estimates  # this script's folder (run as a script)
 
 from policy import History, Problem, loss_estimates
 from policy._book import TenantBook
-from policy.estimates import calibration_scales, expected_loss
+from policy.estimates import calibration_scales
 from tasks import load_state
 from tenantml.client import Client
 from trainers import TrainJob, train
@@ -105,20 +106,6 @@ def rows(home: Path, truth: dict[str, dict[str, float]]) -> list[dict[str, Any]]
     return out
 
 
-def _scaled_only(problem: Problem, history: History, book: TenantBook) -> np.ndarray:
-    """The estimates until 2026-11-28: the covariance scaled by ``kappa_i``, not moved."""
-    scales = calibration_scales(book.sum_z2, book.n_z2)
-    out = np.zeros(problem.n_tenants)
-    for i in range(problem.n_tenants):
-        untried = book.candidates(i)
-        if untried.any():
-            post = book.posterior(i)
-            cov = post.cov()[np.ix_(untried, untried)] * scales[i]
-            rng = np.random.default_rng([0, i])
-            out[i] = expected_loss(post.mu[untried], cov, float(book.best[i]), rng)
-    return out
-
-
 Estimate = Callable[[Problem, History, TenantBook], np.ndarray]
 
 #: the estimates compared: as the service makes them (``nu = 3``), with ``nu`` 1 and 10, as
@@ -127,7 +114,7 @@ ESTIMATES: dict[str, Estimate] = {
     "now": lambda p, h, _: loss_estimates(p, h),
     "nu1": lambda p, h, _: loss_estimates(p, h, calibration=1.0),
     "nu10": lambda p, h, _: loss_estimates(p, h, calibration=10.0),
-    "scaled": _scaled_only,
+    "scaled": lambda _p, _h, b: scaled_estimates(b, calibration_scales(b.sum_z2, b.n_z2)),
     "raw": lambda p, h, _: loss_estimates(p, h, calibration=0.0),
 }
 
