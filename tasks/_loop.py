@@ -989,15 +989,29 @@ def should_stop(svc: Service, progress: Progress, jobs: list[JobSpec]) -> bool:
     ticks are done (``ticks=0`` only drains) or the ``budget_s`` is spent, or more were wanted
     but the policy sent nothing (nothing left to try) and the loop is bounded (``ticks`` given,
     or ``stop_when_idle``; a ``budget_s`` alone waits for new tenants and examples until it is
-    spent)."""
+    spent). In each case not while a job it sent still trains in a process it was left to
+    (`_waits_for_left`): a drain (``ticks=0``) would end with that job still RUNNING."""
     if svc.dispatcher.in_flight:
         return False
     ticks, budget_s = svc.options.ticks, svc.options.budget_s
     wants_more = progress.wants_more_ticks(ticks, budget_s)
-    if (ticks is not None or budget_s is not None) and not wants_more:
-        return True
     bounded = svc.options.stop_when_idle or ticks is not None
-    return not jobs and bounded and wants_more
+    done = (ticks is not None or budget_s is not None) and not wants_more
+    idle = not jobs and bounded and wants_more
+    return (done or idle) and not _waits_for_left(svc, progress)
+
+
+def _waits_for_left(svc: Service, progress: Progress) -> bool:
+    """Whether a job of `Progress.left` that the service sent still trains in the process it was
+    left to (an earlier attempt whose flow run was crashed or sent again), as `still_left` says
+    from a state at most ``refresh_s`` old; that process records it itself (`flows.train`). A
+    job of a `tenantml seer run` by hand (`BY_HAND`) is its own, and not waited for."""
+    if not progress.left:
+        return False
+    refresh_if_stale(svc, progress)
+    progress.left = still_left(progress.state, progress.left, time.monotonic())
+    records = [_record_of(progress.state, spec) for spec, _ in progress.left.values()]
+    return any(rec is not None and rec.policy != BY_HAND for rec in records)
 
 
 def wait_out_outage(svc: Service, progress: Progress, exc: Exception) -> None:

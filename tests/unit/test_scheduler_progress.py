@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import io
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -63,6 +67,7 @@ class FakeOptions:
     poll_s: float = 30.0
     budget_s: float | None = None
     stop_when_idle: bool = False
+    refresh_s: float = 5.0
 
 
 @dataclass
@@ -144,6 +149,42 @@ def test_a_time_budget_ends_the_ticks_and_the_scheduler_once_its_jobs_finish() -
     assert not should_stop(svc, progress, [])
     svc.options = FakeOptions(ticks=None, budget_s=60.0, stop_when_idle=True)
     assert should_stop(svc, progress, []) and not should_stop(svc, progress, [_spec("a", "b")])
+
+
+def _record(spec: JobSpec, status: str, policy: str, process: str) -> Any:
+    from mlflow_plugin.tracking import JobRecord
+
+    return JobRecord("run", spec.tenant, spec.candidate, spec.job_id, status, None, None, 1, 1,
+                     0.0, None, None, socket.gethostname(), policy, process)  # fmt: skip
+
+
+def test_a_drain_waits_for_a_job_left_to_a_live_process_of_the_service() -> None:
+    """``ticks=0`` ends once nothing is in flight, but not while a job the service sent trains in
+    a process it was left to (an earlier attempt, alive here); it ends once that job's record
+    is FINISHED. A `seer run` by hand is not waited for. A drain that ended before would leave
+    the job RUNNING, which the chaos drill counts as lost."""
+    from mlflow_plugin.tracking import process_tag
+    from tasks._seer import BY_HAND
+
+    svc: Any = FakeService(FakeDispatcher(), StopRequest())
+    svc.options = FakeOptions(ticks=0)
+    progress = _progress()
+    job = _spec("digits", "lenet")
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        tag = process_tag(alive.pid)
+        progress.refreshed = time.monotonic()  # the state is fresh: no refresh
+        progress.state = SimpleNamespace(records=[_record(job, "RUNNING", "rate", tag)])
+        progress.left = {(job.tenant, job.job_id): (job, time.monotonic())}
+        assert not should_stop(svc, progress, [])
+        progress.state.records = [_record(job, "RUNNING", BY_HAND, tag)]
+        assert should_stop(svc, progress, [])
+        progress.left = {(job.tenant, job.job_id): (job, time.monotonic())}
+        progress.state.records = [_record(job, "FINISHED", "rate", tag)]
+        assert should_stop(svc, progress, []) and progress.left == {}
+    finally:
+        alive.kill()
+        alive.wait()
 
 
 def test_a_stop_wakes_a_pause_at_once() -> None:
