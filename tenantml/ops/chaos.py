@@ -58,7 +58,7 @@ from tenantml.ops import servers
 if TYPE_CHECKING:
     from store.schema import Schema
 
-__all__ = ["ChaosReport", "chaos_steps", "run_chaos"]
+__all__ = ["ChaosReport", "Fault", "chaos_steps", "count_recovery", "run_chaos"]
 
 # Tenant -> bundled data set. Three image tenants (digits under three names, restricted to
 # their CNNs: an image task's pixel arms are scikit-learn jobs) keep torch jobs
@@ -103,8 +103,8 @@ class Fault:
     epochs_at_kill: int | None = None
     lost_epochs: float | None = None
     cli_fail_s: float | None = None  # outages: how long a CLI call took to fail
-    killed_at: float | None = None  # lose-node: wall-clock time of the kill
-    back_s: float | None = None  # lose-node: from the kill to the job training again
+    killed_at: float | None = None  # kill-train, lose-node: wall-clock time of the kill
+    back_s: float | None = None  # kill-train, lose-node: from the kill to the job training again
 
 
 @dataclass
@@ -288,10 +288,18 @@ def _kill_train(svc: _Service, killed_jobs: set[str], deadline: float) -> Fault 
         pid = next(iter(servers.flow_processes(PREFECT__FLOW_RUN_ID=r.flow_run_id)), None)
         if pid is None or epochs < (2 if torch_job else 1):
             continue
+        killed_at = time.time()
         os.kill(pid, signal.SIGKILL)
         killed_jobs.add(key)
         family = "torch" if torch_job else "scikit-learn"
-        return Fault("kill-train", 0.0, f"pid {pid}, {family}", job=key, epochs_at_kill=epochs)
+        return Fault(
+            "kill-train",
+            0.0,
+            f"pid {pid}, {family}",
+            job=key,
+            epochs_at_kill=epochs,
+            killed_at=killed_at,
+        )
     return None
 
 
@@ -533,11 +541,27 @@ def _check(svc: _Service, rep: ChaosReport) -> None:
         if r is None or r.status != "FINISHED":
             continue  # counted as lost above
         resumed = c.mlflow.get_run(r.run_id).data.metrics.get("resumed_from_epoch", 0.0)
-        f.lost_epochs = max(0.0, float(f.epochs_at_kill or 0) - resumed)
-        if f.killed_at is not None:  # the next attempt's start: training again
-            starts = c.mlflow.get_metric_history(r.run_id, "started_at")
-            after = [m.value for m in starts if m.value > f.killed_at]
-            f.back_s = min(after) - f.killed_at if after else None
+        starts = [m.value for m in c.mlflow.get_metric_history(r.run_id, "started_at")]
+        count_recovery(f, r.end_time, resumed, starts)
+
+
+def count_recovery(
+    fault: Fault, ended_at: float | None, resumed_from: float, started_at: list[float]
+) -> None:
+    """Fill in `fault`'s ``lost_epochs`` and ``back_s`` (a kill of a training process, or a node
+    loss, of a job now FINISHED): the epochs done at the kill less the epoch its next attempt
+    resumed from (`resumed_from`), and the time from the kill to the first attempt started
+    after it (`started_at`: every attempt's wall-clock start). `ended_at` is its run's end: a
+    run that had ended by the kill lost nothing (the poll saw it RUNNING, then it ended, and
+    the kill hit its process finishing up after the job)."""
+    if fault.killed_at is not None and ended_at is not None and ended_at <= fault.killed_at:
+        fault.lost_epochs = 0.0
+        fault.detail += "; its job had ended by then"
+        return
+    fault.lost_epochs = max(0.0, float(fault.epochs_at_kill or 0) - resumed_from)
+    if fault.killed_at is not None:
+        after = [t for t in started_at if t > fault.killed_at]
+        fault.back_s = min(after) - fault.killed_at if after else None
 
 
 def _torch_models(schema: Schema) -> list[str] | None:
@@ -638,6 +662,7 @@ def run_chaos(
         svc.kill_scheduler()
         say("draining: `tenantml run --ticks 0` finishes every job left in flight")
         drain = svc.cli(*svc.args, "--ticks", "0", timeout=1200)
+        (home / "chaos-drain.log").write_text(drain.stdout + drain.stderr)  # read after a failure
         if drain.returncode != 0:
             raise RuntimeError(f"the drain failed: {drain.stderr[-2000:]}")
         text = svc.log.read_text(errors="replace")

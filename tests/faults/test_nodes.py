@@ -171,8 +171,11 @@ def test_losing_node_b_mid_job_loses_nothing(tmp_path: Path) -> None:
            "--outage-s", "0", "--tenants", "0", "--batches", "1", "--seed", "3",
            "--home", str(tmp_path / "home"), "--out", str(tmp_path), "--json"]  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=1700)
-    context = (res.stdout[-4000:], res.stderr[-3000:])
+    drain = tmp_path / "home" / "chaos-drain.log"
+    drained = drain.read_text()[-3000:] if drain.exists() else ""
+    context = (res.stdout[-4000:], res.stderr[-3000:], drained)
     summary = json.loads((tmp_path / "chaos.json").read_text())
+    assert summary["lost"] == [] and summary["duplicates"] == [], (summary, context)
     losses = [f for f in summary["faults"] if f["kind"] == "lose-node"]
     assert len(losses) == 1 and losses[0]["injected"], (summary["faults"], context)
     lost = losses[0]
@@ -182,7 +185,6 @@ def test_losing_node_b_mid_job_loses_nothing(tmp_path: Path) -> None:
     # whichever node took it again.
     assert lost["job"] and "node-b" in lost["detail"], lost
     assert sum(summary["jobs_by_node"].values()) == summary["jobs"], summary["jobs_by_node"]
-    assert summary["lost"] == [] and summary["duplicates"] == [], context
     assert summary["best_wrong"] == [] and summary["version_problems"] == [], context
     assert res.returncode == 0 and summary["ok"], context
     assert not (tmp_path / "home" / "servers.json").exists()
