@@ -79,6 +79,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, no
 @NEEDS_NODES
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.full  # 4-7 min on 2 loaded cores: `make test` keeps to its 10 minutes without it
 @pytest.mark.timeout(600)
 def test_a_second_node_trains_through_s3_and_mlflow_only(
     cluster: tuple[Path, nodes.Node],
