@@ -137,8 +137,9 @@ PLOT_EVERY_S = 30.0
 
 @dataclass(frozen=True)
 class JobDispatched:
-    """A job sent to the dispatcher at tick `tick`; `resumed`: one an earlier scheduler left
-    running, sent again (or adopted) at start-up."""
+    """A job sent to the dispatcher at tick `tick`; `resumed`: one left unfinished, sent again
+    (or adopted): by an earlier scheduler (at start-up), or by the process it was left to
+    (`release_left`)."""
 
     tick: int
     tenant: str
@@ -900,7 +901,7 @@ def decide_tick(svc: Service, progress: Progress) -> list[JobSpec]:
     requested meanwhile), given what is in flight, short ones chained (``chain_s``); with
     ``sleep_s`` each is a sleep-based stand-in job (dispatch benchmarks)."""
     opts = svc.options
-    progress.left = still_left(progress.state, progress.left, time.monotonic())
+    release_left(svc, progress)
     jobs = decide(
         svc.planner,
         progress.state,
@@ -989,8 +990,9 @@ def should_stop(svc: Service, progress: Progress, jobs: list[JobSpec]) -> bool:
     ticks are done (``ticks=0`` only drains) or the ``budget_s`` is spent, or more were wanted
     but the policy sent nothing (nothing left to try) and the loop is bounded (``ticks`` given,
     or ``stop_when_idle``; a ``budget_s`` alone waits for new tenants and examples until it is
-    spent). In each case not while a job it sent still trains in a process it was left to
-    (`_waits_for_left`): a drain (``ticks=0``) would end with that job still RUNNING."""
+    spent). In each case not while a job it sent is left to another process that still trains
+    it, and a left job whose process died unfinished is sent again first (`release_left`): a
+    drain (``ticks=0``) ended with such a job RUNNING, its trainer killed with its worker."""
     if svc.dispatcher.in_flight:
         return False
     ticks, budget_s = svc.options.ticks, svc.options.budget_s
@@ -998,20 +1000,34 @@ def should_stop(svc: Service, progress: Progress, jobs: list[JobSpec]) -> bool:
     bounded = svc.options.stop_when_idle or ticks is not None
     done = (ticks is not None or budget_s is not None) and not wants_more
     idle = not jobs and bounded and wants_more
-    return (done or idle) and not _waits_for_left(svc, progress)
-
-
-def _waits_for_left(svc: Service, progress: Progress) -> bool:
-    """Whether a job of `Progress.left` that the service sent still trains in the process it was
-    left to (an earlier attempt whose flow run was crashed or sent again), as `still_left` says
-    from a state at most ``refresh_s`` old; that process records it itself (`flows.train`). A
-    job of a `tenantml seer run` by hand (`BY_HAND`) is its own, and not waited for."""
-    if not progress.left:
-        return False
+    if not (done or idle) or not progress.left:
+        return done or idle
     refresh_if_stale(svc, progress)
-    progress.left = still_left(progress.state, progress.left, time.monotonic())
+    release_left(svc, progress)
     records = [_record_of(progress.state, spec) for spec, _ in progress.left.values()]
-    return any(rec is not None and rec.policy != BY_HAND for rec in records)
+    # a job of a `tenantml seer run` by hand is that command's, not waited for
+    waits = any(rec is not None and rec.policy != BY_HAND for rec in records)
+    return not svc.dispatcher.in_flight and not waits
+
+
+def release_left(svc: Service, progress: Progress) -> None:
+    """Keep in `Progress.left` the jobs `still_left` keeps; of those it drops, send again (same
+    job id: it resumes from its checkpoint, as `resume_orphans` does at start-up) each still
+    RUNNING whose process ended on this machine without recording it: nothing else would,
+    since the policy picks new jobs, and a drain none. (A process worker's flow runs die with
+    it at their next line of output.) A `seer run` job by hand is left to that command."""
+    kept = still_left(progress.state, progress.left, time.monotonic())
+    sent = {(j.tenant, j.job_id) for run in svc.dispatcher.in_flight for j in run.chain()}
+    for key, (spec, _) in progress.left.items():
+        rec = _record_of(progress.state, spec)
+        if key in kept or key in sent or rec is None or rec.status != "RUNNING":
+            continue
+        if rec.policy != BY_HAND and process_state(rec.process, rec.node) == "ended":
+            again = _orphan_spec(svc, rec, len(svc.dispatcher.in_flight) % svc.slots, progress.tick)
+            svc.dispatcher.submit(again)
+            print(f"sending {spec.tenant}/{spec.job_id} again: the process it was left to ended")
+            _emit(JobDispatched(again.tick, again.tenant, again.candidate, again.job_id, True))
+    progress.left = kept
 
 
 def wait_out_outage(svc: Service, progress: Progress, exc: Exception) -> None:

@@ -581,7 +581,7 @@ def _event_line(event: Any) -> str:
         )
     if isinstance(event, JobDispatched):
         if event.resumed:
-            return f"resumed {event.tenant} {event.model} (left running by an earlier scheduler)"
+            return f"resumed {event.tenant} {event.model} (left unfinished earlier)"
         return f"tick {event.tick}: dispatched {event.tenant} {event.model}"
 
     def num(value: float | None, fmt: str) -> str:

@@ -68,6 +68,16 @@ class FakeOptions:
     budget_s: float | None = None
     stop_when_idle: bool = False
     refresh_s: float = 5.0
+    max_epochs: int = 3
+    sleep_s: float | None = None
+
+
+@dataclass
+class _RunsWithParams:
+    params: dict[str, str]
+
+    def get_run(self, run_id: str) -> Any:
+        return SimpleNamespace(data=SimpleNamespace(params=self.params))
 
 
 @dataclass
@@ -78,6 +88,11 @@ class FakeService:
     stop: StopRequest
     planner: FakePlanner = field(default_factory=FakePlanner)
     options: FakeOptions = field(default_factory=FakeOptions)
+    policy: str = "rate"
+    slots: int = 1
+    lock_dir: str | None = None
+    # a job run's params, as `_orphan_spec` reads them to send a job again
+    client: Any = field(default_factory=lambda: _RunsWithParams({"max_epochs": "3"}))
 
 
 def _spec(tenant: str, model: str) -> JobSpec:
@@ -161,9 +176,10 @@ def _record(spec: JobSpec, status: str, policy: str, process: str) -> Any:
 def test_a_drain_waits_for_a_job_left_to_a_live_process_of_the_service() -> None:
     """``ticks=0`` ends once nothing is in flight, but not while a job the service sent trains in
     a process it was left to (an earlier attempt, alive here); it ends once that job's record
-    is FINISHED. A `seer run` by hand is not waited for. A drain that ended before would leave
-    the job RUNNING, which the chaos drill counts as lost."""
+    is FINISHED. A `seer run` by hand is not waited for. A drain that ended before left the job
+    RUNNING, which the chaos drill counts as lost."""
     from mlflow_plugin.tracking import process_tag
+    from tasks._loop import LEFT_GRACE_S
     from tasks._seer import BY_HAND
 
     svc: Any = FakeService(FakeDispatcher(), StopRequest())
@@ -185,6 +201,15 @@ def test_a_drain_waits_for_a_job_left_to_a_live_process_of_the_service() -> None
     finally:
         alive.kill()
         alive.wait()
+    # The process died before recording the job (its worker was killed under it): within the
+    # grace after it was left the drain waits; then it sends the job again, same id, to resume.
+    progress.state.records = [_record(job, "RUNNING", "rate", tag)]
+    progress.left = {(job.tenant, job.job_id): (job, time.monotonic())}
+    assert not should_stop(svc, progress, []) and svc.dispatcher.in_flight == []
+    progress.left = {(job.tenant, job.job_id): (job, time.monotonic() - LEFT_GRACE_S - 1)}
+    assert not should_stop(svc, progress, []) and progress.left == {}
+    [again] = svc.dispatcher.in_flight
+    assert (again.tenant, again.job_id, again.max_epochs) == (job.tenant, job.job_id, 3)
 
 
 def test_a_stop_wakes_a_pause_at_once() -> None:
@@ -353,7 +378,7 @@ def test_run_lines_are_plain_text() -> None:
     )
     assert _event_line(JobDispatched(3, "wine", "svm", "svm-s1")) == "tick 3: dispatched wine svm"
     assert _event_line(JobDispatched(3, "wine", "svm", "svm-s1", resumed=True)) == (
-        "resumed wine svm (left running by an earlier scheduler)"
+        "resumed wine svm (left unfinished earlier)"
     )
     assert _stopped_line("SIGINT", 1, embedded=True) == (
         "stopped by SIGINT: 1 job in flight; they resume on the next `tenantml run`"
