@@ -438,7 +438,8 @@ class Progress:
     nothing, and drawing it, matplotlib's import included, held the interpreter for about 1 s
     while the first jobs trained beside it); `log_summary` draws the last one. `left`: the jobs
     left to another process that trains them (`JobLeft`), with when (``time.monotonic``):
-    pending for the policy while that process trains them (`still_left`).
+    pending for the policy while that process trains them (`still_left`); `awaited`: those of
+    them a bounded run that is otherwise done has said it waits for (`should_stop`).
     """
 
     state: ServiceState
@@ -454,6 +455,7 @@ class Progress:
     losses: TickHistory = field(default_factory=dict)
     plotted: float = field(default_factory=time.monotonic)
     left: dict[tuple[str, str], tuple[JobSpec, float]] = field(default_factory=dict)
+    awaited: set[tuple[str, str]] = field(default_factory=set)
 
     def wants_more_ticks(self, ticks: int | None, budget_s: float | None = None) -> bool:
         """Fewer than `ticks` ticks done (always, for ``ticks=None``), and fewer than
@@ -991,8 +993,9 @@ def should_stop(svc: Service, progress: Progress, jobs: list[JobSpec]) -> bool:
     but the policy sent nothing (nothing left to try) and the loop is bounded (``ticks`` given,
     or ``stop_when_idle``; a ``budget_s`` alone waits for new tenants and examples until it is
     spent). In each case not while a job it sent is left to another process that still trains
-    it, and a left job whose process died unfinished is sent again first (`release_left`): a
-    drain (``ticks=0``) ended with such a job RUNNING, its trainer killed with its worker."""
+    it (so a ``budget_s`` run, like its jobs in flight, may end past its budget), and a left job
+    whose process died unfinished is sent again first (`release_left`): a drain (``ticks=0``)
+    ended with such a job RUNNING, its trainer killed with its worker."""
     if svc.dispatcher.in_flight:
         return False
     ticks, budget_s = svc.options.ticks, svc.options.budget_s
@@ -1006,7 +1009,12 @@ def should_stop(svc: Service, progress: Progress, jobs: list[JobSpec]) -> bool:
     release_left(svc, progress)
     records = [_record_of(progress.state, spec) for spec, _ in progress.left.values()]
     # a job of a `tenantml seer run` by hand is that command's, not waited for
-    waits = any(rec is not None and rec.policy != BY_HAND for rec in records)
+    waits = [rec for rec in records if rec is not None and rec.policy != BY_HAND]
+    for rec in waits:
+        if (rec.tenant, rec.job_id) not in progress.awaited:
+            progress.awaited.add((rec.tenant, rec.job_id))
+            pid = (rec.process or "?").split(":")[0]
+            print(f"waiting for {rec.tenant}/{rec.job_id}: process {pid} on {rec.node} trains it")
     return not svc.dispatcher.in_flight and not waits
 
 

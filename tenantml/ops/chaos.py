@@ -105,6 +105,9 @@ class Fault:
     cli_fail_s: float | None = None  # outages: how long a CLI call took to fail
     killed_at: float | None = None  # kill-train, lose-node: wall-clock time of the kill
     back_s: float | None = None  # kill-train, lose-node: from the kill to the job training again
+    # kill-train, lose-node: its job had ended by the kill (no attempt started after it), which
+    # hit a process finishing up after the job: nothing was lost, and nothing was tested
+    ended_first: bool = False
 
 
 @dataclass
@@ -155,7 +158,11 @@ class ChaosReport:
     def ok(self) -> bool:
         lost = [f.lost_epochs for f in self.faults if f.lost_epochs is not None]
         # a lost node's job that never trained again is lost work, even if a drain recorded it
-        stuck = [f for f in self.faults if f.kind == "lose-node" and f.job and f.back_s is None]
+        stuck = [
+            f
+            for f in self.faults
+            if f.kind == "lose-node" and f.job and f.back_s is None and not f.ended_first
+        ]
         return not (
             stuck
             or self.lost
@@ -275,6 +282,12 @@ def _running_jobs(
         time.sleep(0.3)
 
 
+def _still_running(svc: _Service, record: Any) -> bool:
+    """Whether the job run `record` (read by an earlier poll) is RUNNING now, read again just
+    before a kill: a job that ended meanwhile would test nothing (`Fault.ended_first`)."""
+    return bool(svc.client().mlflow.get_run(record.run_id).info.status == "RUNNING")
+
+
 def _kill_train(svc: _Service, killed_jobs: set[str], deadline: float) -> Fault | None:
     """SIGKILL the training process of a running job not killed before: a torch job with >= 2
     epochs done (its resume from the checkpoint shows), or after half the wait any job with
@@ -286,7 +299,7 @@ def _kill_train(svc: _Service, killed_jobs: set[str], deadline: float) -> Fault 
         if patient and not torch_job:
             continue
         pid = next(iter(servers.flow_processes(PREFECT__FLOW_RUN_ID=r.flow_run_id)), None)
-        if pid is None or epochs < (2 if torch_job else 1):
+        if pid is None or epochs < (2 if torch_job else 1) or not _still_running(svc, r):
             continue
         killed_at = time.time()
         os.kill(pid, signal.SIGKILL)
@@ -311,7 +324,7 @@ def _lose_node(
     for r, key, epochs, patient in _running_jobs(
         svc, deadline, lambda r, key: r.node != node.name or key in lost_jobs
     ):
-        if epochs < (2 if patient and _is_torch(r.candidate) else 1):
+        if epochs < (2 if patient and _is_torch(r.candidate) else 1) or not _still_running(svc, r):
             continue
         killed_at = time.time()
         processes = node.lose()
@@ -542,26 +555,23 @@ def _check(svc: _Service, rep: ChaosReport) -> None:
             continue  # counted as lost above
         resumed = c.mlflow.get_run(r.run_id).data.metrics.get("resumed_from_epoch", 0.0)
         starts = [m.value for m in c.mlflow.get_metric_history(r.run_id, "started_at")]
-        count_recovery(f, r.end_time, resumed, starts)
+        count_recovery(f, resumed, starts)
 
 
-def count_recovery(
-    fault: Fault, ended_at: float | None, resumed_from: float, started_at: list[float]
-) -> None:
+def count_recovery(fault: Fault, resumed_from: float, started_at: list[float]) -> None:
     """Fill in `fault`'s ``lost_epochs`` and ``back_s`` (a kill of a training process, or a node
     loss, of a job now FINISHED): the epochs done at the kill less the epoch its next attempt
     resumed from (`resumed_from`), and the time from the kill to the first attempt started
-    after it (`started_at`: every attempt's wall-clock start). `ended_at` is its run's end: a
-    run that had ended by the kill lost nothing (the poll saw it RUNNING, then it ended, and
-    the kill hit its process finishing up after the job)."""
-    if fault.killed_at is not None and ended_at is not None and ended_at <= fault.killed_at:
-        fault.lost_epochs = 0.0
+    after it (`started_at`: every attempt's wall-clock start). A FINISHED job with no attempt
+    after the kill had ended by then (`Fault.ended_first`): the poll saw it RUNNING, then it
+    ended, and the kill hit its process finishing up after the job; nothing was lost."""
+    after = [t for t in started_at if fault.killed_at is not None and t > fault.killed_at]
+    if fault.killed_at is not None and not after:
+        fault.lost_epochs, fault.ended_first = 0.0, True
         fault.detail += "; its job had ended by then"
         return
     fault.lost_epochs = max(0.0, float(fault.epochs_at_kill or 0) - resumed_from)
-    if fault.killed_at is not None:
-        after = [t for t in started_at if t > fault.killed_at]
-        fault.back_s = min(after) - fault.killed_at if after else None
+    fault.back_s = min(after) - fault.killed_at if after and fault.killed_at is not None else None
 
 
 def _torch_models(schema: Schema) -> list[str] | None:
@@ -661,7 +671,15 @@ def run_chaos(
             _concurrency(svc, rep, tenants, batches, step)
         svc.kill_scheduler()
         say("draining: `tenantml run --ticks 0` finishes every job left in flight")
-        drain = svc.cli(*svc.args, "--ticks", "0", timeout=1200)
+        try:
+            drain = svc.cli(*svc.args, "--ticks", "0", timeout=1200)
+        except subprocess.TimeoutExpired as e:  # its output, to be read after the failure
+            out = [
+                b.decode(errors="replace") if isinstance(b, bytes) else b or ""
+                for b in (e.stdout, e.stderr)
+            ]
+            (home / "chaos-drain.log").write_text("".join(out))
+            raise
         (home / "chaos-drain.log").write_text(drain.stdout + drain.stderr)  # read after a failure
         if drain.returncode != 0:
             raise RuntimeError(f"the drain failed: {drain.stderr[-2000:]}")

@@ -181,9 +181,10 @@ def test_losing_node_b_mid_job_loses_nothing(tmp_path: Path) -> None:
     assert len(losses) == 1 and losses[0]["injected"], (summary["faults"], context)
     lost = losses[0]
     assert lost["lost_epochs"] is not None and lost["lost_epochs"] <= 1, (lost, context)
-    assert lost["back_s"] is not None and lost["back_s"] > 0, (lost, context)
-    # The job was training on node B when it was lost (a loss waits for one); it finished on
-    # whichever node took it again.
+    # The job was training on node B when it was lost (a loss waits for one and reads its run
+    # again just before); it finished on whichever node took it again. (Or, rarely, it ended
+    # between that read and the kill: the report says so, and nothing was lost.)
+    assert lost["ended_first"] or (lost["back_s"] or 0) > 0, (lost, context)
     assert lost["job"] and "node-b" in lost["detail"], lost
     assert sum(summary["jobs_by_node"].values()) == summary["jobs"], summary["jobs_by_node"]
     assert summary["best_wrong"] == [] and summary["version_problems"] == [], context
