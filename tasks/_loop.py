@@ -1022,8 +1022,9 @@ def release_left(svc: Service, progress: Progress) -> None:
     """Keep in `Progress.left` the jobs `still_left` keeps; of those it drops, send again (same
     job id: it resumes from its checkpoint, as `resume_orphans` does at start-up) each still
     RUNNING whose process ended on this machine without recording it: nothing else would,
-    since the policy picks new jobs, and a drain none. (A process worker's flow runs die with
-    it at their next line of output.) A `seer run` job by hand is left to that command."""
+    since the policy picks new jobs, and a drain none. (Seen in the node-loss drill: a job's
+    process died between logging its model and ending its run, just after its Prefect worker
+    was SIGKILLed.) A `seer run` job by hand is left to that command."""
     kept = still_left(progress.state, progress.left, time.monotonic())
     sent = {(j.tenant, j.job_id) for run in svc.dispatcher.in_flight for j in run.chain()}
     for key, (spec, _) in progress.left.items():
