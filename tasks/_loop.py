@@ -994,8 +994,8 @@ def should_stop(svc: Service, progress: Progress, jobs: list[JobSpec]) -> bool:
     or ``stop_when_idle``; a ``budget_s`` alone waits for new tenants and examples until it is
     spent). In each case not while a job it sent is left to another process that still trains
     it (so a ``budget_s`` run, like its jobs in flight, may end past its budget), and a left job
-    whose process died unfinished is sent again first (`release_left`): a drain (``ticks=0``)
-    ended with such a job RUNNING, its trainer killed with its worker."""
+    whose process died unfinished is sent again first (`release_left`): before, a drain
+    (``ticks=0``) ended with such a job RUNNING."""
     if svc.dispatcher.in_flight:
         return False
     ticks, budget_s = svc.options.ticks, svc.options.budget_s
