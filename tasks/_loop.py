@@ -821,8 +821,9 @@ def still_left(
     * this machine cannot tell (a worker saw it running elsewhere: another node or container),
       for as long as the job may take (`_may_take_s`: its time limit, a SEER job's deadline);
     * else for `LEFT_GRACE_S` after it was left.
-    The others may be picked again: a result now, failed, their process ended, or gone on past
-    what the job may take (a record a lost node left RUNNING would otherwise keep the model
+    The others may be picked again (one whose process ended unrecorded is sent again by
+    `release_left`): a result now, failed, their process ended, or gone on past what the job
+    may take (a record a lost node left RUNNING would otherwise keep the model
     from its tenant for good)."""
     keep = {}
     for key, (spec, since) in left.items():
@@ -1035,7 +1036,9 @@ def release_left(svc: Service, progress: Progress) -> None:
             again = _orphan_spec(svc, rec, len(svc.dispatcher.in_flight) % svc.slots, progress.tick)
             svc.dispatcher.submit(again)
             print(f"sending {spec.tenant}/{spec.job_id} again: the process it was left to ended")
-            _emit(JobDispatched(again.tick, again.tenant, again.candidate, again.job_id, True))
+            _emit(
+                JobDispatched(again.tick, again.tenant, again.candidate, again.job_id, resumed=True)
+            )
     progress.left = kept
 
 

@@ -201,8 +201,9 @@ def test_a_drain_waits_for_a_job_left_to_a_live_process_of_the_service() -> None
     finally:
         alive.kill()
         alive.wait()
-    # The process died before recording the job (its worker was killed under it): within the
-    # grace after it was left the drain waits; then it sends the job again, same id, to resume.
+    # The process ended without recording the job (as one did just after its worker was
+    # SIGKILLed in the node-loss drill): within the grace after it was left the drain waits;
+    # then it sends the job again, same id, to resume.
     progress.state.records = [_record(job, "RUNNING", "rate", tag)]
     progress.left = {(job.tenant, job.job_id): (job, time.monotonic())}
     assert not should_stop(svc, progress, []) and svc.dispatcher.in_flight == []
