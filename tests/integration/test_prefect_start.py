@@ -56,6 +56,8 @@ def test_the_second_new_home_starts_from_the_first_ones_migrated_database(
         "handed_over": True,
         "ours": True,
     }
+    # no block catalogue registered (`tasks.prefect_start.NO_BLOCK_CATALOGUE`)
+    assert _block_types(tmp_path / "a") == 0
     templates = list((cache / "tenantml").glob("prefect-*.db"))
     assert len(templates) == 1, templates
     second = _start(tmp_path / "b", cache)
@@ -66,6 +68,14 @@ def test_the_second_new_home_starts_from_the_first_ones_migrated_database(
         "handed_over": True,
         "ours": True,
     }
+
+
+def _block_types(home: Path) -> int:
+    import sqlite3
+
+    with sqlite3.connect(home / "prefect" / "prefect.db") as db:
+        (n,) = db.execute("SELECT COUNT(*) FROM block_type").fetchone()
+    return int(n)
 
 
 _ABANDON = """

@@ -182,3 +182,15 @@ def test_a_command_ended_by_a_signal_stops_its_early_server(tmp_path: Path) -> N
     stat = Path(f"/proc/{pid}/stat")
     alive = stat.exists() and stat.read_text().split()[2] != "Z"
     assert not alive, f"the early server {pid} outlived the command"
+
+
+def test_the_early_server_leaves_out_the_block_catalogue_unless_the_user_asks() -> None:
+    from tasks.prefect_start import SERVER_ENV, server_env
+
+    env = server_env({"PATH": "/bin"})
+    assert env["PREFECT_SERVER_REGISTER_BLOCKS_ON_START"] == "0"
+    assert env["PREFECT_SERVER_MEMOIZE_BLOCK_AUTO_REGISTRATION"] == "0"
+    assert env["PATH"] == "/bin"
+    assert SERVER_ENV.items() <= env.items()
+    mine = server_env({"PREFECT_SERVER_REGISTER_BLOCKS_ON_START": "true"})
+    assert mine["PREFECT_SERVER_REGISTER_BLOCKS_ON_START"] == "true"
