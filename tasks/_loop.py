@@ -91,6 +91,7 @@ from tasks.outage import (
     wait_or_give_up,
 )
 from tasks.settings import Settings
+from tasks.tracking_template import keep_template
 from trainers.seer_runner import TUNERS
 
 __all__ = [
@@ -488,6 +489,7 @@ def connect(options: SchedulerOptions, run_train: Callable[[dict[str, Any]], Any
         patience_s = default_patience_s()
     wait_for_servers(settings, patience_s, say=print)
     client = patient(MlflowClient(settings.tracking_uri), settings, patience_s)
+    keep_template(settings.tracking_uri)  # a new home's database, made: for later new homes
     store = ExampleStore(patient(settings.store().blobs, settings, patience_s))
     dispatch = options.dispatch
     local = dispatch == "local" or (dispatch == "auto" and settings.mode == "embedded")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import sys
 import threading
 from collections.abc import Callable
@@ -42,6 +43,7 @@ __all__ = [
     "WORKER_PREFETCH_PER_SLOT",
     "Settings",
     "ServerUnreachableError",
+    "copy_if_absent",
     "mlflow_client_defaults",
     "user_cache",
     "write_atomically",
@@ -76,6 +78,24 @@ def write_atomically(write: Callable[[Path], object], dest: Path) -> None:
     finally:
         with contextlib.suppress(OSError):  # moved, never written, or no directory to hold it
             tmp.unlink(missing_ok=True)
+
+
+def copy_if_absent(source: Path, dest: Path) -> bool:
+    """Copy `source` to `dest` unless `dest` exists, in one step that never replaces it (a
+    hard link of a full copy: another process may have created and opened `dest` meanwhile).
+    Returns whether it was copied (not where `dest` exists, nor where the file system has no
+    hard links, nor on any other error of the file system: the caller then goes without)."""
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.seed")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, tmp)
+        os.link(tmp, dest)
+    except OSError:  # FileExistsError among them
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+    return True
 
 
 class ServerUnreachableError(RuntimeError):
@@ -220,6 +240,10 @@ class Settings:
         os.environ.update(self.prefect_env())
         os.environ["TENANTML_HOME"] = str(self.home)
         os.environ["MLFLOW_TRACKING_URI"] = self.tracking_uri
+        if self.tracking_uri.startswith("sqlite:///"):  # embedded; a new home: from the template
+            from tasks.tracking_template import seed_from_template
+
+            seed_from_template(self.tracking_uri)
         if self.s3_endpoint_url:
             os.environ["MLFLOW_S3_ENDPOINT_URL"] = self.s3_endpoint_url
         for k, v in self.server_env:  # e.g. the bundled S3 server's dummy credentials, and the

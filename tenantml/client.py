@@ -132,7 +132,11 @@ class Client:
     def mlflow(self) -> Any:
         from mlflow.tracking import MlflowClient
 
-        return MlflowClient(self.settings.tracking_uri)
+        from tasks.tracking_template import keep_template
+
+        client = MlflowClient(self.settings.tracking_uri)
+        keep_template(self.settings.tracking_uri)  # a new home's database: for later new homes
+        return client
 
     # -- tenants -------------------------------------------------------------------------------
     def submit(

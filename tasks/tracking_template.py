@@ -1,0 +1,130 @@
+"""The embedded service's MLflow database, on a new home, from a migrated copy.
+
+Embedded, MLflow keeps its runs in ``sqlite:////<home>/mlflow.db`` (`tasks.settings`). On a new
+home the first MLflow store to open it creates every table and runs each Alembic revision since
+MLflow's first: 1.6 s of the 2-core machine's CPU, against 0.04 s to open a migrated database,
+paid by every new home (each test's, each `bench-live` system's, each `demo`'s) before its first
+job. As for Prefect's database (`tasks.prefect_start`), a template per machine and MLflow
+version (`template_path`) takes that out:
+
+- `keep_template`, called once a store has opened the home's database (the scheduler's
+  `connect`), copies it to the user's cache when the cache has no template and the database is
+  still as MLflow made it (its default experiment, no runs, no registered models). The copy
+  leaves out the default experiment, whose artifact location names that home.
+- `seed_from_template` (`tasks.settings.Settings.apply`, on a new home only) copies the template
+  to the home; MLflow then finds every table migrated and creates the default experiment with
+  the home's own artifact location, as it would on an empty database.
+
+A template that is not one (a cut-off copy, another program's file, a database with
+experiments) is ignored, and replaced by the next home that can make one. The copy into a home
+never replaces a database already there: another process may have it open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from pathlib import Path
+
+from tasks.settings import copy_if_absent, user_cache, write_atomically
+
+__all__ = ["keep_template", "seed_from_template", "sqlite_path", "template_path"]
+
+DEFAULT_EXPERIMENT_ID = 0  # MLflow's "Default" experiment, made with the store (its SQL store)
+
+
+def template_path(version: str) -> Path:
+    """Where the migrated, empty MLflow database of MLflow `version` is kept for new homes:
+    ``$XDG_CACHE_HOME/tenantml`` (default ``~/.cache/tenantml``), ``mlflow-<version>.db``."""
+    return user_cache() / f"mlflow-{version}.db"
+
+
+def sqlite_path(tracking_uri: str) -> Path | None:
+    """The file of a ``sqlite:///<absolute path>`` tracking URI; None for any other URI (a
+    server, another database, a relative or in-memory SQLite one)."""
+    prefix = "sqlite:///"
+    if not tracking_uri.startswith(prefix):
+        return None
+    path = tracking_uri[len(prefix) :].partition("?")[0]
+    return Path(path) if path.startswith("/") else None
+
+
+def _mlflow_version() -> str:
+    from importlib.metadata import version
+
+    return version("mlflow")
+
+
+def _counts(path: Path, tables: tuple[str, ...]) -> dict[str, int] | None:
+    """Rows per table of the SQLite database at `path` (read-only), with its Alembic revision
+    under ``"alembic"`` (1 if it names one); None if it is not such a database."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            revision = db.execute("SELECT version_num FROM alembic_version").fetchone()
+            counts = {t: db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tables}
+    except sqlite3.Error:
+        return None
+    return {"alembic": int(revision is not None), **counts}
+
+
+def _is_template(path: Path) -> bool:
+    """Whether `path` is a migrated MLflow database with no experiment at all."""
+    counts = _counts(path, ("experiments", "runs", "registered_models"))
+    return counts is not None and counts == {
+        "alembic": 1,
+        "experiments": 0,
+        "runs": 0,
+        "registered_models": 0,
+    }
+
+
+def _is_as_made(path: Path) -> bool:
+    """Whether `path` is a migrated MLflow database as a store leaves it on a new home: its
+    default experiment only, no runs, no registered models."""
+    counts = _counts(path, ("experiments", "runs", "registered_models"))
+    if counts != {"alembic": 1, "experiments": 1, "runs": 0, "registered_models": 0}:
+        return False
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        (ident,) = db.execute("SELECT experiment_id FROM experiments").fetchone()
+    return bool(ident == DEFAULT_EXPERIMENT_ID)
+
+
+def _copy_without_default_experiment(source: Path, dest: Path) -> None:
+    """sqlite3's online backup of `source` into `dest`, its default experiment (and that
+    experiment's tags) deleted, in rollback-journal mode (no -wal/-shm files beside it)."""
+    with (
+        contextlib.closing(sqlite3.connect(source)) as src,
+        contextlib.closing(sqlite3.connect(dest)) as out,
+    ):
+        src.backup(out)
+        for table in ("experiment_tags", "experiments"):
+            out.execute(f"DELETE FROM {table} WHERE experiment_id = ?", (DEFAULT_EXPERIMENT_ID,))
+        out.commit()
+        out.execute("PRAGMA journal_mode = DELETE")
+
+
+def keep_template(tracking_uri: str) -> bool:
+    """Keep the home's database (`tracking_uri`, once a store has opened it) as the template
+    for later new homes, when there is no template yet and the database is still as MLflow
+    made it. Returns whether it was kept."""
+    db = sqlite_path(tracking_uri)
+    if db is None or not db.exists():
+        return False
+    template = template_path(_mlflow_version())
+    if _is_template(template) or not _is_as_made(db):
+        return False
+    template.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(lambda tmp: _copy_without_default_experiment(db, tmp), template)
+    return _is_template(template)
+
+
+def seed_from_template(tracking_uri: str) -> bool:
+    """A new home's MLflow database (`tracking_uri`, a SQLite file that does not exist yet)
+    copied from the template, when there is a valid one. Returns whether it was."""
+    db = sqlite_path(tracking_uri)
+    if db is None or db.exists():
+        return False
+    template = template_path(_mlflow_version())
+    if not _is_template(template):
+        return False
+    return copy_if_absent(template, db)
