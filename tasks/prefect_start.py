@@ -71,8 +71,16 @@ SERVER_ENV = {
 # on a new home seeded from the template: healthy after 8.1 s -> 5.5 s (median of 3).
 NO_BLOCK_CATALOGUE = {
     "PREFECT_SERVER_REGISTER_BLOCKS_ON_START": "0",
+    # also off: memoised, the server would still import the collections, and write a hash
+    # that a `prefect server` started later on the database would take as "registered"
     "PREFECT_SERVER_MEMOIZE_BLOCK_AUTO_REGISTRATION": "0",
 }
+# every name Prefect 3.8 reads these two settings from (settings/models/server/root.py)
+BLOCK_CATALOGUE_SETTINGS = (
+    *NO_BLOCK_CATALOGUE,
+    "PREFECT_API_BLOCKS_REGISTER_ON_START",
+    "PREFECT_MEMOIZE_BLOCK_AUTO_REGISTRATION",
+)
 STARTUP_TIMEOUT_S = 60.0  # Prefect's own default is 20 s; a loaded CI machine can take longer
 
 
@@ -221,8 +229,10 @@ def _start_server(port: int, log_path: Path) -> subprocess.Popen[bytes]:
 def server_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The early server's environment: `environ` with Prefect's settings for its temporary
     server (`SERVER_ENV`), and without the block catalogue (`NO_BLOCK_CATALOGUE`) unless
-    `environ` sets those settings itself."""
-    return {**NO_BLOCK_CATALOGUE, **environ, **SERVER_ENV}
+    `environ` sets either of those settings itself, by any of their names: then both are the
+    user's."""
+    users = any(name in environ for name in BLOCK_CATALOGUE_SETTINGS)
+    return {**({} if users else NO_BLOCK_CATALOGUE), **environ, **SERVER_ENV}
 
 
 def _server_command(port: int) -> list[str]:

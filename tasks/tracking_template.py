@@ -9,8 +9,9 @@ version (`template_path`) takes that out:
 
 - `keep_template`, called once a store has opened the home's database (the scheduler's
   `connect`), copies it to the user's cache when the cache has no template and the database is
-  still as MLflow made it (its default experiment, no runs, no registered models). The copy
-  leaves out the default experiment, whose artifact location names that home.
+  still as MLflow made it (its default experiment and workspace, not a row in any other
+  table: checked on the copy). The copy leaves out the default experiment, whose artifact
+  location names that home.
 - `seed_from_template` (`tasks.settings.Settings.apply`, on a new home only) copies the template
   to the home; MLflow then finds every table migrated and creates the default experiment with
   the home's own artifact location, as it would on an empty database.
@@ -23,12 +24,15 @@ never replaces a database already there: another process may have it open.
 from __future__ import annotations
 
 import contextlib
+import logging
 import sqlite3
 from pathlib import Path
 
 from tasks.settings import copy_if_absent, user_cache, write_atomically
 
 __all__ = ["keep_template", "seed_from_template", "sqlite_path", "template_path"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_EXPERIMENT_ID = 0  # MLflow's "Default" experiment, made with the store (its SQL store)
 
@@ -55,50 +59,76 @@ def _mlflow_version() -> str:
     return version("mlflow")
 
 
-def _counts(path: Path, tables: tuple[str, ...]) -> dict[str, int] | None:
-    """Rows per table of the SQLite database at `path` (read-only), with its Alembic revision
-    under ``"alembic"`` (1 if it names one); None if it is not such a database."""
-    try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-            revision = db.execute("SELECT version_num FROM alembic_version").fetchone()
-            counts = {t: db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tables}
-    except sqlite3.Error:
-        return None
-    return {"alembic": int(revision is not None), **counts}
+# What MLflow's store puts in a new database besides its tables: the default workspace (an
+# Alembic revision inserts it) and the default experiment (the store, when it opens)
+AS_MADE_ROWS = {"alembic_version": 1, "workspaces": 1, "experiments": 1}
+
+
+def _row_counts(db: sqlite3.Connection) -> dict[str, int]:
+    """Rows of every table of `db`."""
+    tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    return {t: db.execute(f'SELECT COUNT(*) FROM "{t}"').fetchone()[0] for t in tables}
+
+
+def _holds_only(db: sqlite3.Connection, experiments: int) -> bool:
+    """Whether `db` is a migrated MLflow database that holds nothing but what its store made:
+    one Alembic revision, the default workspace, `experiments` experiments (0, or 1: the
+    default one), and not a row in any other table (runs, tags, models, traces, webhooks...)."""
+    counts = _row_counts(db)
+    expected = {**AS_MADE_ROWS, "experiments": experiments}
+    if any(counts.get(t) != n for t, n in expected.items()):
+        return False
+    if any(n for t, n in counts.items() if t not in expected):
+        return False
+    (workspace,) = db.execute("SELECT name FROM workspaces").fetchone()
+    if workspace != "default":
+        return False
+    if experiments:
+        (ident,) = db.execute("SELECT experiment_id FROM experiments").fetchone()
+        return bool(ident == DEFAULT_EXPERIMENT_ID)
+    return True
+
+
+def _read_only(path: Path) -> contextlib.closing[sqlite3.Connection]:
+    return contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True))
 
 
 def _is_template(path: Path) -> bool:
-    """Whether `path` is a migrated MLflow database with no experiment at all."""
-    counts = _counts(path, ("experiments", "runs", "registered_models"))
-    return counts is not None and counts == {
-        "alembic": 1,
-        "experiments": 0,
-        "runs": 0,
-        "registered_models": 0,
-    }
+    """Whether `path` is a migrated MLflow database with nothing in it, not even an
+    experiment."""
+    try:
+        with _read_only(path) as db:
+            return _holds_only(db, experiments=0)
+    except sqlite3.Error:
+        return False
 
 
 def _is_as_made(path: Path) -> bool:
     """Whether `path` is a migrated MLflow database as a store leaves it on a new home: its
-    default experiment only, no runs, no registered models."""
-    counts = _counts(path, ("experiments", "runs", "registered_models"))
-    if counts != {"alembic": 1, "experiments": 1, "runs": 0, "registered_models": 0}:
+    default experiment, and nothing else."""
+    try:
+        with _read_only(path) as db:
+            return _holds_only(db, experiments=1)
+    except sqlite3.Error:
         return False
-    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-        (ident,) = db.execute("SELECT experiment_id FROM experiments").fetchone()
-    return bool(ident == DEFAULT_EXPERIMENT_ID)
+
+
+class NotAsMadeError(RuntimeError):
+    """The copy of a home's database held more than its store made (written meanwhile)."""
 
 
 def _copy_without_default_experiment(source: Path, dest: Path) -> None:
-    """sqlite3's online backup of `source` into `dest`, its default experiment (and that
-    experiment's tags) deleted, in rollback-journal mode (no -wal/-shm files beside it)."""
+    """sqlite3's online backup of `source` into `dest`, checked to hold only what MLflow made,
+    its default experiment deleted, in rollback-journal mode (no -wal/-shm files beside it).
+    Raises `NotAsMadeError` if the copy holds more."""
     with (
         contextlib.closing(sqlite3.connect(source)) as src,
         contextlib.closing(sqlite3.connect(dest)) as out,
     ):
         src.backup(out)
-        for table in ("experiment_tags", "experiments"):
-            out.execute(f"DELETE FROM {table} WHERE experiment_id = ?", (DEFAULT_EXPERIMENT_ID,))
+        if not _holds_only(out, experiments=1):  # the copy, not the home: it may have changed
+            raise NotAsMadeError(f"{source} holds more than MLflow made")
+        out.execute("DELETE FROM experiments WHERE experiment_id = ?", (DEFAULT_EXPERIMENT_ID,))
         out.commit()
         out.execute("PRAGMA journal_mode = DELETE")
 
@@ -106,16 +136,21 @@ def _copy_without_default_experiment(source: Path, dest: Path) -> None:
 def keep_template(tracking_uri: str) -> bool:
     """Keep the home's database (`tracking_uri`, once a store has opened it) as the template
     for later new homes, when there is no template yet and the database is still as MLflow
-    made it. Returns whether it was kept."""
+    made it. Returns whether it was kept; any failure (an unwritable cache, a full disk, a
+    database busy beyond sqlite3's timeout) only leaves the next new home without one."""
     db = sqlite_path(tracking_uri)
     if db is None or not db.exists():
         return False
-    template = template_path(_mlflow_version())
-    if _is_template(template) or not _is_as_made(db):
+    try:
+        template = template_path(_mlflow_version())
+        if _is_template(template) or not _is_as_made(db):
+            return False
+        template.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(lambda tmp: _copy_without_default_experiment(db, tmp), template)
+    except (OSError, sqlite3.Error, NotAsMadeError) as e:
+        log.debug("no MLflow template from %s: %r", db, e)
         return False
-    template.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(lambda tmp: _copy_without_default_experiment(db, tmp), template)
-    return _is_template(template)
+    return True
 
 
 def seed_from_template(tracking_uri: str) -> bool:

@@ -194,3 +194,8 @@ def test_the_early_server_leaves_out_the_block_catalogue_unless_the_user_asks() 
     assert SERVER_ENV.items() <= env.items()
     mine = server_env({"PREFECT_SERVER_REGISTER_BLOCKS_ON_START": "true"})
     assert mine["PREFECT_SERVER_REGISTER_BLOCKS_ON_START"] == "true"
+    # a setting by another of its names: both are left to the user (memoised registration
+    # with registration off would record the catalogue as registered)
+    legacy = server_env({"PREFECT_MEMOIZE_BLOCK_AUTO_REGISTRATION": "1"})
+    assert "PREFECT_SERVER_REGISTER_BLOCKS_ON_START" not in legacy
+    assert "PREFECT_SERVER_MEMOIZE_BLOCK_AUTO_REGISTRATION" not in legacy

@@ -13,6 +13,8 @@ import pytest
 
 from tasks.settings import Settings, copy_if_absent
 from tasks.tracking_template import (
+    NotAsMadeError,
+    _copy_without_default_experiment,
     keep_template,
     seed_from_template,
     sqlite_path,
@@ -98,6 +100,37 @@ def test_a_home_with_experiments_is_never_kept(
     store.create_experiment("tenantml/secret")  # type: ignore[attr-defined]
     assert not keep_template(_uri(home))
     assert not cache.exists() or not list(cache.glob("mlflow-*.db"))
+
+
+def test_a_home_with_anything_beyond_what_mlflow_made_is_never_kept(
+    tmp_path: Path, cache: Path, made_by_mlflow: Path
+) -> None:
+    """Not only experiments and runs: a tag on the default experiment, a registered model (a
+    table the tracking store's tables do not name); and the copy is checked, not the home."""
+    from mlflow.entities import ExperimentTag
+    from mlflow.store.model_registry.sqlalchemy_store import SqlAlchemyStore as RegistryStore
+
+    tagged = _new_home(made_by_mlflow, tmp_path / "tagged")
+    store = _open(tagged, tmp_path / "tagged" / "mlruns")
+    store.set_experiment_tag("0", ExperimentTag("owner", "secret"))  # type: ignore[attr-defined]
+    modelled = _new_home(made_by_mlflow, tmp_path / "modelled")
+    RegistryStore(_uri(modelled)).create_registered_model("secret-model")
+    for home in (tagged, modelled):
+        assert not keep_template(_uri(home))
+        with pytest.raises(NotAsMadeError):  # were the home to change after its check
+            _copy_without_default_experiment(home, tmp_path / "copy.db")
+    assert not cache.exists() or not list(cache.iterdir())  # no template, no leftovers
+
+
+def test_an_unwritable_cache_only_leaves_new_homes_without_a_template(
+    tmp_path: Path, made_by_mlflow: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "not-a-dir").write_text("a file where the cache would be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "not-a-dir"))
+    home = _new_home(made_by_mlflow, tmp_path / "h")
+    assert not keep_template(_uri(home))
+    assert not seed_from_template(_uri(tmp_path / "new" / "mlflow.db"))
+    assert not (tmp_path / "new" / "mlflow.db").exists()
 
 
 def test_a_bad_template_seeds_nothing_and_is_replaced(
