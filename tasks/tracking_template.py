@@ -8,10 +8,10 @@ job. As for Prefect's database (`tasks.prefect_start`), a template per machine a
 version (`template_path`) takes that out:
 
 - `keep_template`, called once a store has opened the home's database (the scheduler's
-  `connect`), copies it to the user's cache when the cache has no template and the database is
-  still as MLflow made it (its default experiment and workspace, not a row in any other
-  table: checked on the copy). The copy leaves out the default experiment, whose artifact
-  location names that home.
+  `connect`, the SDK's `Client.mlflow`), copies it to the user's cache when the cache has no
+  template and the database is still as MLflow made it (its default experiment and workspace,
+  not a row in any other table: checked on the copy). The copy leaves out the default
+  experiment, whose artifact location names that home.
 - `seed_from_template` (`tasks.settings.Settings.apply`, on a new home only) copies the template
   to the home; MLflow then finds every table migrated and creates the default experiment with
   the home's own artifact location, as it would on an empty database.
@@ -24,6 +24,7 @@ never replaces a database already there: another process may have it open.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sqlite3
 from pathlib import Path
@@ -53,6 +54,7 @@ def sqlite_path(tracking_uri: str) -> Path | None:
     return Path(path) if path.startswith("/") else None
 
 
+@functools.cache
 def _mlflow_version() -> str:
     from importlib.metadata import version
 
@@ -65,9 +67,13 @@ AS_MADE_ROWS = {"alembic_version": 1, "workspaces": 1, "experiments": 1}
 
 
 def _row_counts(db: sqlite3.Connection) -> dict[str, int]:
-    """Rows of every table of `db`."""
+    """Rows of every table of `db`, counted up to 2 (enough to tell 0, 1 and more: an old
+    home's millions of metric rows are not counted)."""
     tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-    return {t: db.execute(f'SELECT COUNT(*) FROM "{t}"').fetchone()[0] for t in tables}
+    return {
+        t: db.execute(f'SELECT COUNT(*) FROM (SELECT 1 FROM "{t}" LIMIT 2)').fetchone()[0]
+        for t in tables
+    }
 
 
 def _holds_only(db: sqlite3.Connection, experiments: int) -> bool:
