@@ -99,22 +99,12 @@ def _read_only(path: Path) -> contextlib.closing[sqlite3.Connection]:
     return contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True))
 
 
-def _is_template(path: Path) -> bool:
-    """Whether `path` is a migrated MLflow database with nothing in it, not even an
-    experiment."""
+def _holds_only_at(path: Path, experiments: int) -> bool:
+    """`_holds_only` of the database at `path`, read-only; False if it is none (missing, cut
+    off, another program's file): 0 experiments for a template, 1 for a home as made."""
     try:
         with _read_only(path) as db:
-            return _holds_only(db, experiments=0)
-    except sqlite3.Error:
-        return False
-
-
-def _is_as_made(path: Path) -> bool:
-    """Whether `path` is a migrated MLflow database as a store leaves it on a new home: its
-    default experiment, and nothing else."""
-    try:
-        with _read_only(path) as db:
-            return _holds_only(db, experiments=1)
+            return _holds_only(db, experiments)
     except sqlite3.Error:
         return False
 
@@ -149,7 +139,7 @@ def keep_template(tracking_uri: str) -> bool:
         return False
     try:
         template = template_path(_mlflow_version())
-        if _is_template(template) or not _is_as_made(db):
+        if _holds_only_at(template, 0) or not _holds_only_at(db, 1):
             return False
         template.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(lambda tmp: _copy_without_default_experiment(db, tmp), template)
@@ -166,6 +156,6 @@ def seed_from_template(tracking_uri: str) -> bool:
     if db is None or db.exists():
         return False
     template = template_path(_mlflow_version())
-    if not _is_template(template):
+    if not _holds_only_at(template, 0):
         return False
     return copy_if_absent(template, db)

@@ -159,12 +159,12 @@ def test_an_existing_home_database_is_never_replaced(
     existing.parent.mkdir()
     existing.write_bytes(b"a home's own database")
     assert not seed_from_template(_uri(existing))
-    assert not copy_if_absent(template_path_of(cache), existing)  # even past the check
+    assert not copy_if_absent(_the_template(cache), existing)  # even past the check
     assert existing.read_bytes() == b"a home's own database"
     assert sorted(p.name for p in existing.parent.iterdir()) == ["mlflow.db"]  # no leftovers
 
 
-def template_path_of(cache: Path) -> Path:
+def _the_template(cache: Path) -> Path:
     (template,) = cache.glob("mlflow-*.db")
     return template
 
