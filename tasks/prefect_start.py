@@ -10,12 +10,15 @@ more of Alembic migrations (every revision since Prefect's first, on an empty da
   uvicorn subprocess itself, the command Prefect's ``SubprocessASGIServer`` runs, without
   importing Prefect (its server module alone takes 3 s to import, and it would hold back the
   start by that much); a thread waits for the server's ``/health`` beside the caller's own
-  imports. `EarlyStart.wait` joins it and hands the running process to Prefect's
-  ``SubprocessASGIServer`` (its public ``port``, ``server_process`` and ``running``), the
-  object every Prefect client of this process asks for its temporary server, before the first
-  flow runs. If the early server fails, nothing is handed over: it is stopped, and Prefect
-  starts its own as it would have without us. ``tenantml bench-startup`` (new home, median
-  of 5, 2-core machine): first job 10.7 -> 7.9 s from the template, 15.3 -> 12.5 s without.
+  imports. `EarlyStart.wait` joins it and, before the first flow runs, points this process's
+  Prefect at it (`_point_prefect_at`: ``PREFECT_API_URL`` in Prefect's process-wide settings,
+  not in the environment, which this process's children inherit and which `tasks.settings`
+  reads as servers mode). Prefect's own server module is never imported then: 2-3 s of the
+  scheduler's start-up (it took that long to hand the process to Prefect's
+  ``SubprocessASGIServer`` before 2026-11-28). If the early server fails, it is stopped and
+  Prefect starts its own as it would have without us. ``tenantml bench-startup`` (new home,
+  median of 5, 2-core machine): first job 10.7 -> 7.9 s from the template, 15.3 -> 12.5 s
+  without.
 - A template per machine and Prefect version (`template_path`): the first new home migrates as
   before, and its database, migrated and still empty of runs, is copied to the user's cache
   (sqlite3's online backup: a consistent copy while the server has it open); every later new home
@@ -47,7 +50,6 @@ import time
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from tasks.settings import copy_if_absent, user_cache, write_atomically
 
@@ -128,15 +130,17 @@ def _save_template(db: Path, template: Path) -> None:
     write_atomically(lambda tmp: _backup(db, tmp), template)
 
 
-#: this process's early starts (`stop_unclaimed`)
+#: this process's early starts (`stop_all`)
 _EARLY: list[EarlyStart] = []
+#: the early start this process's Prefect was last pointed at (`point_again`)
+_POINTED: list[EarlyStart] = []
 
 
-def stop_unclaimed() -> None:
-    """Stop every early server of this process that Prefect was not given (`EarlyStart`): for
-    a command that ends with ``os._exit`` on a signal, which skips the exit hook doing this."""
+def stop_all() -> None:
+    """Stop every early server of this process: for a command that ends with ``os._exit`` on a
+    signal, which skips the exit hooks doing this."""
     for start in list(_EARLY):
-        start._stop_unclaimed()
+        start.stop()
 
 
 class EarlyStart:
@@ -148,11 +152,13 @@ class EarlyStart:
         self.new_home = not db.exists()
         self.seeded = self.new_home and _seed_from_template(db, template)
         self.error: BaseException | None = None
-        self.handed_over = False  # Prefect's once `wait` gave it; `wait` again is a no-op
+        self.handed_over = False  # whether `wait` pointed this process's Prefect at it
         self.port = _free_port()
         self.log_path = db.parent / SERVER_LOG
         self.process: subprocess.Popen[bytes] | None = _start_server(self.port, self.log_path)
-        atexit.register(self._stop_unclaimed)
+        # registered before Prefect's own exit hooks (the caller imports Prefect after this), so
+        # it runs after them: what they send at exit (logs, events) still finds the server
+        atexit.register(self.stop)
         _EARLY.append(self)
         self._thread = threading.Thread(
             target=self._run, args=(timeout_s,), name="prefect-start", daemon=True
@@ -162,6 +168,11 @@ class EarlyStart:
     @property
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/api"
+
+    @property
+    def alive(self) -> bool:
+        """Whether the server's process runs (it may not answer yet)."""
+        return self.process is not None and self.process.poll() is None
 
     def _run(self, timeout_s: float) -> None:
         # No imports here: a module imported by this thread and the caller's at once, each
@@ -174,23 +185,20 @@ class EarlyStart:
             self.error = e
 
     def wait(self) -> None:
-        """Block until the server answers, then hand it to Prefect (the caller's thread, before
-        any Prefect client of this process). A failure here is only logged: the early server is
-        stopped and the flow starts Prefect's own, as it would have without us, and reports
-        what is wrong."""
-        from prefect.server.api.server import SubprocessASGIServer  # 2-3 s, beside the start
-
+        """Block until the server answers, then point this process's Prefect at it (the
+        caller's thread, before any Prefect client of this process; again on each call: cheap).
+        A failure here is only logged: the early server is stopped and the flow starts
+        Prefect's own, as it would have without us, and reports what is wrong."""
         self._thread.join()
-        if self.error is None and not self.handed_over:
-            self.error = _hand_to_prefect(self, SubprocessASGIServer())
+        if self.error is None:
+            self.error = _point_prefect_at(self)
             self.handed_over = self.error is None
         if self.error is not None:
             log.warning("starting Prefect's temporary server early failed: %r", self.error)
-            self._stop_unclaimed()
+            self.stop()
 
-    def _stop_unclaimed(self) -> None:
-        """Stop the server if Prefect was not given it (an error, or a caller that never ran a
-        flow); once handed over, Prefect stops it at exit."""
+    def stop(self) -> None:
+        """Stop the server (at this process's exit, or when it failed); a no-op once stopped."""
         proc, self.process = self.process, None
         if proc is not None and proc.poll() is None:
             proc.terminate()
@@ -277,19 +285,39 @@ def _wait_healthy(start: EarlyStart, timeout_s: float) -> None:
         time.sleep(0.05)
 
 
-def _hand_to_prefect(start: EarlyStart, server: Any) -> BaseException | None:
-    """Make `start`'s running server the one Prefect's clients in this process use: `server`,
-    Prefect's ``SubprocessASGIServer()`` with no port asked for, which every Prefect client
-    builds when no ``PREFECT_API_URL`` is set. Returns the error if that object is not what we
-    know (another Prefect version), or already runs a server of its own."""
-    if server.running or not all(
-        hasattr(server, a) for a in ("port", "server_process", "running", "stop")
-    ):
-        return RuntimeError("Prefect's temporary server object is not free to take ours")
-    server.port, server.server_process, server.running = start.port, start.process, True
-    atexit.register(server.stop)
-    start.process = None  # Prefect's now: it stops it at exit
+def _point_prefect_at(start: EarlyStart) -> BaseException | None:
+    """Make `start`'s server the Prefect API of this process: Prefect's process-wide settings
+    (``prefect.context.GLOBAL_SETTINGS_CONTEXT``, read by every thread that has entered no
+    settings context of its own, and replaced the same way by Prefect's own test harness) with
+    ``PREFECT_API_URL`` set. Returns the error if the caller's thread runs in a settings context
+    of its own, or Prefect's settings already name an API that is not an early server's."""
+    import prefect.context as context
+    from prefect.settings import PREFECT_API_URL
+
+    current = context.SettingsContext.get()
+    if current is None or current is not context.GLOBAL_SETTINGS_CONTEXT:
+        return RuntimeError("this thread runs in a Prefect settings context of its own")
+    named = current.settings.api.url
+    if named and named not in {s.api_url for s in _EARLY}:
+        return RuntimeError(f"Prefect's settings already name an API: {named}")
+    if named != start.api_url:
+        context.GLOBAL_SETTINGS_CONTEXT = context.SettingsContext(
+            profile=current.profile,
+            settings=current.settings.copy_with_update(updates={PREFECT_API_URL: start.api_url}),
+        )
+    _POINTED[:] = [start]
     return None
+
+
+def point_again() -> None:
+    """After Prefect's settings were read again from the environment (`Settings.apply`), which
+    does not name the early server: point them at it again if it still runs and is this
+    ``PREFECT_HOME``'s, and the environment names no API of its own."""
+    home = os.environ.get("PREFECT_HOME")
+    for start in _POINTED:
+        if start.alive and home and start.db == Path(home) / DB_NAME:
+            if not os.environ.get("PREFECT_API_URL"):
+                _point_prefect_at(start)
 
 
 def start_early() -> EarlyStart | None:
@@ -302,6 +330,10 @@ def start_early() -> EarlyStart | None:
     home = os.environ.get("PREFECT_HOME")
     if not home:
         return None
+    db = Path(home) / DB_NAME
+    for start in _EARLY:  # a second `run` of this process: the same server
+        if start.db == db and start.alive and start.error is None:
+            return start
     from importlib.metadata import version
 
-    return EarlyStart(Path(home) / DB_NAME, template_path(version("prefect")))
+    return EarlyStart(db, template_path(version("prefect")))

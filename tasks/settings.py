@@ -256,6 +256,8 @@ class Settings:
             from prefect.context import refresh_global_settings_context
 
             refresh_global_settings_context()
+            if (early := sys.modules.get("tasks.prefect_start")) is not None:
+                early.point_again()  # the embedded server this process runs, not named there
         return self
 
     def store(self) -> ExampleStore:

@@ -714,9 +714,9 @@ def end_now(c: Any, line: str, run_id: str | None = None, cursor: bool = False) 
     if (elastic := sys.modules.get("trainers.elastic")) is not None:
         elastic.stop_ranks()  # a signal to this process alone does not reach them
     if (early := sys.modules.get("tasks.prefect_start")) is not None:
-        early.stop_unclaimed()  # a server started early and not yet Prefect's
-    # Prefect keeps its temporary server (a uvicorn subprocess) here; its atexit hook would stop
-    # it, and os._exit skips that hook.
+        early.stop_all()  # the servers started early; their atexit hook would stop them
+    # Prefect keeps its own temporary server (a uvicorn subprocess, where the early one failed)
+    # here; its atexit hook would stop it, and os._exit skips that hook.
     server = sys.modules.get("prefect.server.api.server")
     instances = getattr(getattr(server, "SubprocessASGIServer", None), "_instances", {})
     for instance in list(instances.values()):

@@ -16,19 +16,43 @@ pytestmark = pytest.mark.timeout(300)
 
 _START = """
 import json, sys
+from prefect import flow, task
 from prefect.client.orchestration import get_client
 from tenantml.client import Client
+
+@task
+def step():
+    return 1
+
+@flow
+def job():  # a flow and a task: both report to the API (a task's events too)
+    return step()
 
 c = Client(sys.argv[1])
 c.start_prefect()
 c._prefect_start.wait()
-c._prefect_start.wait()  # a second `run` in the same process waits again: nothing changes
+Client(sys.argv[1])  # the settings applied again: Prefect reads its settings again
+again = Client(sys.argv[1])
+again.start_prefect()  # a second `run` in the same process: the same server
+same = again._prefect_start is c._prefect_start
+again._prefect_start.wait()
+job()
 with get_client(sync_client=True) as prefect:
     runs = len(prefect.read_flow_runs())
     ours = str(prefect.api_url).startswith(c._prefect_start.api_url)
 print(json.dumps({"seeded": c._prefect_start.seeded, "error": repr(c._prefect_start.error),
-                  "flow_runs": runs, "handed_over": c._prefect_start.handed_over, "ours": ours}))
+                  "flow_runs": runs, "handed_over": c._prefect_start.handed_over, "ours": ours,
+                  "same": same, "prefect_server": "prefect.server.api.server" in sys.modules}))
 """
+# what every start should print, but the first one's "seeded"
+_EXPECTED = {
+    "error": "None",
+    "flow_runs": 1,
+    "handed_over": True,
+    "ours": True,
+    "same": True,
+    "prefect_server": False,  # Prefect's own server module (2-3 s) not imported
+}
 
 
 def _start(home: Path, cache: Path) -> dict[str, object]:
@@ -49,25 +73,13 @@ def test_the_second_new_home_starts_from_the_first_ones_migrated_database(
 ) -> None:
     cache = tmp_path / "cache"
     first = _start(tmp_path / "a", cache)
-    assert first == {
-        "seeded": False,
-        "error": "None",
-        "flow_runs": 0,
-        "handed_over": True,
-        "ours": True,
-    }
+    assert first == {"seeded": False, **_EXPECTED}
     # no block catalogue registered (`tasks.prefect_start.NO_BLOCK_CATALOGUE`)
     assert _block_types(tmp_path / "a") == 0
     templates = list((cache / "tenantml").glob("prefect-*.db"))
     assert len(templates) == 1, templates
     second = _start(tmp_path / "b", cache)
-    assert second == {
-        "seeded": True,
-        "error": "None",
-        "flow_runs": 0,
-        "handed_over": True,
-        "ours": True,
-    }
+    assert second == {"seeded": True, **_EXPECTED}
 
 
 def _block_types(home: Path) -> int:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -143,18 +145,6 @@ def test_a_server_that_never_answers_is_stopped(
     assert proc.poll() is not None and start.process is None
 
 
-def test_prefect_keeps_a_temporary_server_it_already_runs() -> None:
-    from types import SimpleNamespace
-
-    import tasks.prefect_start as ps
-
-    busy = SimpleNamespace(port=4321, server_process=object(), running=True, stop=lambda: None)
-    start = SimpleNamespace(port=1234, process=object())
-    error = ps._hand_to_prefect(start, busy)  # type: ignore[arg-type]
-    assert isinstance(error, RuntimeError) and "not free" in str(error)
-    assert busy.port == 4321 and start.process is not None  # neither was touched
-
-
 def test_a_command_ended_by_a_signal_stops_its_early_server(tmp_path: Path) -> None:
     """`tenantml.cli.service.end_now` (Ctrl-C or SIGTERM: a line, ``os._exit(130)``) skips the
     exit hook that stops an early server not yet handed to Prefect: a demo stopped while it fed
@@ -199,3 +189,93 @@ def test_the_early_server_leaves_out_the_block_catalogue_unless_the_user_asks() 
     legacy = server_env({"PREFECT_MEMOIZE_BLOCK_AUTO_REGISTRATION": "1"})
     assert "PREFECT_SERVER_REGISTER_BLOCKS_ON_START" not in legacy
     assert "PREFECT_SERVER_MEMOIZE_BLOCK_AUTO_REGISTRATION" not in legacy
+
+
+def _early(url: str, db: Path) -> Any:
+    """A stand-in for a running `EarlyStart`: what pointing Prefect at one reads."""
+    return SimpleNamespace(api_url=url, db=db, alive=True)
+
+
+@pytest.fixture
+def prefect_settings(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Prefect's process-wide settings naming no API, put back as they were afterwards; no
+    early starts known to this process."""
+    import prefect.context as context
+    from prefect.settings import PREFECT_API_URL
+
+    import tasks.prefect_start as ps
+
+    now = context.GLOBAL_SETTINGS_CONTEXT
+    unnamed = context.SettingsContext(
+        profile=now.profile,
+        settings=now.settings.copy_with_update(restore_defaults={PREFECT_API_URL}),
+    )
+    monkeypatch.setattr(context, "GLOBAL_SETTINGS_CONTEXT", unnamed)
+    monkeypatch.setattr(ps, "_EARLY", [])
+    monkeypatch.setattr(ps, "_POINTED", [])
+    return context
+
+
+def test_prefect_is_pointed_at_the_early_server_in_its_process_wide_settings_only(
+    prefect_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from prefect.settings import PREFECT_API_URL
+
+    import tasks.prefect_start as ps
+
+    a = _early("http://127.0.0.1:1111/api", tmp_path / "a" / "prefect.db")
+    ps._EARLY.append(a)
+    assert ps._point_prefect_at(a) is None
+    assert PREFECT_API_URL.value() == a.api_url
+    assert "PREFECT_API_URL" not in os.environ  # children and `Settings.load` never see it
+    # another home's early server of this process replaces it
+    b = _early("http://127.0.0.1:2222/api", tmp_path / "b" / "prefect.db")
+    ps._EARLY.append(b)
+    assert ps._point_prefect_at(b) is None
+    assert PREFECT_API_URL.value() == b.api_url and ps._POINTED == [b]
+    # read again from the environment (`Settings.apply`): pointed again, for its own home only
+    fresh = prefect_settings.GLOBAL_SETTINGS_CONTEXT.settings.copy_with_update(
+        restore_defaults={PREFECT_API_URL}
+    )
+    unnamed = prefect_settings.SettingsContext(
+        profile=prefect_settings.GLOBAL_SETTINGS_CONTEXT.profile, settings=fresh
+    )
+    for home, api_url, expected in (
+        (tmp_path / "a", None, None),  # another home's server: Prefect starts this home's own
+        (tmp_path / "b", "http://elsewhere:4200/api", None),  # the environment names an API
+        (tmp_path / "b", None, b.api_url),
+    ):
+        monkeypatch.setattr(prefect_settings, "GLOBAL_SETTINGS_CONTEXT", unnamed)
+        monkeypatch.setenv("PREFECT_HOME", str(home))
+        if api_url is None:
+            monkeypatch.delenv("PREFECT_API_URL", raising=False)
+        else:
+            monkeypatch.setenv("PREFECT_API_URL", api_url)
+        ps.point_again()
+        assert PREFECT_API_URL.value() == expected, (home, api_url)
+
+
+def test_prefect_is_not_pointed_where_something_else_decides(
+    prefect_settings: Any, tmp_path: Path
+) -> None:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    import tasks.prefect_start as ps
+
+    start = _early("http://127.0.0.1:1111/api", tmp_path / "prefect.db")
+    ps._EARLY.append(start)
+    with temporary_settings(updates={PREFECT_API_URL: "http://theirs:4200/api"}):
+        error = ps._point_prefect_at(start)  # this thread's own settings would not see it
+    assert isinstance(error, RuntimeError) and "settings context of its own" in str(error)
+    assert PREFECT_API_URL.value() is None
+    prefect_settings.GLOBAL_SETTINGS_CONTEXT = prefect_settings.SettingsContext(
+        profile=prefect_settings.GLOBAL_SETTINGS_CONTEXT.profile,
+        settings=prefect_settings.GLOBAL_SETTINGS_CONTEXT.settings.copy_with_update(
+            updates={PREFECT_API_URL: "http://theirs:4200/api"}
+        ),
+    )  # e.g. a Prefect profile that names a server
+    error = ps._point_prefect_at(start)
+    assert isinstance(error, RuntimeError) and "theirs:4200" in str(error)
+    assert PREFECT_API_URL.value() == "http://theirs:4200/api" and ps._POINTED == []
