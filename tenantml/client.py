@@ -402,6 +402,9 @@ class Client:
             # (Prefect first of all: the flow run cannot start without it).
             wait_for_servers(self.settings, options.get("outage_patience_s"), say=print)
         if self._prefect_start is not None:
+            # MLflow's store for this home (seconds: its SQL store's imports and set-up), built
+            # while Prefect's server is still starting; the scheduler's `connect` finds it built
+            _ = self.mlflow
             self._prefect_start.wait()
         start = time.monotonic()
         with listen(on_progress) if on_progress is not None else nullcontext():
