@@ -50,6 +50,7 @@ from tasks import (
     scheduler_run,
     should_stop,
     stop_on_signals,
+    tell_waiting,
     wait_out_outage,
     wants_tick,
 )
@@ -109,6 +110,7 @@ def _serve(svc: Service) -> dict[str, Any]:
                         log_tick(svc, progress, jobs)
                 if should_stop(svc, progress, jobs):
                     break
+                tell_waiting(svc, progress, jobs)
             except Exception as e:
                 wait_out_outage(svc, progress, e)  # re-raises all but a server outage
             else:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
         scheduler_run,
         should_stop,
         stop_on_signals,
+        tell_waiting,
         wait_out_outage,
         wants_tick,
     )
@@ -136,6 +137,7 @@ __all__ = [
     "seer_job_id",
     "seer_options_from_params",
     "should_stop",
+    "tell_waiting",
     "stop_on_signals",
     "tick_metrics",
     "train_task",
@@ -203,6 +205,7 @@ _HOME: dict[str, str] = {
     "scheduler_run": "tasks._loop",
     "should_stop": "tasks._loop",
     "stop_on_signals": "tasks._loop",
+    "tell_waiting": "tasks._loop",
     "tick_metrics": "tasks._service",
     "train_task": "tasks._prefect",
     "wait_out_outage": "tasks._loop",

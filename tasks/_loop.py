@@ -31,6 +31,8 @@ Each pass:
 6. `log_tick`: the tick's metrics (`tick_metrics` and ``gpu_busy_fraction``) to MLflow, step t;
 7. `should_stop`: the requested ticks are done and their jobs finished, or nothing is left to
    try and nothing runs;
+8. `tell_waiting`: a loop that goes on with nothing to train and nothing running says why, once
+   (no tenants, too few examples, nothing left to try on the current examples);
 
 then `pause` (``poll_s``, cut short when a run in this process ends). A pass that fails with a
 server outage is `wait_out_outage`: one log line naming the server, bounded backoff, and the
@@ -79,7 +81,15 @@ from tasks._dispatch import DeploymentDispatcher, Dispatcher, Done, LocalDispatc
 from tasks._plot import TickHistory, add_tick, load_tick_history, loss_picture
 from tasks._prefect import decide, record, refresh
 from tasks._seer import BY_HAND, seer_options_from_params
-from tasks._service import PRIORS, JobSpec, Planner, ServiceState, tick_metrics
+from tasks._service import (
+    MIN_EXAMPLES,
+    PRIORS,
+    JobSpec,
+    Planner,
+    ServiceState,
+    TenantInfo,
+    tick_metrics,
+)
 from tasks.outage import (
     Backoff,
     default_patience_s,
@@ -121,6 +131,7 @@ __all__ = [
     "resume_orphans",
     "scheduler_run",
     "should_stop",
+    "tell_waiting",
     "stop_on_signals",
     "untold_jobs",
     "wait_out_outage",
@@ -440,7 +451,8 @@ class Progress:
     while the first jobs trained beside it); `log_summary` draws the last one. `left`: the jobs
     left to another process that trains them (`JobLeft`), with when (``time.monotonic``):
     pending for the policy while that process trains them (`still_left`); `awaited`: those of
-    them a bounded run that is otherwise done has said it waits for (`should_stop`).
+    them a bounded run that is otherwise done has said it waits for (`should_stop`);
+    `waiting`: the reason last said for waiting with nothing to train (`tell_waiting`).
     """
 
     state: ServiceState
@@ -457,6 +469,7 @@ class Progress:
     plotted: float = field(default_factory=time.monotonic)
     left: dict[tuple[str, str], tuple[JobSpec, float]] = field(default_factory=dict)
     awaited: set[tuple[str, str]] = field(default_factory=set)
+    waiting: str | None = None
 
     def wants_more_ticks(self, ticks: int | None, budget_s: float | None = None) -> bool:
         """Fewer than `ticks` ticks done (always, for ``ticks=None``), and fewer than
@@ -1019,6 +1032,47 @@ def should_stop(svc: Service, progress: Progress, jobs: list[JobSpec]) -> bool:
             pid = (rec.process or "?").split(":")[0]
             print(f"waiting for {rec.tenant}/{rec.job_id}: process {pid} on {rec.node} trains it")
     return not svc.dispatcher.in_flight and not waits
+
+
+def tell_waiting(svc: Service, progress: Progress, jobs: list[JobSpec]) -> None:
+    """Step 8, in a loop that goes on (`should_stop` said no): a pass that sent nothing, with
+    nothing in flight nor left to another process, says why the scheduler waits
+    (`waiting_reason`): once, and again only when the reason changes; a job sent forgets it.
+    Before, a home whose tenants all had too few examples ran silently forever."""
+    if jobs:
+        progress.waiting = None
+        return
+    if svc.dispatcher.in_flight or progress.left:
+        return
+    reason = waiting_reason(progress.state.tenants)
+    if reason != progress.waiting:
+        progress.waiting = reason
+        print(f"waiting: {reason}")
+
+
+def waiting_reason(tenants: tuple[TenantInfo, ...] | list[TenantInfo]) -> str:
+    """Why the policy sends nothing to `tenants`, in one line naming what would change it: no
+    tenants, tenants with fewer than `MIN_EXAMPLES` examples (the first five named, with their
+    counts), or nothing left to train on the others' current examples."""
+    if not tenants:
+        return "no tenants yet: declare one with `tenantml submit`"
+    few = [t for t in tenants if t.n_examples < MIN_EXAMPLES]
+    parts = []
+    if few:
+        named = ", ".join(f"{t.name} ({t.n_examples})" for t in few[:5])
+        more = f" and {len(few) - 5} more" if len(few) > 5 else ""
+        verb = "has" if len(few) == 1 else "have"
+        parts.append(
+            f"{named}{more} {verb} fewer than {MIN_EXAMPLES} examples, the fewest a tenant is "
+            f"trained on: feed more with `tenantml feed`"
+        )
+    if len(few) < len(tenants):
+        others = "every other tenant has" if few else "every tenant has"
+        parts.append(
+            f"{others} nothing left to train on its current examples: feed new ones, or "
+            f"declare more tenants"
+        )
+    return "; ".join(parts)
 
 
 def release_left(svc: Service, progress: Progress) -> None:

@@ -88,6 +88,9 @@ __all__ = [
 ]
 
 
+MIN_EXAMPLES = 10  # a tenant with fewer examples is not trained (too few to hold some out)
+
+
 @dataclass(frozen=True)
 class TenantInfo:
     name: str
@@ -660,7 +663,7 @@ class Planner:
         )
         loop = self._sync(state, pending)
         # Tenants with too few examples to train cannot be scheduled yet.
-        ready = {i for i, t in enumerate(state.tenants) if t.n_examples >= 10}
+        ready = {i for i, t in enumerate(state.tenants) if t.n_examples >= MIN_EXAMPLES}
         load = [0] * self.slots  # runs per slot: running + waiting
         for j in in_flight:
             load[j.slot % self.slots] += 1

@@ -406,3 +406,51 @@ def test_status_plot_writes_the_picture_from_mlflow(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "the loss estimates of 1 tenant and their total over 2 ticks" in res.output
     assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def _tenant(name: str, n_examples: int) -> Any:
+    from store.schema import Schema
+    from tasks import TenantInfo
+
+    schema = Schema.parse("{input: {[Tensor[4]], []}, output: {[Tensor[3]], []}}")
+    return TenantInfo(name, schema, ("knn-k1-p1",), n_examples, 1, "1")
+
+
+def test_the_reason_to_wait_names_what_would_change_it() -> None:
+    from tasks._loop import waiting_reason
+
+    assert "no tenants yet" in waiting_reason([])
+    few = waiting_reason([_tenant("wine", 6)])
+    assert few.startswith("wine (6) has fewer than 10 examples") and "tenantml feed" in few
+    assert "other" not in few  # no other tenant to speak of
+    many = waiting_reason([_tenant(f"t{i}", i) for i in range(7)] + [_tenant("iris", 150)])
+    assert many.startswith("t0 (0), t1 (1), t2 (2), t3 (3), t4 (4) and 2 more have fewer")
+    assert "every other tenant has nothing left to train" in many
+    done = waiting_reason([_tenant("iris", 150), _tenant("wine", 10)])
+    assert done.startswith("every tenant has nothing left to train on its current examples")
+
+
+def test_a_scheduler_with_nothing_to_train_says_why_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tasks._loop import tell_waiting
+
+    svc: Any = FakeService(FakeDispatcher(), StopRequest())
+    progress = _progress()
+    progress.state = SimpleNamespace(tenants=(_tenant("wine", 6),))  # type: ignore[assignment]
+    for _ in range(3):  # pass after pass: once
+        tell_waiting(svc, progress, [])
+    assert capsys.readouterr().out == (
+        "waiting: wine (6) has fewer than 10 examples, the fewest a tenant is trained on: "
+        "feed more with `tenantml feed`\n"
+    )
+    progress.state = SimpleNamespace(tenants=(_tenant("wine", 12),))  # type: ignore[assignment]
+    tell_waiting(svc, progress, [])  # another reason: said
+    assert capsys.readouterr().out.startswith("waiting: every tenant has nothing left")
+    tell_waiting(svc, progress, [_spec("wine", "svm")])  # a job sent: forgotten
+    svc.dispatcher.in_flight.append(_spec("wine", "svm"))
+    tell_waiting(svc, progress, [])  # a job in flight: not waiting
+    assert capsys.readouterr().out == ""
+    svc.dispatcher.in_flight.clear()
+    tell_waiting(svc, progress, [])  # the same reason as before the job: said again
+    assert capsys.readouterr().out.startswith("waiting: every tenant has nothing left")
