@@ -132,6 +132,7 @@ __all__ = [
     "scheduler_run",
     "should_stop",
     "tell_waiting",
+    "Waiting",
     "stop_on_signals",
     "untold_jobs",
     "wait_out_outage",
@@ -208,7 +209,15 @@ class JobLeft:
     seer_run: bool = True
 
 
-SchedulerEvent = JobDispatched | JobFinished | JobLeft | Stopping
+@dataclass(frozen=True)
+class Waiting:
+    """Nothing to train and nothing running: why, in one line naming what would change it
+    (`tell_waiting`); told once, and again when the reason changes."""
+
+    reason: str
+
+
+SchedulerEvent = JobDispatched | JobFinished | JobLeft | Stopping | Waiting
 
 _listeners: list[Callable[[SchedulerEvent], None]] = []
 
@@ -1047,7 +1056,8 @@ def tell_waiting(svc: Service, progress: Progress, jobs: list[JobSpec]) -> None:
     reason = waiting_reason(progress.state.tenants)
     if reason != progress.waiting:
         progress.waiting = reason
-        print(f"waiting: {reason}")
+        print(f"waiting: {reason}")  # the flow's log
+        _emit(Waiting(reason))  # `tenantml run`'s terminal
 
 
 def waiting_reason(tenants: tuple[TenantInfo, ...] | list[TenantInfo]) -> str:

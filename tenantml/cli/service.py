@@ -631,8 +631,11 @@ class _RunView:
         console.print(self.table())
 
     def __call__(self, event: Any) -> None:
-        from tasks import JobDispatched, JobLeft, Stopping
+        from tasks import JobDispatched, JobLeft, Stopping, Waiting
 
+        if isinstance(event, Waiting):  # above the table, if any
+            console.print(f"waiting: {event.reason}", markup=False, highlight=False)
+            return
         if isinstance(event, Stopping):  # in the signal handler: nothing slow here
             self.stopping = event
             if self.embedded:

@@ -433,17 +433,22 @@ def test_the_reason_to_wait_names_what_would_change_it() -> None:
 def test_a_scheduler_with_nothing_to_train_says_why_once(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    from tasks import Waiting
     from tasks._loop import tell_waiting
 
     svc: Any = FakeService(FakeDispatcher(), StopRequest())
     progress = _progress()
     progress.state = SimpleNamespace(tenants=(_tenant("wine", 6),))  # type: ignore[assignment]
-    for _ in range(3):  # pass after pass: once
-        tell_waiting(svc, progress, [])
-    assert capsys.readouterr().out == (
-        "waiting: wine (6) has fewer than 10 examples, the fewest a tenant is trained on: "
-        "feed more with `tenantml feed`\n"
+    events: list[SchedulerEvent] = []
+    with listen(events.append):
+        for _ in range(3):  # pass after pass: once
+            tell_waiting(svc, progress, [])
+    reason = (
+        "wine (6) has fewer than 10 examples, the fewest a tenant is trained on: "
+        "feed more with `tenantml feed`"
     )
+    assert events == [Waiting(reason)]  # what `tenantml run` shows
+    assert capsys.readouterr().out == f"waiting: {reason}\n"  # the flow's log
     progress.state = SimpleNamespace(tenants=(_tenant("wine", 12),))  # type: ignore[assignment]
     tell_waiting(svc, progress, [])  # another reason: said
     assert capsys.readouterr().out.startswith("waiting: every tenant has nothing left")
