@@ -132,7 +132,7 @@ def _save_template(db: Path, template: Path) -> None:
 
 #: this process's early starts (`stop_all`)
 _EARLY: list[EarlyStart] = []
-#: the early start this process's Prefect was last pointed at (`point_again`)
+#: the early start this process's Prefect was last pointed at (`refresh_prefect_settings`)
 _POINTED: list[EarlyStart] = []
 
 
@@ -309,15 +309,29 @@ def _point_prefect_at(start: EarlyStart) -> BaseException | None:
     return None
 
 
-def point_again() -> None:
-    """After Prefect's settings were read again from the environment (`Settings.apply`), which
-    does not name the early server: point them at it again if it still runs and is this
-    ``PREFECT_HOME``'s, and the environment names no API of its own."""
+def refresh_prefect_settings() -> None:
+    """Prefect's process-wide settings read again from the environment (`Settings.apply`
+    changed it), still naming the early server Prefect was pointed at if it runs, is this
+    ``PREFECT_HOME``'s, and the environment names no API of its own. One assignment, from
+    whichever thread: Prefect's own ``refresh_global_settings_context`` followed by pointing
+    them again left a moment without the server's URL (a job's thread applies the settings
+    while others run), and from a thread inside a settings context of its own (a job's, for
+    its heartbeats) the pointing was refused: the next event started a second server."""
+    import prefect.context as context
+    from prefect.settings import PREFECT_API_URL
+
+    fresh = context.root_settings_context()
     home = os.environ.get("PREFECT_HOME")
     for start in _POINTED:
         if start.alive and home and start.db == Path(home) / DB_NAME:
-            if not os.environ.get("PREFECT_API_URL"):
-                _point_prefect_at(start)
+            if not os.environ.get("PREFECT_API_URL") and not fresh.settings.api.url:
+                fresh = context.SettingsContext(
+                    profile=fresh.profile,
+                    settings=fresh.settings.copy_with_update(
+                        updates={PREFECT_API_URL: start.api_url}
+                    ),
+                )
+    context.GLOBAL_SETTINGS_CONTEXT = fresh
 
 
 def start_early() -> EarlyStart | None:

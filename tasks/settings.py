@@ -253,11 +253,10 @@ class Settings:
             os.environ["MLFLOW_TRACKING_PASSWORD"] = self.password or ""
         mlflow_client_defaults()
         if "prefect" in sys.modules:  # Prefect read its settings when first imported: re-read
-            from prefect.context import refresh_global_settings_context
+            # them, still naming the embedded server this process runs (not in the environment)
+            from tasks.prefect_start import refresh_prefect_settings
 
-            refresh_global_settings_context()
-            if (early := sys.modules.get("tasks.prefect_start")) is not None:
-                early.point_again()  # the embedded server this process runs, not named there
+            refresh_prefect_settings()
         return self
 
     def store(self) -> ExampleStore:

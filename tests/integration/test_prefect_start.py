@@ -36,6 +36,9 @@ again = Client(sys.argv[1])
 again.start_prefect()  # a second `run` in the same process: the same server
 same = again._prefect_start is c._prefect_start
 again._prefect_start.wait()
+from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+    Client(sys.argv[1])  # applied again from a settings context of its own, as a job's thread
 job()
 with get_client(sync_client=True) as prefect:
     runs = len(prefect.read_flow_runs())

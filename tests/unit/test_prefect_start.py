@@ -235,25 +235,22 @@ def test_prefect_is_pointed_at_the_early_server_in_its_process_wide_settings_onl
     ps._EARLY.append(b)
     assert ps._point_prefect_at(b) is None
     assert PREFECT_API_URL.value() == b.api_url and ps._POINTED == [b]
-    # read again from the environment (`Settings.apply`): pointed again, for its own home only
-    fresh = prefect_settings.GLOBAL_SETTINGS_CONTEXT.settings.copy_with_update(
-        restore_defaults={PREFECT_API_URL}
-    )
-    unnamed = prefect_settings.SettingsContext(
-        profile=prefect_settings.GLOBAL_SETTINGS_CONTEXT.profile, settings=fresh
-    )
+    # read again from the environment (`Settings.apply`): pointed again, for its own home only,
+    # also from a thread inside a settings context of its own (a job's, for its heartbeats)
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
     for home, api_url, expected in (
         (tmp_path / "a", None, None),  # another home's server: Prefect starts this home's own
-        (tmp_path / "b", "http://elsewhere:4200/api", None),  # the environment names an API
+        (tmp_path / "b", "http://elsewhere:4200/api", "http://elsewhere:4200/api"),
         (tmp_path / "b", None, b.api_url),
     ):
-        monkeypatch.setattr(prefect_settings, "GLOBAL_SETTINGS_CONTEXT", unnamed)
         monkeypatch.setenv("PREFECT_HOME", str(home))
         if api_url is None:
             monkeypatch.delenv("PREFECT_API_URL", raising=False)
         else:
             monkeypatch.setenv("PREFECT_API_URL", api_url)
-        ps.point_again()
+        with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+            ps.refresh_prefect_settings()
         assert PREFECT_API_URL.value() == expected, (home, api_url)
 
 
