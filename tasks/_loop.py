@@ -64,7 +64,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1060,7 +1060,7 @@ def tell_waiting(svc: Service, progress: Progress, jobs: list[JobSpec]) -> None:
         _emit(Waiting(reason))  # `tenantml run`'s terminal
 
 
-def waiting_reason(tenants: tuple[TenantInfo, ...] | list[TenantInfo]) -> str:
+def waiting_reason(tenants: Sequence[TenantInfo]) -> str:
     """Why the policy sends nothing to `tenants`, in one line naming what would change it: no
     tenants, tenants with fewer than `MIN_EXAMPLES` examples (the first five named, with their
     counts), or nothing left to train on the others' current examples."""

@@ -50,6 +50,7 @@ import time
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from tasks.settings import copy_if_absent, user_cache, write_atomically
 
@@ -292,7 +293,6 @@ def _point_prefect_at(start: EarlyStart) -> BaseException | None:
     ``PREFECT_API_URL`` set. Returns the error if the caller's thread runs in a settings context
     of its own, or Prefect's settings already name an API that is not an early server's."""
     import prefect.context as context
-    from prefect.settings import PREFECT_API_URL
 
     current = context.SettingsContext.get()
     if current is None or current is not context.GLOBAL_SETTINGS_CONTEXT:
@@ -301,10 +301,7 @@ def _point_prefect_at(start: EarlyStart) -> BaseException | None:
     if named and named not in {s.api_url for s in _EARLY}:
         return RuntimeError(f"Prefect's settings already name an API: {named}")
     if named != start.api_url:
-        context.GLOBAL_SETTINGS_CONTEXT = context.SettingsContext(
-            profile=current.profile,
-            settings=current.settings.copy_with_update(updates={PREFECT_API_URL: start.api_url}),
-        )
+        context.GLOBAL_SETTINGS_CONTEXT = _naming(current, start.api_url)
     _POINTED[:] = [start]
     return None
 
@@ -318,20 +315,26 @@ def refresh_prefect_settings() -> None:
     while others run), and from a thread inside a settings context of its own (a job's, for
     its heartbeats) the pointing was refused: the next event started a second server."""
     import prefect.context as context
-    from prefect.settings import PREFECT_API_URL
 
     fresh = context.root_settings_context()
     home = os.environ.get("PREFECT_HOME")
     for start in _POINTED:
         if start.alive and home and start.db == Path(home) / DB_NAME:
             if not os.environ.get("PREFECT_API_URL") and not fresh.settings.api.url:
-                fresh = context.SettingsContext(
-                    profile=fresh.profile,
-                    settings=fresh.settings.copy_with_update(
-                        updates={PREFECT_API_URL: start.api_url}
-                    ),
-                )
+                fresh = _naming(fresh, start.api_url)
     context.GLOBAL_SETTINGS_CONTEXT = fresh
+
+
+def _naming(settings_context: Any, api_url: str) -> Any:
+    """A copy of Prefect's `settings_context` (a ``prefect.context.SettingsContext``) whose
+    settings name `api_url` as ``PREFECT_API_URL``."""
+    from prefect.context import SettingsContext
+    from prefect.settings import PREFECT_API_URL
+
+    return SettingsContext(
+        profile=settings_context.profile,
+        settings=settings_context.settings.copy_with_update(updates={PREFECT_API_URL: api_url}),
+    )
 
 
 def start_early() -> EarlyStart | None:
