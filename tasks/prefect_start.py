@@ -18,7 +18,10 @@ more of Alembic migrations (every revision since Prefect's first, on an empty da
   ``SubprocessASGIServer`` before 2026-11-28). If the early server fails, it is stopped and
   Prefect starts its own as it would have without us. ``tenantml bench-startup`` (new home,
   median of 5, 2-core machine): first job 10.7 -> 7.9 s from the template, 15.3 -> 12.5 s
-  without.
+  without. One process serving several homes in turn (the SDK, tests) has one server running:
+  pointed at another home's, Prefect first sends what its events and log workers hold to the
+  old one, whose server is then stopped (its events worker, keyed without the URL, went on
+  sending the new home's task runs to the old server).
 - A template per machine and Prefect version (`template_path`): the first new home migrates as
   before, and its database, migrated and still empty of runs, is copied to the user's cache
   (sqlite3's online backup: a consistent copy while the server has it open); every later new home
@@ -39,6 +42,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib.util
+import inspect
 import logging
 import os
 import socket
@@ -54,7 +58,14 @@ from typing import Any
 
 from tasks.settings import copy_if_absent, user_cache, write_atomically
 
-__all__ = ["EarlyStart", "server_env", "start_early", "template_path"]
+__all__ = [
+    "EarlyStart",
+    "refresh_prefect_settings",
+    "server_env",
+    "start_early",
+    "stop_all",
+    "template_path",
+]
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +96,9 @@ BLOCK_CATALOGUE_SETTINGS = (
     "PREFECT_MEMOIZE_BLOCK_AUTO_REGISTRATION",
 )
 STARTUP_TIMEOUT_S = 60.0  # Prefect's own default is 20 s; a loaded CI machine can take longer
+STOP_TIMEOUT_S = 5.0  # a server that has not ended this long after SIGTERM is killed
+SIGNAL_STOP_TIMEOUT_S = 1.0  # the same, for all of them together, when a signal ends the command
+DRAIN_TIMEOUT_S = 5.0  # for Prefect's events and logs still bound for a server no longer used
 
 
 def template_path(version: str) -> Path:
@@ -137,11 +151,27 @@ _EARLY: list[EarlyStart] = []
 _POINTED: list[EarlyStart] = []
 
 
-def stop_all() -> None:
+def stop_all(timeout_s: float = SIGNAL_STOP_TIMEOUT_S) -> None:
     """Stop every early server of this process: for a command that ends with ``os._exit`` on a
-    signal, which skips the exit hooks doing this."""
-    for start in list(_EARLY):
-        start.stop()
+    signal, which skips the exit hooks doing this. All are sent SIGTERM first, and those still
+    running `timeout_s` later are killed: a Ctrl-C waits that long at most, not that long per
+    server."""
+    _end_processes([start.release() for start in list(_EARLY)], timeout_s)
+
+
+def _end_processes(procs: list[subprocess.Popen[bytes] | None], timeout_s: float) -> None:
+    """SIGTERM to each of `procs` still running, then SIGKILL to those that have not ended
+    `timeout_s` later (one deadline for all)."""
+    running = [p for p in procs if p is not None and p.poll() is None]
+    for proc in running:
+        proc.terminate()
+    deadline = time.monotonic() + timeout_s
+    for proc in running:
+        try:
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 class EarlyStart:
@@ -153,12 +183,12 @@ class EarlyStart:
         self.new_home = not db.exists()
         self.seeded = self.new_home and _seed_from_template(db, template)
         self.error: BaseException | None = None
-        self.handed_over = False  # whether `wait` pointed this process's Prefect at it
+        self.pointed_at = False  # whether `wait` pointed this process's Prefect at it
         self.port = _free_port()
         self.log_path = db.parent / SERVER_LOG
         self.process: subprocess.Popen[bytes] | None = _start_server(self.port, self.log_path)
-        # registered before Prefect's own exit hooks (the caller imports Prefect after this), so
-        # it runs after them: what they send at exit (logs, events) still finds the server
+        # Prefect drains its events and logs in `threading._register_atexit` hooks, which run
+        # before any `atexit` hook: what they send at exit still finds the server
         atexit.register(self.stop)
         _EARLY.append(self)
         self._thread = threading.Thread(
@@ -193,21 +223,26 @@ class EarlyStart:
         self._thread.join()
         if self.error is None:
             self.error = _point_prefect_at(self)
-            self.handed_over = self.error is None
+            self.pointed_at = self.error is None
         if self.error is not None:
             log.warning("starting Prefect's temporary server early failed: %r", self.error)
             self.stop()
+            if self in _POINTED:  # a second `wait` of a reused start: Prefect must let it go
+                _POINTED.remove(self)
+                self.pointed_at = False
+                refresh_prefect_settings()
 
-    def stop(self) -> None:
-        """Stop the server (at this process's exit, or when it failed); a no-op once stopped."""
+    def release(self) -> subprocess.Popen[bytes] | None:
+        """The server's process, now no longer this start's (`stop_all` ends it)."""
         proc, self.process = self.process, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if self in _EARLY:
+            _EARLY.remove(self)
+        return proc
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Stop the server (at this process's exit, when it failed, or when Prefect is pointed
+        at another home's); a no-op once stopped."""
+        _end_processes([self.release()], timeout_s)
 
 
 def _free_port() -> int:
@@ -298,12 +333,31 @@ def _point_prefect_at(start: EarlyStart) -> BaseException | None:
     if current is None or current is not context.GLOBAL_SETTINGS_CONTEXT:
         return RuntimeError("this thread runs in a Prefect settings context of its own")
     named = current.settings.api.url
-    if named and named not in {s.api_url for s in _EARLY}:
+    if named and named not in {s.api_url for s in (*_EARLY, *_POINTED)}:
         return RuntimeError(f"Prefect's settings already name an API: {named}")
     if named != start.api_url:
         context.GLOBAL_SETTINGS_CONTEXT = _naming(current, start.api_url)
-    _POINTED[:] = [start]
+    before, _POINTED[:] = list(_POINTED), [start]
+    for old in before:
+        if old is not start:  # another home's: its last events and logs, then its server
+            _drain_prefect_senders()
+            old.stop()
     return None
+
+
+def _drain_prefect_senders() -> None:
+    """Send what Prefect's events and log workers hold to the server they were started for, and
+    end them: the next event or log starts new ones for the server Prefect names now. Prefect
+    keys its events worker without the API's URL, so after a change of home it would otherwise
+    go on sending the new home's events to the old home's server. From a thread with an event
+    loop of its own Prefect would only hand back a coroutine: skipped there."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (EventsWorker, APILogWorker):
+        waiting = worker.drain_all(timeout=DRAIN_TIMEOUT_S, at_exit=False)
+        if inspect.iscoroutine(waiting):
+            waiting.close()
 
 
 def refresh_prefect_settings() -> None:
@@ -348,9 +402,11 @@ def start_early() -> EarlyStart | None:
     if not home:
         return None
     db = Path(home) / DB_NAME
-    for start in _EARLY:  # a second `run` of this process: the same server
-        if start.db == db and start.alive and start.error is None:
-            return start
+    for start in list(_EARLY):  # a second `run` of this process: the same server
+        if start.db == db and start.alive:
+            if start.error is None:
+                return start
+            start.stop()  # failed (no answer in time) but running: one server per database
     from importlib.metadata import version
 
-    return EarlyStart(db, template_path(version("prefect")))
+    return EarlyStart(db, template_path(version("prefect")), timeout_s=STARTUP_TIMEOUT_S)

@@ -795,8 +795,8 @@ def demo(
         _demo(ticks, max_epochs, job_budget, budget_s, home)
     except KeyboardInterrupt as e:  # while feeding, or after the scheduler
         name = str(e.args[0]) if e.args else "SIGINT"
-        # end_now stops Prefect's temporary server, which started in a thread: an exit that
-        # leaves that to Prefect's atexit hook orphaned one starting as the signal came
+        # end_now stops the Prefect server started early (`tasks.prefect_start.stop_all`): it
+        # ends with os._exit, which skips the exit hook that would
         end_now(None, f"stopped by {name}; the demo goes on from here next time")
     finally:
         if before is not None:

@@ -101,7 +101,7 @@ def test_nothing_is_started_for_servers_or_another_database(
     assert start_early() is None
 
 
-def test_a_server_that_exits_before_answering_is_reported_and_not_handed_to_prefect(
+def test_a_server_that_exits_before_answering_is_reported_and_prefect_not_pointed_at_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """...and what the server wrote is in its log, not on the command's terminal (a Ctrl-C
@@ -147,7 +147,7 @@ def test_a_server_that_never_answers_is_stopped(
 
 def test_a_command_ended_by_a_signal_stops_its_early_server(tmp_path: Path) -> None:
     """`tenantml.cli.service.end_now` (Ctrl-C or SIGTERM: a line, ``os._exit(130)``) skips the
-    exit hook that stops an early server not yet handed to Prefect: a demo stopped while it fed
+    exit hooks, the one that stops the early server too: a demo stopped while it fed
     its tenants left Prefect's temporary server running, its parent gone."""
     import subprocess
     import sys
@@ -192,8 +192,11 @@ def test_the_early_server_leaves_out_the_block_catalogue_unless_the_user_asks() 
 
 
 def _early(url: str, db: Path) -> Any:
-    """A stand-in for a running `EarlyStart`: what pointing Prefect at one reads."""
-    return SimpleNamespace(api_url=url, db=db, alive=True)
+    """A stand-in for a running `EarlyStart`: what pointing Prefect at one reads, and its
+    `stop`, which ends it."""
+    start = SimpleNamespace(api_url=url, db=db, alive=True)
+    start.stop = lambda: setattr(start, "alive", False)
+    return start
 
 
 @pytest.fixture
@@ -230,11 +233,15 @@ def test_prefect_is_pointed_at_the_early_server_in_its_process_wide_settings_onl
     assert ps._point_prefect_at(a) is None
     assert PREFECT_API_URL.value() == a.api_url
     assert "PREFECT_API_URL" not in os.environ  # children and `Settings.load` never see it
-    # another home's early server of this process replaces it
+    assert ps._point_prefect_at(a) is None and a.alive  # again: nothing changes
+    # another home's early server of this process replaces it, and the first one is stopped
+    # (what Prefect's events and logs workers still held for it sent first; for real in
+    # tests/integration/test_prefect_start.py)
     b = _early("http://127.0.0.1:2222/api", tmp_path / "b" / "prefect.db")
     ps._EARLY.append(b)
     assert ps._point_prefect_at(b) is None
     assert PREFECT_API_URL.value() == b.api_url and ps._POINTED == [b]
+    assert not a.alive and b.alive
     # read again from the environment (`Settings.apply`): pointed again, for its own home only,
     # also from a thread inside a settings context of its own (a job's, for its heartbeats)
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
@@ -276,3 +283,93 @@ def test_prefect_is_not_pointed_where_something_else_decides(
     error = ps._point_prefect_at(start)
     assert isinstance(error, RuntimeError) and "theirs:4200" in str(error)
     assert PREFECT_API_URL.value() == "http://theirs:4200/api" and ps._POINTED == []
+
+
+_HEALTHY = """
+import http.server, sys
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/api/health" else 404)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+"""
+
+
+def test_a_reused_start_that_fails_its_second_wait_is_let_go(
+    prefect_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second `run` of the process waits on the same start again; where that fails (here: a
+    thread in a settings context of its own), the server is stopped and Prefect's settings no
+    longer name it, so Prefect starts its own instead of calling a stopped one."""
+    import sys
+
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    import tasks.prefect_start as ps
+
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path))
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setattr(ps, "_server_command", lambda port: [sys.executable, "-c", _HEALTHY,
+                                                             str(port)])  # fmt: skip
+    start = ps.EarlyStart(tmp_path / "prefect.db", tmp_path / "template.db", timeout_s=30)
+    try:
+        start.wait()
+        assert start.error is None and start.pointed_at and start.alive
+        assert PREFECT_API_URL.value() == start.api_url and ps._POINTED == [start]
+        with temporary_settings(updates={PREFECT_API_URL: None}):
+            start.wait()
+        assert isinstance(start.error, RuntimeError) and not start.alive
+        assert not start.pointed_at and ps._POINTED == [] and ps._EARLY == []
+        assert PREFECT_API_URL.value() is None
+    finally:
+        start.stop()
+
+
+def test_a_start_that_timed_out_is_stopped_before_another_on_its_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    import tasks.prefect_start as ps
+
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.delenv("PREFECT_API_DATABASE_CONNECTION_URL", raising=False)
+    monkeypatch.setattr(ps, "_EARLY", [])
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    monkeypatch.setattr(ps, "_server_command", lambda port: sleeper)
+    monkeypatch.setattr(ps, "STARTUP_TIMEOUT_S", 0.3)
+    first = start_early()
+    assert first is not None
+    try:
+        first._thread.join()  # timed out, not yet waited on: its server still runs
+        assert isinstance(first.error, TimeoutError) and first.alive
+        second = start_early()
+        assert second is not None and second is not first
+        assert not first.alive and ps._EARLY == [second]  # one server per database
+    finally:
+        ps.stop_all()
+    assert ps._EARLY == []
+
+
+def test_stop_all_ends_servers_that_ignore_sigterm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Ctrl-C every early server gets SIGTERM at once and one deadline; those still running
+    then are killed."""
+    import sys
+
+    import tasks.prefect_start as ps
+
+    monkeypatch.setattr(ps, "_EARLY", [])
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    monkeypatch.setattr(ps, "_server_command", lambda port: [sys.executable, "-c", stubborn])
+    starts = [ps.EarlyStart(tmp_path / f"{i}" / "prefect.db", tmp_path / "t.db", timeout_s=60)
+              for i in range(2)]  # fmt: skip
+    procs = [start.process for start in starts]
+    ps.stop_all(timeout_s=0.2)
+    assert all(p is not None and p.poll() is not None for p in procs)
+    assert ps._EARLY == [] and not any(start.alive for start in starts)
