@@ -60,6 +60,7 @@ from tasks.settings import copy_if_absent, user_cache, write_atomically
 
 __all__ = [
     "EarlyStart",
+    "ensure_template",
     "refresh_prefect_settings",
     "server_env",
     "start_early",
@@ -176,9 +177,18 @@ def _end_processes(procs: list[subprocess.Popen[bytes] | None], timeout_s: float
 
 class EarlyStart:
     """Prefect's temporary server, a uvicorn subprocess on the database `db` (seeded from
-    `template` when the home is new), started now and awaited in a thread (`start_early`)."""
+    `template` when the home is new), started now and awaited in a thread (`start_early`).
+    `environ`: the server's environment before `server_env` (default: this process's, whose
+    ``PREFECT_HOME`` names `db`'s folder)."""
 
-    def __init__(self, db: Path, template: Path, *, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        db: Path,
+        template: Path,
+        *,
+        timeout_s: float = STARTUP_TIMEOUT_S,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         self.db, self.template = db, template
         self.new_home = not db.exists()
         self.seeded = self.new_home and _seed_from_template(db, template)
@@ -186,7 +196,9 @@ class EarlyStart:
         self.pointed_at = False  # whether `wait` pointed this process's Prefect at it
         self.port = _free_port()
         self.log_path = db.parent / SERVER_LOG
-        self.process: subprocess.Popen[bytes] | None = _start_server(self.port, self.log_path)
+        self.process: subprocess.Popen[bytes] | None = _start_server(
+            self.port, self.log_path, os.environ if environ is None else environ
+        )
         # Prefect drains its events and logs in `threading._register_atexit` hooks, which run
         # before any `atexit` hook: what they send at exit still finds the server
         atexit.register(self.stop)
@@ -215,12 +227,17 @@ class EarlyStart:
         except Exception as e:  # reported by `wait`; the flow then starts the server itself
             self.error = e
 
+    def join(self) -> None:
+        """Block until the server answers, or has failed (`error`); Prefect is not pointed at
+        it (`wait` does that)."""
+        self._thread.join()
+
     def wait(self) -> None:
         """Block until the server answers, then point this process's Prefect at it (the
         caller's thread, before any Prefect client of this process; again on each call: cheap).
         A failure here is only logged: the early server is stopped and the flow starts
         Prefect's own, as it would have without us, and reports what is wrong."""
-        self._thread.join()
+        self.join()
         if self.error is None:
             self.error = _point_prefect_at(self)
             self.pointed_at = self.error is None
@@ -253,7 +270,7 @@ def _free_port() -> int:
     return port
 
 
-def _start_server(port: int, log_path: Path) -> subprocess.Popen[bytes]:
+def _start_server(port: int, log_path: Path, environ: Mapping[str, str]) -> subprocess.Popen[bytes]:
     """The server's process, its output appended to `log_path`. Not the command's own stderr:
     a Ctrl-C reaches the whole foreground process group, the server too, and its services, cut
     off mid-write, logged 100-150 lines of tracebacks under the command's one line ``stopped by
@@ -265,7 +282,7 @@ def _start_server(port: int, log_path: Path) -> subprocess.Popen[bytes]:
         log_path.replace(log_path.with_name(log_path.name + ".1"))
     with open(log_path, "ab") as out:  # the child keeps its own descriptor
         return subprocess.Popen(
-            _server_command(port), env=server_env(os.environ),
+            _server_command(port), env=server_env(environ),
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
@@ -389,6 +406,27 @@ def _naming(settings_context: Any, api_url: str) -> Any:
         profile=settings_context.profile,
         settings=settings_context.settings.copy_with_update(updates={PREFECT_API_URL: api_url}),
     )
+
+
+def ensure_template(scratch: Path, timeout_s: float = STARTUP_TIMEOUT_S) -> bool:
+    """This machine's template for Prefect's installed version (`template_path`), made now if
+    it has none, by an early server started and stopped on the new home `scratch` (migrations:
+    about 5 s on the 2-core machine, once per machine and Prefect version). Returns whether it
+    was made; raises where the server failed. For a benchmark of later runs (``tenantml
+    bench-live``): only a machine's first `run` migrates a new home."""
+    from importlib.metadata import version
+
+    template = template_path(version("prefect"))
+    if _is_migrated(template):
+        return False
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}
+    start = EarlyStart(scratch / DB_NAME, template, timeout_s=timeout_s,
+                       environ={**env, "PREFECT_HOME": str(scratch)})  # fmt: skip
+    start.join()
+    start.stop()
+    if start.error is not None:
+        raise start.error
+    return _is_migrated(template)
 
 
 def start_early() -> EarlyStart | None:

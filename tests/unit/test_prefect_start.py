@@ -345,7 +345,7 @@ def test_a_start_that_timed_out_is_stopped_before_another_on_its_database(
     first = start_early()
     assert first is not None
     try:
-        first._thread.join()  # timed out, not yet waited on: its server still runs
+        first.join()  # timed out, not yet waited on: its server still runs
         assert isinstance(first.error, TimeoutError) and first.alive
         second = start_early()
         assert second is not None and second is not first
@@ -373,3 +373,53 @@ def test_stop_all_ends_servers_that_ignore_sigterm(
     ps.stop_all(timeout_s=0.2)
     assert all(p is not None and p.poll() is not None for p in procs)
     assert ps._EARLY == [] and not any(start.alive for start in starts)
+
+
+_MIGRATING = """
+import os, sqlite3, sys
+db = sqlite3.connect(os.path.join(os.environ["PREFECT_HOME"], "prefect.db"))
+db.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+db.execute("INSERT INTO alembic_version VALUES ('abc123')")
+db.execute("CREATE TABLE flow_run (id TEXT)")
+db.commit()
+db.close()
+""" + _HEALTHY
+
+
+def test_the_machines_template_is_made_once_on_a_scratch_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ensure_template` (bench-live, before any clock): a server on the scratch home, not on
+    this process's ``PREFECT_HOME``, migrates it and leaves the template; then nothing to do."""
+    import sys
+    from importlib.metadata import version
+
+    import tasks.prefect_start as ps
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "users-home"))
+    monkeypatch.setattr(ps, "_EARLY", [])
+    monkeypatch.setattr(ps, "_server_command", lambda port: [sys.executable, "-c", _MIGRATING,
+                                                             str(port)])  # fmt: skip
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    assert ps.ensure_template(scratch, timeout_s=30) is True
+    assert _is_migrated(template_path(version("prefect")))
+    assert not (tmp_path / "users-home").exists() and ps._EARLY == []  # its server stopped
+    assert ps.ensure_template(tmp_path / "unused", timeout_s=30) is False
+    assert not (tmp_path / "unused").exists()
+
+
+def test_a_template_that_cannot_be_made_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    import tasks.prefect_start as ps
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(ps, "_EARLY", [])
+    monkeypatch.setattr(ps, "_server_command", lambda port: [sys.executable, "-c", "exit(3)"])
+    with pytest.raises(RuntimeError, match=r"exited \(code 3\)"):
+        ps.ensure_template(tmp_path, timeout_s=30)
+    assert ps._EARLY == []
