@@ -375,7 +375,7 @@ def test_stop_all_ends_servers_that_ignore_sigterm(
     assert ps._EARLY == [] and not any(start.alive for start in starts)
 
 
-_MIGRATING = """
+_MIGRATING_DB = """
 import os, sqlite3, sys
 db = sqlite3.connect(os.path.join(os.environ["PREFECT_HOME"], "prefect.db"))
 db.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
@@ -383,7 +383,8 @@ db.execute("INSERT INTO alembic_version VALUES ('abc123')")
 db.execute("CREATE TABLE flow_run (id TEXT)")
 db.commit()
 db.close()
-""" + _HEALTHY
+"""
+_MIGRATING = _MIGRATING_DB + _HEALTHY  # a stand-in migrates the home, then answers
 
 
 def test_the_machines_template_is_made_once_on_a_scratch_home(
