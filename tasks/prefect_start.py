@@ -18,9 +18,9 @@ more of Alembic migrations (every revision since Prefect's first, on an empty da
   ``SubprocessASGIServer`` before 2026-11-28). If the early server fails, it is stopped and
   Prefect starts its own as it would have without us. ``tenantml bench-startup`` (new home,
   median of 5, 2-core machine): first job 10.7 -> 7.9 s from the template, 15.3 -> 12.5 s
-  without. One process serving several homes in turn (the SDK, tests) has one server running:
-  pointed at another home's, Prefect first sends what its events and log workers hold to the
-  old one, whose server is then stopped (its events worker, keyed without the URL, went on
+  without. One process serving several homes in turn (the SDK, tests) keeps one of them: pointed
+  at another home's, Prefect first sends what its events and log workers hold to the old one,
+  whose server is then stopped (its events worker, keyed without the URL, went on
   sending the new home's task runs to the old server).
 - A template per machine and Prefect version (`template_path`): the first new home migrates as
   before, and its database, migrated and still empty of runs, is copied to the user's cache
@@ -150,6 +150,9 @@ def _save_template(db: Path, template: Path) -> None:
 _EARLY: list[EarlyStart] = []
 #: the early start this process's Prefect was last pointed at (`refresh_prefect_settings`)
 _POINTED: list[EarlyStart] = []
+#: held while `_POINTED` and Prefect's process-wide settings change together (the scheduler's
+#: thread points Prefect; job threads re-read the settings)
+_POINTING = threading.RLock()
 
 
 def stop_all(timeout_s: float = SIGNAL_STOP_TIMEOUT_S) -> None:
@@ -234,23 +237,28 @@ class EarlyStart:
 
     def wait(self) -> None:
         """Block until the server answers, then point this process's Prefect at it (the
-        caller's thread, before any Prefect client of this process; again on each call: cheap).
-        A failure here is only logged: the early server is stopped and the flow starts
-        Prefect's own, as it would have without us, and reports what is wrong."""
+        caller's thread, before any Prefect client of this process; again on each call: cheap,
+        but for a change of home: `_point_prefect_at`). A failure here is only logged: the
+        early server is stopped and the flow starts Prefect's own, as it would have without
+        us, and reports what is wrong."""
         self.join()
+        if self.error is None and not self.alive:  # stopped since: another home's came
+            self.error = RuntimeError("the early server was stopped")
         if self.error is None:
             self.error = _point_prefect_at(self)
             self.pointed_at = self.error is None
         if self.error is not None:
             log.warning("starting Prefect's temporary server early failed: %r", self.error)
+            with _POINTING:  # a second `wait` of a reused start: Prefect lets it go first
+                if self in _POINTED:
+                    _POINTED.remove(self)
+                    refresh_prefect_settings()
+            self.pointed_at = False
             self.stop()
-            if self in _POINTED:  # a second `wait` of a reused start: Prefect must let it go
-                _POINTED.remove(self)
-                self.pointed_at = False
-                refresh_prefect_settings()
 
     def release(self) -> subprocess.Popen[bytes] | None:
-        """The server's process, now no longer this start's (`stop_all` ends it)."""
+        """The server's process, now no longer this start's, for the caller to end (`stop`,
+        `stop_all`)."""
         proc, self.process = self.process, None
         if self in _EARLY:
             _EARLY.remove(self)
@@ -343,38 +351,63 @@ def _point_prefect_at(start: EarlyStart) -> BaseException | None:
     (``prefect.context.GLOBAL_SETTINGS_CONTEXT``, read by every thread that has entered no
     settings context of its own, and replaced the same way by Prefect's own test harness) with
     ``PREFECT_API_URL`` set. Returns the error if the caller's thread runs in a settings context
-    of its own, or Prefect's settings already name an API that is not an early server's."""
+    of its own, or Prefect's settings already name an API that is not an early server's.
+
+    Pointed at another home's early server, it then ends the one pointed at before: what
+    Prefect's events and log workers still hold is sent to it (`_drain_prefect_senders`, up to
+    `DRAIN_TIMEOUT_S` each), and its server is stopped."""
     import prefect.context as context
 
-    current = context.SettingsContext.get()
-    if current is None or current is not context.GLOBAL_SETTINGS_CONTEXT:
-        return RuntimeError("this thread runs in a Prefect settings context of its own")
-    named = current.settings.api.url
-    if named and named not in {s.api_url for s in (*_EARLY, *_POINTED)}:
-        return RuntimeError(f"Prefect's settings already name an API: {named}")
-    if named != start.api_url:
-        context.GLOBAL_SETTINGS_CONTEXT = _naming(current, start.api_url)
-    before, _POINTED[:] = list(_POINTED), [start]
-    for old in before:
-        if old is not start:  # another home's: its last events and logs, then its server
-            _drain_prefect_senders()
+    with _POINTING:
+        current = context.SettingsContext.get()
+        if current is None or current is not context.GLOBAL_SETTINGS_CONTEXT:
+            return RuntimeError("this thread runs in a Prefect settings context of its own")
+        named = current.settings.api.url
+        if named and named not in {s.api_url for s in (*_EARLY, *_POINTED)}:
+            return RuntimeError(f"Prefect's settings already name an API: {named}")
+        if named != start.api_url:
+            context.GLOBAL_SETTINGS_CONTEXT = _naming(current, start.api_url)
+        before, _POINTED[:] = [old for old in _POINTED if old is not start], [start]
+    for old in before:  # another home's: its last events and logs, then its server
+        if _drain_prefect_senders():
             old.stop()
     return None
 
 
-def _drain_prefect_senders() -> None:
+def _drain_prefect_senders() -> bool:
     """Send what Prefect's events and log workers hold to the server they were started for, and
     end them: the next event or log starts new ones for the server Prefect names now. Prefect
     keys its events worker without the API's URL, so after a change of home it would otherwise
-    go on sending the new home's events to the old home's server. From a thread with an event
-    loop of its own Prefect would only hand back a coroutine: skipped there."""
+    go on sending the new home's events to the old home's server. Returns whether it drained:
+    not on Prefect's own event-loop thread, which the drain needs (the old server is then left
+    running, to its exit hook).
+
+    Prefect's ``drain_all`` stops the workers, then waits for them only where the calling thread
+    runs no event loop (elsewhere it hands back a coroutine), so it is called from a thread of
+    its own (a notebook's cell runs inside a loop)."""
+    from prefect._internal.concurrency.event_loop import get_running_loop
+    from prefect._internal.concurrency.threads import in_global_loop
     from prefect.events.worker import EventsWorker
     from prefect.logging.handlers import APILogWorker
 
-    for worker in (EventsWorker, APILogWorker):
-        waiting = worker.drain_all(timeout=DRAIN_TIMEOUT_S, at_exit=False)
-        if inspect.iscoroutine(waiting):
-            waiting.close()
+    if in_global_loop():
+        return False
+
+    def drain() -> None:
+        for worker in (EventsWorker, APILogWorker):
+            waited = worker.drain_all(timeout=DRAIN_TIMEOUT_S, at_exit=False)
+            if inspect.iscoroutine(waited):  # not expected off a loop; never left un-awaited
+                waited.close()
+            elif isinstance(waited, tuple) and waited[1]:  # (done, not done)
+                log.warning("%s: %d not sent to the server left", worker.__name__, len(waited[1]))
+
+    if get_running_loop() is None:
+        drain()
+    else:
+        thread = threading.Thread(target=drain, name="prefect-drain", daemon=True)
+        thread.start()
+        thread.join()
+    return True
 
 
 def refresh_prefect_settings() -> None:
@@ -387,13 +420,14 @@ def refresh_prefect_settings() -> None:
     its heartbeats) the pointing was refused: the next event started a second server."""
     import prefect.context as context
 
-    fresh = context.root_settings_context()
-    home = os.environ.get("PREFECT_HOME")
-    for start in _POINTED:
-        if start.alive and home and start.db == Path(home) / DB_NAME:
-            if not os.environ.get("PREFECT_API_URL") and not fresh.settings.api.url:
-                fresh = _naming(fresh, start.api_url)
-    context.GLOBAL_SETTINGS_CONTEXT = fresh
+    with _POINTING:
+        fresh = context.root_settings_context()
+        home = os.environ.get("PREFECT_HOME")
+        for start in _POINTED:
+            if start.alive and home and start.db == Path(home) / DB_NAME:
+                if not os.environ.get("PREFECT_API_URL") and not fresh.settings.api.url:
+                    fresh = _naming(fresh, start.api_url)
+        context.GLOBAL_SETTINGS_CONTEXT = fresh
 
 
 def _naming(settings_context: Any, api_url: str) -> Any:
@@ -408,25 +442,46 @@ def _naming(settings_context: Any, api_url: str) -> Any:
     )
 
 
+# settings a scratch server must not read: they would point it at another API or database
+_NOT_FOR_SCRATCH = ("PREFECT_API_", "PREFECT_SERVER_DATABASE_", "PREFECT_PROFILES_PATH")
+
+
 def ensure_template(scratch: Path, timeout_s: float = STARTUP_TIMEOUT_S) -> bool:
     """This machine's template for Prefect's installed version (`template_path`), made now if
     it has none, by an early server started and stopped on the new home `scratch` (migrations:
     about 5 s on the 2-core machine, once per machine and Prefect version). Returns whether it
     was made; raises where the server failed. For a benchmark of later runs (``tenantml
-    bench-live``): only a machine's first `run` migrates a new home."""
+    bench-live``): only a machine's first `run` migrates a new home. `scratch` is emptied first;
+    the server reads none of this process's settings that name an API or a database."""
+    import shutil
     from importlib.metadata import version
 
     template = template_path(version("prefect"))
     if _is_migrated(template):
         return False
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_FOR_SCRATCH)}
     start = EarlyStart(scratch / DB_NAME, template, timeout_s=timeout_s,
                        environ={**env, "PREFECT_HOME": str(scratch)})  # fmt: skip
     start.join()
     start.stop()
     if start.error is not None:
         raise start.error
-    return _is_migrated(template)
+    if not _is_migrated(template):
+        raise RuntimeError(
+            f"Prefect's server on {scratch} answered but left no migrated database for "
+            f"{template}; its output is in {start.log_path}"
+        )
+    return True
+
+
+# an API, or a database other than the home's (Prefect 3 reads the second by both names)
+_NAMING_A_SERVER = (
+    "PREFECT_API_URL",
+    "PREFECT_API_DATABASE_CONNECTION_URL",
+    "PREFECT_SERVER_DATABASE_CONNECTION_URL",
+)
 
 
 def start_early() -> EarlyStart | None:
@@ -434,7 +489,7 @@ def start_early() -> EarlyStart | None:
     process will need one: no ``PREFECT_API_URL`` and Prefect's default database under
     ``PREFECT_HOME`` (call after `tasks.settings.Settings.apply`). None otherwise. Imports
     nothing of Prefect's: the caller's `EarlyStart.wait` does, before the first flow."""
-    if os.environ.get("PREFECT_API_URL") or os.environ.get("PREFECT_API_DATABASE_CONNECTION_URL"):
+    if any(os.environ.get(name) for name in _NAMING_A_SERVER):
         return None
     home = os.environ.get("PREFECT_HOME")
     if not home:

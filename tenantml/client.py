@@ -363,8 +363,11 @@ class Client:
     def start_prefect(self) -> None:
         """Start what `run` will wait for first, the embedded service's Prefect server, in the
         background now (`tasks.prefect_start`): a caller that has other work before `run`
-        (imports, a view) calls this first. Nothing on servers, or if already started."""
-        if self.settings.mode == "embedded" and self._prefect_start is None:
+        (imports, a view) calls this first. Nothing on servers, or if started and still running
+        (another home's `run` in this process stops it: `tasks.prefect_start`)."""
+        if self.settings.mode != "embedded":
+            return
+        if self._prefect_start is None or not self._prefect_start.alive:
             from tasks.prefect_start import start_early
 
             self._prefect_start = start_early()

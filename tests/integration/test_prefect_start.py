@@ -92,7 +92,7 @@ def test_the_second_new_home_starts_from_the_first_ones_migrated_database(
     assert first["homes"] == [{"seeded": False, **_EXPECTED}]
     assert first["last_task_runs"] == 1 and first["alive"] == [True]
     # no block catalogue registered (`tasks.prefect_start.NO_BLOCK_CATALOGUE`)
-    assert _block_types(tmp_path / "a") == 0
+    assert _rows(tmp_path / "a", "block_type") == 0
     templates = list((cache / "tenantml").glob("prefect-*.db"))
     assert len(templates) == 1, templates
     # two more homes in one process (an SDK user's, a test's): Prefect follows the second, whose
@@ -101,13 +101,16 @@ def test_the_second_new_home_starts_from_the_first_ones_migrated_database(
     then = _start(cache, tmp_path / "b", tmp_path / "c")
     assert then["homes"] == [{"seeded": True, **_EXPECTED}] * 2
     assert then["last_task_runs"] == 1 and then["alive"] == [False, True]
+    # ...and the first home's task run, still in Prefect's events worker at the change, reached
+    # the first home's server before it stopped
+    assert _rows(tmp_path / "b", "task_run") == 1
 
 
-def _block_types(home: Path) -> int:
+def _rows(home: Path, table: str) -> int:
     import sqlite3
 
     with sqlite3.connect(home / "prefect" / "prefect.db") as db:
-        (n,) = db.execute("SELECT COUNT(*) FROM block_type").fetchone()
+        (n,) = db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()
     return int(n)
 
 

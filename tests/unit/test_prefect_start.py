@@ -191,11 +191,17 @@ def test_the_early_server_leaves_out_the_block_catalogue_unless_the_user_asks() 
     assert "PREFECT_SERVER_MEMOIZE_BLOCK_AUTO_REGISTRATION" not in legacy
 
 
-def _early(url: str, db: Path) -> Any:
+def _early(url: str, db: Path, done: list[str] | None = None) -> Any:
     """A stand-in for a running `EarlyStart`: what pointing Prefect at one reads, and its
-    `stop`, which ends it."""
+    `stop`, which ends it (and says so in `done`)."""
     start = SimpleNamespace(api_url=url, db=db, alive=True)
-    start.stop = lambda: setattr(start, "alive", False)
+
+    def stop() -> None:
+        start.alive = False
+        if done is not None:
+            done.append(f"stop {url}")
+
+    start.stop = stop
     return start
 
 
@@ -228,20 +234,22 @@ def test_prefect_is_pointed_at_the_early_server_in_its_process_wide_settings_onl
 
     import tasks.prefect_start as ps
 
-    a = _early("http://127.0.0.1:1111/api", tmp_path / "a" / "prefect.db")
+    done: list[str] = []  # what happened to the servers and Prefect's senders, in order
+    monkeypatch.setattr(ps, "_drain_prefect_senders", lambda: done.append("drain") or True)
+    a = _early("http://127.0.0.1:1111/api", tmp_path / "a" / "prefect.db", done)
     ps._EARLY.append(a)
     assert ps._point_prefect_at(a) is None
     assert PREFECT_API_URL.value() == a.api_url
     assert "PREFECT_API_URL" not in os.environ  # children and `Settings.load` never see it
-    assert ps._point_prefect_at(a) is None and a.alive  # again: nothing changes
-    # another home's early server of this process replaces it, and the first one is stopped
-    # (what Prefect's events and logs workers still held for it sent first; for real in
+    assert ps._point_prefect_at(a) is None and a.alive and done == []  # again: nothing changes
+    # another home's early server of this process replaces it: what Prefect's events and logs
+    # workers still held for the first is sent to it, then it is stopped (the drain for real:
     # tests/integration/test_prefect_start.py)
-    b = _early("http://127.0.0.1:2222/api", tmp_path / "b" / "prefect.db")
+    b = _early("http://127.0.0.1:2222/api", tmp_path / "b" / "prefect.db", done)
     ps._EARLY.append(b)
     assert ps._point_prefect_at(b) is None
     assert PREFECT_API_URL.value() == b.api_url and ps._POINTED == [b]
-    assert not a.alive and b.alive
+    assert done == ["drain", f"stop {a.api_url}"] and b.alive
     # read again from the environment (`Settings.apply`): pointed again, for its own home only,
     # also from a thread inside a settings context of its own (a job's, for its heartbeats)
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
@@ -323,6 +331,9 @@ def test_a_reused_start_that_fails_its_second_wait_is_let_go(
         assert isinstance(start.error, RuntimeError) and not start.alive
         assert not start.pointed_at and ps._POINTED == [] and ps._EARLY == []
         assert PREFECT_API_URL.value() is None
+        start.error = None  # a start stopped since (another home's came): never pointed at
+        start.wait()
+        assert "stopped" in str(start.error) and PREFECT_API_URL.value() is None
     finally:
         start.stop()
 
@@ -360,18 +371,24 @@ def test_stop_all_ends_servers_that_ignore_sigterm(
 ) -> None:
     """On Ctrl-C every early server gets SIGTERM at once and one deadline; those still running
     then are killed."""
+    import signal
     import sys
 
     import tasks.prefect_start as ps
 
     monkeypatch.setattr(ps, "_EARLY", [])
-    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
-    monkeypatch.setattr(ps, "_server_command", lambda port: [sys.executable, "-c", stubborn])
+    # answering /health only once SIGTERM is ignored: `join` returns after that
+    stubborn = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + _HEALTHY
+    monkeypatch.setattr(ps, "_server_command", lambda port: [sys.executable, "-c", stubborn,
+                                                             str(port)])  # fmt: skip
     starts = [ps.EarlyStart(tmp_path / f"{i}" / "prefect.db", tmp_path / "t.db", timeout_s=60)
               for i in range(2)]  # fmt: skip
     procs = [start.process for start in starts]
+    for start in starts:
+        start.join()
+        assert start.error is None
     ps.stop_all(timeout_s=0.2)
-    assert all(p is not None and p.poll() is not None for p in procs)
+    assert [p.returncode for p in procs if p is not None] == [-signal.SIGKILL] * 2
     assert ps._EARLY == [] and not any(start.alive for start in starts)
 
 
