@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.settings import copy_if_absent, user_cache, write_atomically
+from trainers.processes import end_processes
 
 __all__ = [
     "EarlyStart",
@@ -160,22 +161,7 @@ def stop_all(timeout_s: float = SIGNAL_STOP_TIMEOUT_S) -> None:
     signal, which skips the exit hooks doing this. All are sent SIGTERM first, and those still
     running `timeout_s` later are killed: a Ctrl-C waits that long at most, not that long per
     server."""
-    _end_processes([start.release() for start in list(_EARLY)], timeout_s)
-
-
-def _end_processes(procs: list[subprocess.Popen[bytes] | None], timeout_s: float) -> None:
-    """SIGTERM to each of `procs` still running, then SIGKILL to those that have not ended
-    `timeout_s` later (one deadline for all)."""
-    running = [p for p in procs if p is not None and p.poll() is None]
-    for proc in running:
-        proc.terminate()
-    deadline = time.monotonic() + timeout_s
-    for proc in running:
-        try:
-            proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    end_processes([start.release() for start in list(_EARLY)], timeout_s)
 
 
 class EarlyStart:
@@ -267,7 +253,7 @@ class EarlyStart:
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """Stop the server (at this process's exit, when it failed, or when Prefect is pointed
         at another home's); a no-op once stopped."""
-        _end_processes([self.release()], timeout_s)
+        end_processes([self.release()], timeout_s)
 
 
 def _free_port() -> int:

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from trainers._checkpoint import TrialCheckpoint
+from trainers.processes import end_processes
 
 __all__ = [
     "BEST_SUFFIX",
@@ -180,14 +181,7 @@ def stop_ranks(grace_s: float = 2.0) -> None:
     with _RANKS_LOCK:
         _stopping = True
         ranks = [p for p in _RANKS if p.poll() is None]
-    for p in ranks:
-        p.terminate()
-    deadline = time.monotonic() + grace_s
-    for p in ranks:
-        try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
+    end_processes(ranks, grace_s)
 
 
 def run_trial_stage(stage: TrialStage) -> StageResult:

@@ -695,7 +695,6 @@ def end_now(c: Any, line: str, run_id: str | None = None, cursor: bool = False) 
     come meanwhile (a second Ctrl-C) are ignored: the first one is being carried out."""
     import os
     import signal
-    import subprocess
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:  # a handler that does nothing (SIG_IGN would pass to the processes started now)
@@ -722,14 +721,13 @@ def end_now(c: Any, line: str, run_id: str | None = None, cursor: bool = False) 
     # here; its atexit hook would stop it, and os._exit skips that hook.
     server = sys.modules.get("prefect.server.api.server")
     instances = getattr(getattr(server, "SubprocessASGIServer", None), "_instances", {})
-    for instance in list(instances.values()):
-        proc = getattr(instance, "server_process", None)
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=1)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    if instances:
+        from trainers.processes import end_processes  # a command running jobs has `trainers`
+
+        end_processes(
+            [getattr(instance, "server_process", None) for instance in list(instances.values())],
+            timeout_s=1.0,
+        )
     os._exit(130)
 
 

@@ -159,6 +159,14 @@ def test_a_command_ended_by_a_signal_stops_its_early_server(tmp_path: Path) -> N
         f"start = ps.EarlyStart(Path({str(tmp_path)!r}) / 'p.db', Path({str(tmp_path)!r}) / "
         "'t.db', timeout_s=60)\n"
         "print(start.process.pid, flush=True)\n"
+        # Prefect's own temporary server (where the early one failed), one that ignores SIGTERM
+        "import signal, subprocess, types\n"
+        "own = subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal("
+        "signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(60)'], "
+        "stdout=subprocess.PIPE)\nown.stdout.readline()\n"
+        "ns = types.SimpleNamespace\nserver = ns(_instances={8: ns(server_process=own)})\n"
+        "sys.modules['prefect.server.api.server'] = ns("
+        "SubprocessASGIServer=server)\nprint(own.pid, flush=True)\n"
         "from tenantml.cli.service import end_now\nend_now(None, 'stopped by SIGTERM')\n"
     )
     log = tmp_path / "out.txt"
@@ -166,12 +174,13 @@ def test_a_command_ended_by_a_signal_stops_its_early_server(tmp_path: Path) -> N
         code = subprocess.run([sys.executable, "-c", script], stdout=out,
                               stderr=subprocess.STDOUT, timeout=120).returncode  # fmt: skip
     assert code == 130, log.read_text()[-2000:]
-    pid, line = log.read_text().split("\n")[:2]
+    pid, own, line = log.read_text().split("\n")[:3]
     assert line == "stopped by SIGTERM"
     time.sleep(0.5)
-    stat = Path(f"/proc/{pid}/stat")
-    alive = stat.exists() and stat.read_text().split()[2] != "Z"
-    assert not alive, f"the early server {pid} outlived the command"
+    for server in (pid, own):
+        stat = Path(f"/proc/{server}/stat")
+        alive = stat.exists() and stat.read_text().split()[2] != "Z"
+        assert not alive, f"the server {server} outlived the command"
 
 
 def test_the_early_server_leaves_out_the_block_catalogue_unless_the_user_asks() -> None:
