@@ -757,22 +757,37 @@ def run_bench_live(
     return summary
 
 
+class MachineNotReady(RuntimeError):
+    """This machine could not make its template of Prefect's database before bench-live's
+    clock (`_prepare_machine`): nothing was run."""
+
+
 def _prepare_machine(scratch: Path, say: Callable[[str], None]) -> None:
     """Before any clock: the template of Prefect's database this machine keeps for new homes
     (`tasks.prefect_start.ensure_template`), made if missing. Only a machine's first
     ``tenantml run`` migrates a new home's database (about 5 s here); every later one, which
     bench-live compares, starts from a copy. Without this the first split's service paid it
     on a new machine (first job at 0.47 of a 30-s budget against 0.28-0.30 on the next three
-    splits, 2026-11-29). `scratch` is removed afterwards."""
+    splits, 2026-11-29). `scratch` is removed afterwards, and kept where the server failed:
+    its log, which the error names, is there.
+
+    Raises:
+        MachineNotReady: the server on `scratch` failed, with its reason.
+    """
     import shutil
 
     from tasks.prefect_start import ensure_template
 
     try:
-        if ensure_template(scratch):
-            say("made this machine's Prefect template (once per machine; before any clock)")
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        made = ensure_template(scratch)
+    except (RuntimeError, OSError) as e:  # the server exited, timed out, or could not start
+        raise MachineNotReady(
+            "could not make this machine's template of Prefect's database before the clock "
+            f"(a Prefect server on {scratch}); nothing was run: {e}"
+        ) from e
+    shutil.rmtree(scratch, ignore_errors=True)
+    if made:
+        say("made this machine's Prefect template (once per machine; before any clock)")
 
 
 def combine_runs(runs: Sequence[Path], out: Path) -> dict[str, Any]:

@@ -546,7 +546,7 @@ def bench_live(
     share of the same wall clock: served test accuracy on held-out rows over time."""
     import numpy as np
 
-    from tenantml.bench.live import run_bench_live
+    from tenantml.bench.live import MachineNotReady, run_bench_live
 
     tracking = _bench_live_tracking() if mlflow else None
     try:
@@ -566,6 +566,8 @@ def bench_live(
         )
     except ValueError as e:
         raise _fail(str(e)) from None
+    except MachineNotReady as e:  # this machine's fault, not the input's
+        raise _fail(str(e), code=1) from None
     if tracking is not None:
         _log_bench_live(summary, out, tracking, directory.name)
     if repeats > 1:

@@ -554,3 +554,29 @@ def test_flaml_serves_each_fit_from_when_it_ended(monkeypatch: pytest.MonkeyPatc
     run = live.run_flaml([a, b], budget_s=20.0)
     assert [t for t, _ in run.steps["a"]] == pytest.approx([0.45, 0.7, 0.95, 1.0])  # 1.2 -> 1
     assert [acc for _, acc in run.steps["a"]] == [0.5] * 4
+
+
+def test_a_machine_that_cannot_make_its_prefect_template_is_named_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The template is made before any clock (`_prepare_machine`); where its server fails, the
+    command says so in one line with the server's log, which is kept, and runs nothing."""
+    import sys
+
+    import tasks.prefect_start as ps
+
+    _csv(tmp_path / "t.csv", [[i, "ab"[i % 2]] for i in range(8)], ["x", "label"])
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no template yet
+    monkeypatch.setattr(ps, "_EARLY", [])
+    said = "import sys; sys.stderr.write('no room\\n'); exit(3)"
+    monkeypatch.setattr(ps, "_server_command", lambda port: [sys.executable, "-c", said])
+    out = CliRunner().invoke(
+        app, ["bench-live", str(tmp_path), "--systems", "live", "--out", str(tmp_path / "o")]
+    )
+    assert out.exit_code == 1, out.output
+    assert out.exception is None or isinstance(out.exception, SystemExit)  # no traceback
+    assert "could not make this machine's template" in out.output, out.output
+    assert "exited (code 3)" in out.output
+    log = tmp_path / "o" / "machine" / "server.log"
+    assert str(log) in out.output.replace("\n", "") and log.read_text() == "no room\n"
+    assert not (tmp_path / "o" / "homes").exists() and not (tmp_path / "o" / "live").exists()
