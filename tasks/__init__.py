@@ -23,7 +23,6 @@ if TYPE_CHECKING:
         JobLeft,
         Progress,
         SchedulerEvent,
-        SchedulerOptions,
         Service,
         Stopping,
         StopRequest,
@@ -79,6 +78,7 @@ if TYPE_CHECKING:
         state_of,
         tick_metrics,
     )
+    from tasks.options import SchedulerOptions
 
 __all__ = [
     "BY_HAND",
@@ -175,7 +175,7 @@ _HOME: dict[str, str] = {
     "STOP": "tasks._loop",
     "SchedulerEvent": "tasks._loop",
     "SchedulerBusyError": "tasks._locks",
-    "SchedulerOptions": "tasks._loop",
+    "SchedulerOptions": "tasks.options",
     "scheduler_lock": "tasks._locks",
     "Service": "tasks._loop",
     "ServiceState": "tasks._service",

@@ -83,13 +83,13 @@ from tasks._prefect import decide, record, refresh
 from tasks._seer import BY_HAND, seer_options_from_params
 from tasks._service import (
     MIN_EXAMPLES,
-    PRIORS,
     JobSpec,
     Planner,
     ServiceState,
     TenantInfo,
     tick_metrics,
 )
+from tasks.options import SchedulerOptions
 from tasks.outage import (
     Backoff,
     default_patience_s,
@@ -102,7 +102,6 @@ from tasks.outage import (
 )
 from tasks.settings import Settings
 from tasks.tracking_template import keep_template
-from trainers.seer_runner import TUNERS
 
 __all__ = [
     "PLOT_EVERY_S",
@@ -320,103 +319,6 @@ def stop_on_signals() -> Iterator[StopRequest]:
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)
         if _armed == 0:
             STOP.reset()
-
-
-@dataclass(frozen=True)
-class SchedulerOptions:
-    """The `scheduler` flow's parameters, as given; None is the installation's default.
-
-    * `ticks`: stop after this many ticks once their jobs have finished (0: only finish the jobs
-      in flight); None: run until stopped;
-    * `policy`: the scheduling policy (`policy.POLICY_NAMES`); None: `Settings.policy`;
-    * `slots`: ``G``, the GPU slots; None: `Settings.gpu_slots`;
-    * `max_epochs`: epochs per learning rate of each job;
-    * `job_budget_s`: seconds per job at most (None: the policy's own time limit only);
-    * `sleep_s`: jobs are sleep-based stand-ins holding their slot this long (benchmarks);
-    * `poll_s`: seconds between passes; `refresh_s`: seconds between refreshes of the state
-      while nothing finishes;
-    * `seed`: the policy's random generator;
-    * `stop_when_idle`: with ``ticks=None``, stop once no tenant has a model left to try;
-    * `dispatch`: ``"local"`` (threads in this process), ``"pool"`` (the Prefect work pool
-      ``gpu``), ``"auto"`` (local in embedded mode, else the pool);
-    * `prefetch`: ``P``, jobs sent beyond the running ones, each waiting warm on a GPU's lock
-      (one machine: its slot's; several nodes: that of the GPU whose worker took it); None:
-      ``G`` x the installation's `Settings.prefetch_for` (given, else 0 for local dispatch
-      and 1 for the pool's workers);
-    * `seer_budget_x`: torch models get a SEER job whose GPU budget is this many times the
-      policy's expected job time (None: the fixed learning-rate grid);
-    * `seer_tuner`: the tuner of those jobs, ``replan`` (ours) or ``seer`` (the paper's);
-    * `outage_patience_s`: seconds a server outage is waited out before the flow fails; None:
-      ``TENANTML_OUTAGE_PATIENCE_S`` (default 600);
-    * `prior`: the policy's GP prior, ``learnt`` across tenants or ``independent`` arms (the
-      ablation; `tasks._service.PRIORS`);
-    * `chain_s`: jobs expected to take less than this many seconds are sent several to a flow
-      run, chained until their expected seconds add up to it (`Planner.decide`); 0: one job
-      per run;
-    * `budget_s`: wall-clock seconds after which no tick starts (counted from the scheduler's
-      MLflow run, once its servers answer and the jobs an earlier scheduler left are resumed);
-      the jobs in flight finish (each within ``job_budget_s`` where given; with a work pool,
-      the prefetched ones too) and it stops, as after its ``ticks``. Until then it runs on
-      when nothing is left to try, for tenants and examples yet to come (``stop_when_idle``
-      stops it there); None: no limit.
-
-    No defaults here: the flow's signature holds them.
-    """
-
-    ticks: int | None
-    policy: str | None
-    slots: int | None
-    max_epochs: int
-    job_budget_s: float | None
-    sleep_s: float | None
-    poll_s: float
-    refresh_s: float
-    seed: int
-    stop_when_idle: bool
-    dispatch: str
-    prefetch: int | None
-    seer_budget_x: float | None
-    outage_patience_s: float | None
-    prior: str
-    chain_s: float = 10.0
-    seer_tuner: str = "replan"
-    budget_s: float | None = None
-
-    def __post_init__(self) -> None:
-        """A bad parameter (from the Prefect UI, the CLI or the SDK) is named with what would
-        be valid before anything starts."""
-        from policy import POLICY_NAMES
-
-        problems = []
-        if self.dispatch not in DISPATCH_MODES:
-            problems.append(f"dispatch {self.dispatch!r}: use one of {', '.join(DISPATCH_MODES)}")
-        if self.policy is not None and self.policy not in POLICY_NAMES:
-            problems.append(f"policy {self.policy!r}: use one of {', '.join(POLICY_NAMES)}")
-        if self.seer_tuner not in TUNERS:
-            problems.append(f"seer_tuner {self.seer_tuner!r}: use one of {', '.join(TUNERS)}")
-        if self.prior not in PRIORS:
-            problems.append(f"prior {self.prior!r}: use one of {', '.join(PRIORS)}")
-        for name, least in (("ticks", 0), ("slots", 1), ("prefetch", 0)):
-            value = getattr(self, name)
-            if value is not None and value < least:
-                problems.append(f"{name} {value}: use {least} or more (or leave it unset)")
-        if self.max_epochs < 1:
-            problems.append(f"max_epochs {self.max_epochs}: use 1 or more")
-        for name in ("job_budget_s", "sleep_s", "seer_budget_x", "outage_patience_s", "budget_s"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                problems.append(f"{name} {value}: use a positive number (or leave it unset)")
-        if not self.chain_s >= 0:
-            problems.append(f"chain_s {self.chain_s}: use 0 (one job per run) or more seconds")
-        for name in ("poll_s", "refresh_s"):
-            if not getattr(self, name) > 0:
-                problems.append(f"{name} {getattr(self, name)}: use a positive number of seconds")
-        if problems:
-            raise ValueError("scheduler parameters not valid: " + "; ".join(problems))
-
-
-#: where the scheduler's jobs run (`SchedulerOptions.dispatch`)
-DISPATCH_MODES = ("auto", "local", "pool")
 
 
 @dataclass(frozen=True)

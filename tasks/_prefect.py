@@ -34,7 +34,7 @@ def refresh(
 ) -> ServiceState:
     """Tenants from the store, jobs from MLflow: the scheduler's whole state. `capacity_prices`:
     `Settings.capacity_prices` (costs in expected dollars on spot capacity; None: seconds);
-    `prior`: `tasks._service.PRIORS`."""
+    `prior`: `tasks.options.PRIORS`."""
     return load_state(client, store, capacity_prices, prior)
 
 

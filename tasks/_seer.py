@@ -104,7 +104,7 @@ class SeerOptions:
     tuner: str = "replan"
 
     def __post_init__(self) -> None:
-        from trainers.seer_runner import TUNERS
+        from policy.seer import TUNERS
 
         if self.tuner not in TUNERS:
             raise ValueError(f"tuner {self.tuner!r} is not valid: use one of {list(TUNERS)}")

@@ -54,6 +54,7 @@ from store import ExampleStore
 from store.schema import Schema
 from tasks._prior_cache import fit_shipped
 from tasks._seer import SeerOptions, derive_seer, train_seer
+from tasks.options import PRIORS
 from tasks.settings import GPU_LOCK_ENV
 from trainers import (
     LR_GRID,
@@ -318,10 +319,6 @@ def capacity_prices(spec: str | None, catalogue: Sequence[str]) -> tuple[float, 
     )
 
 
-#: the GP priors a scheduler can run with (`SchedulerOptions.prior`): ``learnt`` across tenants
-#: (ease.ml App. A, `policy.prior`; the default) or ``independent`` arms (mean 0.5, variance
-#: 0.05: what the service ran before it learnt across tenants; the ablation `bench-live` measures)
-PRIORS = ("learnt", "independent")
 #: the planner hands the policy a new ``job_overhead`` when it moved by this share (a new
 #: problem rebuilds the policy's per-tenant book from the history)
 OVERHEAD_CHANGE = 0.25

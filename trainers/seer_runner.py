@@ -37,11 +37,21 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-from policy.seer import Plan, Stage, StageBracket, assign_stage, eliminate, fill, plan
+from policy.seer import (
+    TUNERS,
+    Plan,
+    Stage,
+    StageBracket,
+    Tuner,
+    assign_stage,
+    eliminate,
+    fill,
+    plan,
+)
 from policy.seer.replan import CurvePredictor, ceiling_of, choose, starting_plan
 from policy.seer.tuning import PowerScaling, TuningSettings
 from store import ExampleStore
@@ -66,9 +76,6 @@ __all__ = [
     "stage_gpu_s",
 ]
 
-Tuner = Literal["replan", "seer"]
-#: the elastic tuners a job can run: ours (the default) and the paper's Alg. 1
-TUNERS: tuple[Tuner, ...] = ("replan", "seer")
 #: validation scores per trial and stage for ``replan`` (EarlyCurve needs 3 points to fit)
 EVALS_PER_STAGE = 4
 

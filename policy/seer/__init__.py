@@ -9,7 +9,14 @@
   from the partial curves observed (issue 19); `seer` stays the paper's Alg. 1.
 """
 
+from typing import Literal
+
 from policy.seer import _plan
 from policy.seer._plan import *  # noqa: F403  (the public names are _plan's __all__)
 
-__all__ = list(_plan.__all__)
+Tuner = Literal["replan", "seer"]
+#: the elastic tuners a job can run: ours, `policy.seer.replan` (the default), and the paper's
+#: Alg. 1 (`seer`); what `trainers.seer_runner` executes and the scheduler's options accept
+TUNERS: tuple[Tuner, ...] = ("replan", "seer")
+
+__all__ = [*_plan.__all__, "TUNERS", "Tuner"]

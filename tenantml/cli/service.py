@@ -475,30 +475,20 @@ def run(
     view: _RunView | None = None
     try:
         with _errors():
-            from policy import POLICY_NAMES
-
-            if policy is not None and policy not in POLICY_NAMES:
-                valid = ", ".join(POLICY_NAMES)
-                raise ValueError(f"--policy {policy!r} is not valid; valid: {valid}")
-            if ticks is not None and ticks < 0:
-                raise ValueError(f"--ticks {ticks} is not valid: use 0 (drain) or more")
-            if seer_budget_x is not None and not seer_budget_x >= 1:
-                raise ValueError(f"--seer-budget-x {seer_budget_x} is not valid: use 1 or more")
-            if prior not in ("learnt", "independent"):  # tasks._service.PRIORS (not loaded yet)
-                raise ValueError(f"--prior {prior!r} is not valid; valid: learnt, independent")
-            if chain_s is not None and not chain_s >= 0:
-                raise ValueError(f"--chain-s {chain_s} is not valid: use 0 (off) or more seconds")
-            if budget_s is not None and not budget_s > 0:
-                raise ValueError(f"--budget-s {budget_s} is not valid: use a positive number")
-            # before Prefect's server starts (`Client.run` checks them all again, later)
-            if slots is not None and slots < 1:
-                raise ValueError(f"--slots {slots} is not valid: use 1 or more")
-            if max_epochs < 1:
-                raise ValueError(f"--max-epochs {max_epochs} is not valid: use 1 or more")
-            if job_budget is not None and not job_budget > 0:
-                raise ValueError(f"--job-budget {job_budget} is not valid: use a positive number")
-            if tuner not in ("replan", "seer"):  # trainers.seer_runner.TUNERS (not loaded yet)
-                raise ValueError(f"--tuner {tuner!r} is not valid; valid: replan, seer")
+            # before Prefect's server starts (the flow checks them again, by the same rules)
+            _check_run_options(
+                ticks=ticks,
+                policy=policy,
+                slots=slots,
+                max_epochs=max_epochs,
+                job_budget_s=job_budget,
+                sleep_s=sleep_job_seconds,
+                seer_budget_x=seer_budget_x,
+                seer_tuner=tuner,
+                prior=prior,
+                chain_s=chain_s,
+                budget_s=budget_s,
+            )
             chain = {} if chain_s is None else {"chain_s": chain_s}
             # Its settings reach the environment before Prefect loads. No fail-fast check of the
             # servers: the scheduler waits for them (`Client.run`).
@@ -545,6 +535,30 @@ def run(
         f"{out['ticks']} ticks, {out['jobs']} jobs in {out['wall_s']:.0f} s; "
         f"GPU busy {out['busy_fraction']:.0%}"
     )
+
+
+#: `run`'s flags whose names are not their `tasks.SchedulerOptions` field's
+_RUN_FLAGS = {
+    "job_budget_s": "--job-budget",
+    "sleep_s": "--sleep-job-seconds",
+    "seer_tuner": "--tuner",
+}
+
+
+def _check_run_options(**options: Any) -> None:
+    """`run`'s options checked by the scheduler's own rules (`tasks.options.option_problems`),
+    each bad one named by its flag.
+
+    Raises:
+        ValueError: every option that is not valid, with what would be.
+    """
+    from tasks.options import option_problems
+
+    problems = option_problems(**{k: v for k, v in options.items() if v is not None})
+    if problems:
+        flag = {p.name: _RUN_FLAGS.get(p.name, "--" + p.name.replace("_", "-")) for p in problems}
+        said = (f"{flag[p.name]} {p.shown} is not valid: {p.advice}" for p in problems)
+        raise ValueError("; ".join(said))
 
 
 def _stopped_line(signal_name: str, in_flight: int, embedded: bool) -> str:
@@ -807,8 +821,10 @@ def _demo(
     from tenantml import datasets
 
     with _errors():
-        if not budget_s > 0:
-            raise ValueError(f"--budget-s {budget_s} is not valid: use a positive number")
+        # before the tenants are fed (the scheduler checks them again, by the same rules)
+        _check_run_options(
+            ticks=ticks, max_epochs=max_epochs, job_budget_s=job_budget, budget_s=budget_s
+        )
         root = home or _home() / "demo"
         from tenantml.client import Client
 

@@ -303,20 +303,36 @@ def test_files_that_cannot_be_read_are_named(home: Path, restore_env: None) -> N
         ("--slots", "0", "--slots 0 is not valid"),
         ("--max-epochs", "0", "--max-epochs 0 is not valid"),
         ("--job-budget", "nan", "--job-budget nan is not valid"),
-        ("--tuner", "bogus", "--tuner 'bogus' is not valid; valid: replan, seer"),
+        ("--tuner", "bogus", "--tuner 'bogus' is not valid: use one of replan, seer"),
+        ("--ticks", "-1", "--ticks -1 is not valid: use 0 or more"),
+        ("--seer-budget-x", "0.5", "--seer-budget-x 0.5 is not valid: use 1 or more"),
+        ("--prior", "flat", "--prior 'flat' is not valid: use one of learnt, independent"),
+        ("--chain-s", "nan", "--chain-s nan is not valid: use 0 (one job per run) or more"),
+        ("--policy", "nope", "--policy 'nope' is not valid: use one of rate, "),
     ],
 )
 def test_run_names_a_bad_option_before_prefect_starts(
     home: Path, restore_env: None, option: str, value: str, words: str
 ) -> None:
-    """They were named only by the flow, 28 s later, among Prefect's lines."""
-    from trainers.seer_runner import TUNERS
-
-    assert TUNERS == ("replan", "seer")  # the list the command names before it loads them
+    """They were named only by the flow, 28 s later, among Prefect's lines; by the flow's
+    rules (`tasks.options.option_problems`), each by its flag."""
     res = CliRunner().invoke(
         app, ["run", "--ticks", "1", option, value], env={"TENANTML_HOME": str(home / "home")}
     )
-    assert res.exit_code == 2 and words in res.output, res.output
+    assert res.exit_code == 2 and words in res.output.replace("\n", ""), res.output
+
+
+def test_run_names_every_bad_option_at_once(home: Path, restore_env: None) -> None:
+    res = CliRunner().invoke(
+        app,
+        ["run", "--slots", "0", "--job-budget", "-3", "--budget-s", "inf", "--tuner", "x"],
+        env={"TENANTML_HOME": str(home / "home")},
+    )
+    said = res.output.replace("\n", "")
+    assert res.exit_code == 2 and "--slots 0 is not valid: use 1 or more" in said, said
+    assert "; --job-budget -3.0 is not valid: use a positive number" in said
+    assert "; --tuner 'x' is not valid" in said and "--budget-s" not in said  # inf: no limit
+    assert not (home / "home" / "prefect").exists()  # refused before Prefect's server started
 
 
 def test_run_stopped_while_it_starts_says_so_once(
@@ -348,3 +364,10 @@ def _main_exit_code() -> Any:
         for s, handler in before.items():
             signal.signal(s, handler)
     return ended.value.code
+
+
+def test_demo_names_a_bad_option_before_it_feeds_its_tenants(tmp_path: Path) -> None:
+    """By the scheduler's rules too: the flow named it after the four tenants were fed."""
+    res = CliRunner().invoke(app, ["demo", "--max-epochs", "0", "--home", str(tmp_path / "d")])
+    assert res.exit_code == 2 and "--max-epochs 0 is not valid: use 1 or more" in res.output
+    assert not (tmp_path / "d").exists()

@@ -140,6 +140,12 @@ def test_settings_load_no_framework() -> None:
     assert _loaded("tasks.settings", ("prefect", "mlflow", "torch")) == []
 
 
+def test_the_scheduler_options_load_no_framework() -> None:
+    """`tenantml run` checks its options by the flow's rules before Prefect's server starts."""
+    code = "tasks.options, tasks.options as o; o.option_problems(policy='x', seer_tuner='y')"
+    assert _loaded(code, FRAMEWORKS) == []
+
+
 def test_trainers_import_no_orchestration() -> None:
     """trainers/ may use torch (lazily), never Prefect or MLflow (ARCHITECTURE layers)."""
     assert _loaded("trainers", ("prefect", "mlflow", "torch")) == []

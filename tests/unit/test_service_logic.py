@@ -595,6 +595,8 @@ def test_scheduler_parameters_are_checked_before_anything_starts() -> None:
         ({"budget_s": -5.0}, "budget_s -5.0: use a positive number"),
         ({"poll_s": 0.0}, "poll_s 0.0: use a positive number of seconds"),
         ({"prior": "flat"}, "prior 'flat': use one of learnt, independent"),
+        ({"seer_budget_x": 0.5}, "seer_budget_x 0.5: use 1 or more"),  # as `run` says
+        ({"seer_tuner": "asha"}, "seer_tuner 'asha': use one of replan, seer"),
     ]:
         with pytest.raises(ValueError, match="scheduler parameters not valid: " + message):
             SchedulerOptions(**{**good, **bad})  # type: ignore[arg-type]
