@@ -111,7 +111,6 @@ __all__ = [
     "JobFinished",
     "Progress",
     "SchedulerEvent",
-    "SchedulerOptions",
     "Service",
     "StopRequest",
     "Stopping",

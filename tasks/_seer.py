@@ -107,7 +107,7 @@ class SeerOptions:
         from policy.seer import TUNERS
 
         if self.tuner not in TUNERS:
-            raise ValueError(f"tuner {self.tuner!r} is not valid: use one of {list(TUNERS)}")
+            raise ValueError(f"tuner {self.tuner!r} is not valid: use one of {', '.join(TUNERS)}")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

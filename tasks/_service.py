@@ -420,7 +420,7 @@ def state_of(
     the prior learnt across tenants (`ServiceState.with_learnt_prior`), or with ``prior=
     "independent"`` the independent arms `build_problem` starts from."""
     if prior not in PRIORS:
-        raise ValueError(f"prior {prior!r} is not valid; valid: {', '.join(PRIORS)}")
+        raise ValueError(f"prior {prior!r} is not valid: use one of {', '.join(PRIORS)}")
     problem, catalogue = build_problem(tenants, usd_per_s)
     if usd_per_s is None:  # costs in seconds (in dollars the overhead's price is unknown)
         problem = replace(problem, job_overhead=job_overhead(records))

@@ -64,8 +64,10 @@ def option_problems(**options: Any) -> list[OptionProblem]:
             valid, advice = value > 0, f"use a positive number{_POSITIVE[name]}"
         elif name == "chain_s":
             valid, advice = value >= 0, "use 0 (one job per run) or more seconds"
-        else:
+        elif name in _FIELDS:  # no rule (seed, stop_when_idle)
             continue
+        else:  # a caller's typo would silently turn a check off
+            raise ValueError(f"{name!r} is not a scheduler option: use {', '.join(_FIELDS)}")
         if not valid:
             unset = " (or leave it unset)" if name in _MAY_BE_UNSET and name not in choices else ""
             problems.append(OptionProblem(name, value, advice + unset))
@@ -156,3 +158,7 @@ class SchedulerOptions:
         problems = option_problems(**{f.name: getattr(self, f.name) for f in fields(self)})
         if problems:
             raise ValueError("scheduler parameters not valid: " + "; ".join(map(str, problems)))
+
+
+#: every option's name, in the flow's order
+_FIELDS = tuple(f.name for f in fields(SchedulerOptions))

@@ -323,10 +323,12 @@ class Client:
                 f"model {model!r} is not a torch candidate of tenant {name!r}; valid: "
                 f"{', '.join(valid) or 'none (this schema has only scikit-learn models)'}"
             )
-        from trainers.seer_runner import TUNERS
+        from policy.seer import TUNERS
 
         if options.get("tuner", "replan") not in TUNERS:
-            raise ValueError(f"tuner {options['tuner']!r} is not valid: use one of {list(TUNERS)}")
+            raise ValueError(
+                f"tuner {options['tuner']!r} is not valid: use one of {', '.join(TUNERS)}"
+            )
         p_max = options.get("p_max")
         seed, batch = options.get("seed", 0), options.get("global_batch", 128)
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:

@@ -775,12 +775,13 @@ def _prepare_machine(scratch: Path, say: Callable[[str], None]) -> None:
         MachineNotReady: the server on `scratch` failed, with its reason.
     """
     import shutil
+    import sqlite3
 
     from tasks.prefect_start import ensure_template
 
     try:
         made = ensure_template(scratch)
-    except (RuntimeError, OSError) as e:  # the server exited, timed out, or could not start
+    except (RuntimeError, OSError, sqlite3.Error) as e:  # the server failed, the copy too
         raise MachineNotReady(
             "could not make this machine's template of Prefect's database before the clock "
             f"(a Prefect server on {scratch}); nothing was run: {e}"

@@ -246,7 +246,7 @@ def test_a_poll_cut_short_by_an_outage_loses_no_ended_run() -> None:
 
 @pytest.mark.parametrize("chain_s", [-1.0, float("nan")])
 def test_a_bad_chain_s_is_refused_before_anything_starts(chain_s: float) -> None:
-    from tasks._loop import SchedulerOptions
+    from tasks import SchedulerOptions
 
     fields: dict[str, Any] = dict(
         ticks=1, policy=None, slots=None, max_epochs=1, job_budget_s=None, sleep_s=None,

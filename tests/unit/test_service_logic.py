@@ -600,6 +600,11 @@ def test_scheduler_parameters_are_checked_before_anything_starts() -> None:
     ]:
         with pytest.raises(ValueError, match="scheduler parameters not valid: " + message):
             SchedulerOptions(**{**good, **bad})  # type: ignore[arg-type]
+    from tasks.options import option_problems
+
+    with pytest.raises(ValueError, match="'job_budget' is not a scheduler option: use ticks, "):
+        option_problems(job_budget=-1.0)  # a caller's typo would turn the check off
+    assert option_problems(seed=3, stop_when_idle=True, slots=None) == []
 
 
 def test_client_run_checks_its_options_before_it_waits_for_prefect() -> None:
@@ -718,7 +723,9 @@ def test_the_independent_prior_ablation_keeps_the_arms_apart() -> None:
     np.testing.assert_allclose(independent.mean, 0.5)
     assert np.count_nonzero(independent.cov - np.diag(np.diag(independent.cov))) == 0
     assert not np.allclose(learnt.mean, independent.mean)
-    with pytest.raises(ValueError, match="prior 'flat' is not valid; valid: learnt, independent"):
+    with pytest.raises(
+        ValueError, match="prior 'flat' is not valid: use one of learnt, independent"
+    ):
         state_of(tenants, records, prior="flat")
 
 
