@@ -160,7 +160,8 @@ class Settings:
                 ) from None
         env = os.environ.get
         # Servers: `tenantml up` on this machine, or a cluster's Prefect API in the environment.
-        mode: Mode = "servers" if servers or env("PREFECT_API_URL") else "embedded"
+        api_url = _users_own("PREFECT_API_URL")  # not another installation's, applied here
+        mode: Mode = "servers" if servers or api_url else "embedded"
         slots_env = env("TENANTML_GPU_SLOTS") or servers.get("gpu_slots")
         slots = int(slots_env) if slots_env else 0  # 0: one per CUDA device, counted on use
         if slots_env and slots < 1:
@@ -180,7 +181,7 @@ class Settings:
             artifact_location=None if servers else (root / "mlruns").as_uri(),
             store_url=env("TENANTML_STORE") or servers.get("store") or (root / "store").as_uri(),
             s3_endpoint_url=env("TENANTML_S3_ENDPOINT_URL") or servers.get("s3_endpoint_url"),
-            prefect_api_url=env("PREFECT_API_URL") or servers.get("prefect_api_url"),
+            prefect_api_url=api_url or servers.get("prefect_api_url"),
             slots=slots,
             policy_given=env("TENANTML_POLICY") or None,
             server_env=tuple(sorted(servers.get("env", {}).items())),
@@ -235,28 +236,55 @@ class Settings:
         return env
 
     def apply(self) -> Settings:
-        """Export this installation's settings to the process (Prefect, MLflow, boto3)."""
+        """Export this installation's settings to the process (Prefect, MLflow, boto3).
+
+        What an earlier `apply` in this process exported for another installation (a second
+        home's `Client` in a notebook) and this one does not set goes back to what it was
+        before: an embedded home applied after a home on servers does not keep its Prefect
+        API, and the operator applied after a tenant's identity does not keep its
+        credentials."""
+        global _APPLIED
         self.home.mkdir(parents=True, exist_ok=True)
-        os.environ.update(self.prefect_env())
-        os.environ["TENANTML_HOME"] = str(self.home)
-        os.environ["MLFLOW_TRACKING_URI"] = self.tracking_uri
+        exported = {
+            **self.prefect_env(),
+            "TENANTML_HOME": str(self.home),
+            "MLFLOW_TRACKING_URI": self.tracking_uri,
+        }
+        if self.s3_endpoint_url:
+            exported["MLFLOW_S3_ENDPOINT_URL"] = self.s3_endpoint_url
+        with _EXPORT_LOCK:
+            for k, v in self.server_env:  # e.g. the bundled S3 server's dummy credentials, and
+                if _users_own(k) is None:  # the operator's MLflow credentials (`up --auth`),
+                    exported[k] = v  # unless the user's environment gives them
+            if self.user:  # a tenant's identity replaces the operator's
+                exported["MLFLOW_TRACKING_USERNAME"] = self.user
+                exported["MLFLOW_TRACKING_PASSWORD"] = self.password or ""
+            _export(exported)
+            _APPLIED = self
         if self.tracking_uri.startswith("sqlite:///"):  # embedded; a new home: from the template
             from tasks.tracking_template import seed_from_template
 
             seed_from_template(self.tracking_uri)
-        if self.s3_endpoint_url:
-            os.environ["MLFLOW_S3_ENDPOINT_URL"] = self.s3_endpoint_url
-        for k, v in self.server_env:  # e.g. the bundled S3 server's dummy credentials, and the
-            os.environ.setdefault(k, v)  # operator's MLflow credentials (`up --auth`)
-        if self.user:  # a tenant's identity replaces the operator's
-            os.environ["MLFLOW_TRACKING_USERNAME"] = self.user
-            os.environ["MLFLOW_TRACKING_PASSWORD"] = self.password or ""
         mlflow_client_defaults()
         if "prefect" in sys.modules:  # Prefect read its settings when first imported: re-read
             # them, still naming the embedded server this process runs (not in the environment)
             from tasks.prefect_start import refresh_prefect_settings
 
             refresh_prefect_settings()
+        return self
+
+    def ensure_applied(self) -> Settings:
+        """`apply`, unless these settings are the ones this process applied last: for a caller
+        that reads the process's environment (MLflow's model loading and credentials, the
+        scheduler flow's settings) after another installation's may have been applied, or the
+        environment changed since."""
+        env = os.environ
+        if (
+            _APPLIED != self
+            or env.get("TENANTML_HOME") != str(self.home)
+            or env.get("MLFLOW_TRACKING_URI") != self.tracking_uri
+        ):
+            self.apply()
         return self
 
     def store(self) -> ExampleStore:
@@ -269,6 +297,42 @@ class Settings:
         it; reads nothing else (no servers.json, no GPU count), for commands that need only it."""
         root = Path(home or os.environ.get("TENANTML_HOME") or Path.home() / ".tenantml")
         return root.expanduser().resolve()
+
+
+# What `Settings.apply` exported to this process's environment (name -> value), what each of
+# those variables was before the first export (None: unset), and the settings applied last.
+_EXPORTED: dict[str, str] = {}
+_BEFORE: dict[str, str | None] = {}
+_APPLIED: Settings | None = None
+_EXPORT_LOCK = threading.Lock()
+
+
+def _users_own(name: str) -> str | None:
+    """The environment variable `name` as this process's user gave it: its value before
+    `Settings.apply` exported it, where it still holds the exported value."""
+    value = os.environ.get(name)
+    if name in _EXPORTED and value == _EXPORTED[name]:
+        return _BEFORE.get(name)
+    return value
+
+
+def _export(variables: dict[str, str]) -> None:
+    """Set `variables` in the environment; put back, as they were before, the ones an earlier
+    export set and `variables` does not (unless changed since by someone else)."""
+    for name in [n for n in _EXPORTED if n not in variables]:
+        if os.environ.get(name) == _EXPORTED.pop(name):
+            before = _BEFORE.pop(name, None)
+            if before is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = before
+        else:
+            _BEFORE.pop(name, None)
+    for name, value in variables.items():
+        if name not in _EXPORTED:
+            _BEFORE[name] = os.environ.get(name)
+        os.environ[name] = value
+        _EXPORTED[name] = value
 
 
 def mlflow_client_defaults() -> None:

@@ -128,8 +128,16 @@ class Client:
             raise ValueError(f"tenant {name!r} has no MLflow experiment; submit it again")
         return grant_tenant(self.settings.tracking_uri, name, str(exp.experiment_id))
 
-    @cached_property
+    @property
     def mlflow(self) -> Any:
+        """This installation's `MlflowClient`; its credentials are read from the process's
+        environment on each request, so this client's settings are applied again first where
+        another `Client`'s were applied since (another home, or a tenant's identity)."""
+        self.settings.ensure_applied()
+        return self._mlflow
+
+    @cached_property
+    def _mlflow(self) -> Any:
         from mlflow.tracking import MlflowClient
 
         from tasks.tracking_template import keep_template
@@ -253,6 +261,7 @@ class Client:
         import mlflow
 
         key = (self.settings.tracking_uri, self.settings.user or "", name, version)
+        self.settings.ensure_applied()  # MLflow loads `models:/` from the process's tracking URI
         with _MODELS_LOCK:
             lock = _MODEL_LOCKS.setdefault(key, threading.Lock())
         with lock:  # concurrent first calls load it once
@@ -316,6 +325,7 @@ class Client:
         from trainers import torch_candidates
 
         self._operator_only("running SEER jobs")
+        self.settings.ensure_applied()  # the flow reads its settings from the process
         schema = self.store.schema(name)  # unknown tenant -> clear error
         valid = [c.name for c in torch_candidates(schema)]
         if model not in valid:
@@ -369,6 +379,7 @@ class Client:
         (another home's `run` in this process stops it: `tasks.prefect_start`)."""
         if self.settings.mode != "embedded":
             return
+        self.settings.ensure_applied()  # the server's home: the process's PREFECT_HOME
         if self._prefect_start is None or not self._prefect_start.alive:
             from tasks.prefect_start import start_early
 
@@ -394,6 +405,7 @@ class Client:
         Raises:
             tasks.SchedulerBusyError: another scheduler runs on this home (on this machine)."""
         self._operator_only("running the scheduler")
+        self.settings.ensure_applied()  # the flow reads its settings from the process
         self.start_prefect()  # a no-op when `start_prefect` was called earlier
         from flows.scheduler import scheduler
         from tasks import listen
