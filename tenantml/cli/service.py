@@ -475,21 +475,21 @@ def run(
     view: _RunView | None = None
     try:
         with _errors():
+            options: dict[str, Any] = {
+                "policy": policy,
+                "slots": slots,
+                "max_epochs": max_epochs,
+                "job_budget_s": job_budget,
+                "sleep_s": sleep_job_seconds,
+                "seer_budget_x": seer_budget_x,
+                "seer_tuner": tuner,
+                "prior": prior,
+                "budget_s": budget_s,
+            }
+            if chain_s is not None:  # else the scheduler's default
+                options["chain_s"] = chain_s
             # before Prefect's server starts (the flow checks them again, by the same rules)
-            _check_run_options(
-                ticks=ticks,
-                policy=policy,
-                slots=slots,
-                max_epochs=max_epochs,
-                job_budget_s=job_budget,
-                sleep_s=sleep_job_seconds,
-                seer_budget_x=seer_budget_x,
-                seer_tuner=tuner,
-                prior=prior,
-                chain_s=chain_s,
-                budget_s=budget_s,
-            )
-            chain = {} if chain_s is None else {"chain_s": chain_s}
+            _check_run_options(ticks=ticks, **options)
             # Its settings reach the environment before Prefect loads. No fail-fast check of the
             # servers: the scheduler waits for them (`Client.run`).
             from tenantml.client import Client
@@ -502,20 +502,7 @@ def run(
             os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
             view = _RunView(c)
             with stop_on_signals(), view.showing():
-                out = c.run(
-                    ticks,
-                    on_progress=view,
-                    policy=policy,
-                    slots=slots,
-                    max_epochs=max_epochs,
-                    job_budget_s=job_budget,
-                    sleep_s=sleep_job_seconds,
-                    seer_budget_x=seer_budget_x,
-                    seer_tuner=tuner,
-                    prior=prior,
-                    budget_s=budget_s,
-                    **chain,
-                )
+                out = c.run(ticks, on_progress=view, **options)
     except KeyboardInterrupt as e:  # a signal before the handler was armed, or a second one
         stopping = view.stopping if view is not None else None
         in_flight = stopping.in_flight if stopping is not None else 0
