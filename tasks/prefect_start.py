@@ -61,6 +61,7 @@ from trainers.processes import end_processes
 
 __all__ = [
     "EarlyStart",
+    "drain_prefect_senders",
     "ensure_template",
     "refresh_prefect_settings",
     "server_env",
@@ -340,7 +341,7 @@ def _point_prefect_at(start: EarlyStart) -> BaseException | None:
     of its own, or Prefect's settings already name an API that is not an early server's.
 
     Pointed at another home's early server, it then ends the one pointed at before: what
-    Prefect's events and log workers still hold is sent to it (`_drain_prefect_senders`, up to
+    Prefect's events and log workers still hold is sent to it (`drain_prefect_senders`, up to
     `DRAIN_TIMEOUT_S` each), and its server is stopped."""
     import prefect.context as context
 
@@ -355,12 +356,12 @@ def _point_prefect_at(start: EarlyStart) -> BaseException | None:
             context.GLOBAL_SETTINGS_CONTEXT = _naming(current, start.api_url)
         before, _POINTED[:] = [old for old in _POINTED if old is not start], [start]
     for old in before:  # another home's: its last events and logs, then its server
-        if _drain_prefect_senders():
+        if drain_prefect_senders():
             old.stop()
     return None
 
 
-def _drain_prefect_senders() -> bool:
+def drain_prefect_senders() -> bool:
     """Send what Prefect's events and log workers hold to the server they were started for, and
     end them: the next event or log starts new ones for the server Prefect names now. Prefect
     keys its events worker without the API's URL, so after a change of home it would otherwise

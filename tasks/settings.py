@@ -31,7 +31,7 @@ import os
 import shutil
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -41,6 +41,7 @@ from store import ExampleStore, open_store
 __all__ = [
     "GPU_LOCK_ENV",
     "WORKER_PREFETCH_PER_SLOT",
+    "InstallationBusyError",
     "Settings",
     "ServerUnreachableError",
     "copy_if_absent",
@@ -242,7 +243,12 @@ class Settings:
         home's `Client` in a notebook) and this one does not set goes back to what it was
         before: an embedded home applied after a home on servers does not keep its Prefect
         API, and the operator applied after a tenant's identity does not keep its
-        credentials."""
+        credentials.
+
+        Raises:
+            InstallationBusyError: a scheduler or SEER job of another installation (or
+                identity) runs in this process (`in_use`): its jobs read this environment.
+        """
         global _APPLIED
         self.home.mkdir(parents=True, exist_ok=True)
         exported = {
@@ -253,6 +259,14 @@ class Settings:
         if self.s3_endpoint_url:
             exported["MLFLOW_S3_ENDPOINT_URL"] = self.s3_endpoint_url
         with _EXPORT_LOCK:
+            busy = next((b for b in _IN_USE if (b.home, b.user) != (self.home, self.user)), None)
+            if busy is not None:
+                raise InstallationBusyError(
+                    f"the scheduler of {busy.home} runs in this process, and its jobs read the "
+                    f"process's environment: use {self.home} once it has ended, or from "
+                    "another process"
+                )
+            previous = _APPLIED
             for k, v in self.server_env:  # e.g. the bundled S3 server's dummy credentials, and
                 if _users_own(k) is None:  # the operator's MLflow credentials (`up --auth`),
                     exported[k] = v  # unless the user's environment gives them
@@ -268,10 +282,29 @@ class Settings:
         mlflow_client_defaults()
         if "prefect" in sys.modules:  # Prefect read its settings when first imported: re-read
             # them, still naming the embedded server this process runs (not in the environment)
-            from tasks.prefect_start import refresh_prefect_settings
+            from tasks.prefect_start import drain_prefect_senders, refresh_prefect_settings
 
+            if previous is not None and (previous.home, previous.prefect_api_url) != (
+                self.home,
+                self.prefect_api_url,
+            ):  # Prefect's events and logs held for the other installation's server go there
+                drain_prefect_senders()
             refresh_prefect_settings()
         return self
+
+    @contextlib.contextmanager
+    def in_use(self) -> Iterator[Settings]:
+        """Applied, and kept so while the block runs (a scheduler or SEER job in this process,
+        whose job threads read the environment): applying another installation meanwhile
+        raises `InstallationBusyError` instead of switching the jobs to its home. Nests."""
+        with _EXPORT_LOCK:
+            self.ensure_applied()
+            _IN_USE.append(self)
+        try:
+            yield self
+        finally:
+            with _EXPORT_LOCK:
+                _IN_USE.remove(self)
 
     def ensure_applied(self) -> Settings:
         """`apply`, unless these settings are the ones this process applied last: for a caller
@@ -304,16 +337,23 @@ class Settings:
 _EXPORTED: dict[str, str] = {}
 _BEFORE: dict[str, str | None] = {}
 _APPLIED: Settings | None = None
-_EXPORT_LOCK = threading.Lock()
+_EXPORT_LOCK = threading.RLock()
+# The settings of the schedulers and SEER jobs running in this process (`Settings.in_use`).
+_IN_USE: list[Settings] = []
+
+
+class InstallationBusyError(RuntimeError):
+    """Another installation's scheduler runs in this process (`Settings.in_use`)."""
 
 
 def _users_own(name: str) -> str | None:
     """The environment variable `name` as this process's user gave it: its value before
     `Settings.apply` exported it, where it still holds the exported value."""
-    value = os.environ.get(name)
-    if name in _EXPORTED and value == _EXPORTED[name]:
-        return _BEFORE.get(name)
-    return value
+    with _EXPORT_LOCK:
+        value = os.environ.get(name)
+        if name in _EXPORTED and value == _EXPORTED[name]:
+            return _BEFORE.get(name)
+        return value
 
 
 def _export(variables: dict[str, str]) -> None:
@@ -329,8 +369,9 @@ def _export(variables: dict[str, str]) -> None:
         else:
             _BEFORE.pop(name, None)
     for name, value in variables.items():
-        if name not in _EXPORTED:
-            _BEFORE[name] = os.environ.get(name)
+        now = os.environ.get(name)
+        if name not in _EXPORTED or now != _EXPORTED[name]:  # new, or the user's since
+            _BEFORE[name] = now
         os.environ[name] = value
         _EXPORTED[name] = value
 

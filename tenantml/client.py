@@ -98,6 +98,7 @@ class Client:
 
     @cached_property
     def store(self) -> ExampleStore:
+        self.settings.ensure_applied()  # boto3 reads the S3 credentials from the environment
         store = self.settings.store()
         if self.settings.user:
             from store import TenantScopedStore
@@ -365,7 +366,8 @@ class Client:
         )
         if self.store.manifest(name).n_enabled < 10:
             raise ValueError(f"tenant {name!r} has fewer than 10 enabled examples; feed more")
-        out: dict[str, Any] = seer(name, model, deadline_min, budget_gpu_min, **options)
+        with self.settings.in_use():  # its trials read the process's environment
+            out: dict[str, Any] = seer(name, model, deadline_min, budget_gpu_min, **options)
         if "busy" in out:  # another process trains that job (a ValueError: one line)
             from mlflow_plugin.tracking import JobBusyError
 
@@ -424,7 +426,8 @@ class Client:
             _ = self.mlflow
             self._prefect_start.wait()
         start = time.monotonic()
-        with listen(on_progress) if on_progress is not None else nullcontext():
+        # another home's Client applied meanwhile would move this run's jobs to its home
+        with self.settings.in_use(), listen(on_progress) if on_progress else nullcontext():
             out: dict[str, Any] = scheduler(ticks=ticks, **options)
         if "busy" in out:  # another scheduler runs on this home (a ValueError: one line)
             from tasks import SchedulerBusyError

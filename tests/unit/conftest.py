@@ -59,8 +59,17 @@ def digits(tmp_path_factory: pytest.TempPathFactory) -> object:
 
 @pytest.fixture
 def restore_env() -> Iterator[None]:
-    """`Client` exports its settings to the process: undo that after the test."""
+    """`Client` exports its settings to the process: undo that after the test (the
+    environment, and what `tasks.settings` knows of its own exports)."""
+    import tasks.settings as ts
+
     saved = dict(os.environ)
+    known = (dict(ts._EXPORTED), dict(ts._BEFORE), ts._APPLIED, list(ts._IN_USE))
     yield
     os.environ.clear()
     os.environ.update(saved)
+    for now, then in zip((ts._EXPORTED, ts._BEFORE), known[:2], strict=True):
+        now.clear()
+        now.update(then)  # type: ignore[attr-defined]
+    ts._APPLIED = known[2]
+    ts._IN_USE[:] = known[3]

@@ -120,3 +120,68 @@ def test_the_users_own_environment_is_kept(tmp_path: Path, monkeypatch: pytest.M
     assert os.environ["MLFLOW_TRACKING_USERNAME"] == "t1"
     on_servers.settings.ensure_applied()
     assert os.environ["MLFLOW_TRACKING_USERNAME"] == "me"
+
+
+def test_the_users_own_change_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Prefect API the user names after an `apply` is theirs (the one before it is not
+    brought back)."""
+    from tasks.settings import Settings
+
+    monkeypatch.setenv("PREFECT_API_URL", "http://x.example/api")
+    Client(tmp_path / "a", check_servers=False)
+    os.environ["PREFECT_API_URL"] = "http://y.example/api"
+    assert Client(tmp_path / "b", check_servers=False).settings.prefect_api_url == (
+        "http://y.example/api"
+    )
+    assert Settings.load().prefect_api_url == "http://y.example/api"  # as a job's thread reads
+
+
+def test_a_home_on_servers_gets_its_credentials_back_for_its_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """boto3 reads the S3 server's credentials from the environment when the store is made:
+    a first use of `a.store` after `b` was made found none."""
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
+    root = _servers_home(tmp_path / "a")
+    config = json.loads((root / "servers.json").read_text())
+    config["env"]["AWS_ACCESS_KEY_ID"] = "bundled"
+    (root / "servers.json").write_text(json.dumps(config))
+    a = Client(root, check_servers=False)
+    Client(tmp_path / "b")
+    assert "AWS_ACCESS_KEY_ID" not in os.environ
+    a.store.tenants()
+    assert os.environ["AWS_ACCESS_KEY_ID"] == "bundled"
+
+
+def test_another_home_waits_while_a_scheduler_runs_here(tmp_path: Path) -> None:
+    """The jobs of a scheduler running in this process read the process's environment: another
+    home applied meanwhile would have moved them to it."""
+    from tasks.settings import InstallationBusyError, Settings
+
+    a = Client(tmp_path / "a")
+    with a.settings.in_use():
+        with pytest.raises(InstallationBusyError, match=f"the scheduler of {tmp_path / 'a'}"):
+            Client(tmp_path / "b")
+        assert Settings.load().apply().home == tmp_path / "a"  # a job's thread: its own home
+        assert os.environ["TENANTML_HOME"] == str(tmp_path / "a")
+    assert Client(tmp_path / "b").settings.home == tmp_path / "b"
+
+
+def test_prefects_senders_are_drained_on_a_change_of_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prefect keys its events worker without the API's URL: the events a home's flows left
+    go to its server before the next home's settings are read."""
+    import prefect  # noqa: F401  (the drain is for a process that has Prefect)
+
+    import tasks.prefect_start as ps
+
+    drained: list[str] = []
+    monkeypatch.setattr(ps, "drain_prefect_senders", lambda: drained.append("drain") or True)
+    a = Client(tmp_path / "a")
+    drained.clear()  # whatever this process applied before
+    b = Client(tmp_path / "b")
+    assert drained == ["drain"]
+    b.settings.ensure_applied()  # already b's: nothing to drain
+    a.settings.ensure_applied()
+    assert drained == ["drain", "drain"]

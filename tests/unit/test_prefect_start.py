@@ -244,7 +244,7 @@ def test_prefect_is_pointed_at_the_early_server_in_its_process_wide_settings_onl
     import tasks.prefect_start as ps
 
     done: list[str] = []  # what happened to the servers and Prefect's senders, in order
-    monkeypatch.setattr(ps, "_drain_prefect_senders", lambda: done.append("drain") or True)
+    monkeypatch.setattr(ps, "drain_prefect_senders", lambda: done.append("drain") or True)
     a = _early("http://127.0.0.1:1111/api", tmp_path / "a" / "prefect.db", done)
     ps._EARLY.append(a)
     assert ps._point_prefect_at(a) is None
