@@ -5,6 +5,7 @@ Prefect workers, one flow-run process per job): run the command, sample ``/proc/
 its descendants every `--every` seconds, and print the CPU seconds (user + system) of each
 group when it ends. A process that lives less than one interval may be missed, and one's last
 fraction of an interval is not counted: the figures are a lower bound, good to a few per cent.
+A daemon that leaves the command's tree (PostgreSQL, started by ``pg_ctl``) is not counted.
 
     python infra/scripts/cpu_by_process.py -- .venv/bin/python -m pytest \\
         tests/integration/test_servers.py -k three_tenants
@@ -28,9 +29,10 @@ GROUPS = (
     ("prefect worker start", "Prefect worker"),
     ("uvicorn", "MLflow server (uvicorn)"),
     ("mlflow server", "MLflow server (uvicorn)"),
+    ("prefect --no-prompt", "Prefect commands (deploy, work pools, automations)"),
     ("postgres", "PostgreSQL"),
     ("moto_server", "S3 server (moto)"),
-    ("tenantml.cli", "tenantml CLI commands"),
+    ("tenantml.cli", "tenantml CLI and SDK clients"),  # also matches "tenantml.client"
     ("pytest", "pytest"),
 )
 
