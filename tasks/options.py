@@ -87,8 +87,17 @@ _POSITIVE = {
 }
 #: the fields that None leaves to the installation's default
 _MAY_BE_UNSET = frozenset(
-    {"policy", "ticks", "slots", "prefetch", "seer_budget_x", "job_budget_s", "sleep_s"}
-    | {"outage_patience_s", "budget_s"}
+    (
+        "policy",
+        "ticks",
+        "slots",
+        "prefetch",
+        "seer_budget_x",
+        "job_budget_s",
+        "sleep_s",
+        "outage_patience_s",
+        "budget_s",
+    )
 )
 
 

@@ -26,6 +26,7 @@ GROUPS = (
     ("prefect.engine", "flow-run process (one per job run)"),
     ("_workspace_supervisor", "flow-run process (one per job run)"),
     ("prefect server start", "Prefect server"),
+    ("prefect.server", "Prefect server"),  # the embedded one: uvicorn on Prefect's app
     ("prefect worker start", "Prefect worker"),
     ("uvicorn", "MLflow server (uvicorn)"),
     ("mlflow server", "MLflow server (uvicorn)"),
