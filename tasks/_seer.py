@@ -104,10 +104,23 @@ class SeerOptions:
     tuner: str = "replan"
 
     def __post_init__(self) -> None:
-        from policy.seer import TUNERS
+        """The options a job would otherwise fail on only once used (after a stage's other
+        trials had trained, a FAILED run stored): the tuner, the seed and the global batch. The
+        plan's own knobs are `policy.seer.plan`'s to check (`PlanError`)."""
+        from policy.seer import check_tuner
 
-        if self.tuner not in TUNERS:
-            raise ValueError(f"tuner {self.tuner!r} is not valid: use one of {', '.join(TUNERS)}")
+        check_tuner(self.tuner)
+        seed, batch, p_min = self.seed, self.global_batch, self.p_min
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed {seed!r} is not valid: give an integer >= 0")
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"global_batch {batch!r} is not valid: give an integer >= 1")
+        if isinstance(p_min, int) and batch < p_min:
+            # a trial's processes split the global batch, one example a step each at least
+            raise ValueError(
+                f"global_batch {batch} is smaller than p_min {p_min}, the GPUs every trial gets: "
+                f"give global_batch >= {p_min}"
+            )
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

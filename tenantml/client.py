@@ -322,7 +322,7 @@ class Client:
         checked before anything runs (`policy.seer.PlanError` / ValueError name the problem);
         `mlflow_plugin.tracking.JobBusyError` when another process trains the same request."""
         from flows.seer import seer
-        from policy.seer import plan
+        from tasks import SeerOptions
         from trainers import torch_candidates
 
         self._operator_only("running SEER jobs")
@@ -334,36 +334,17 @@ class Client:
                 f"model {model!r} is not a torch candidate of tenant {name!r}; valid: "
                 f"{', '.join(valid) or 'none (this schema has only scikit-learn models)'}"
             )
-        from policy.seer import TUNERS
-
-        if options.get("tuner", "replan") not in TUNERS:
+        # the options as the job will hold them (`tasks.SeerOptions` checks the tuner, the seed
+        # and the global batch), and the plan as the job will make it: a trial gets no more
+        # GPUs than the global batch (`SeerJob.widest`); a wider one failed only in its stage,
+        # after the stage's other trials had trained
+        given = {k: v for k, v in options.items() if k != "deadline_at"}
+        names = [f.name for f in dataclasses.fields(SeerOptions)][2:]  # deadline, budget given
+        if unknown := sorted(set(given) - set(names)):
             raise ValueError(
-                f"tuner {options['tuner']!r} is not valid: use one of {', '.join(TUNERS)}"
+                f"SEER option {unknown[0]!r} is not valid: use {', '.join(names)} or deadline_at"
             )
-        p_max = options.get("p_max")
-        seed, batch = options.get("seed", 0), options.get("global_batch", 128)
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed {seed!r} is not valid: give an integer >= 0")
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise ValueError(f"global_batch {batch!r} is not valid: give an integer >= 1")
-        p_min = options.get("p_min", 1)
-        if batch < p_min:  # a trial's processes split the global batch, one example a step each
-            raise ValueError(
-                f"global_batch {batch} is smaller than p_min {p_min}, the GPUs every trial gets: "
-                f"give global_batch >= {p_min}"
-            )
-        # the job gives a trial no more GPUs than the global batch (`SeerJob.widest`): the plan
-        # is checked as it will run (a wider trial failed only in its stage, after the stage's
-        # other trials had trained)
-        plan(
-            deadline_min,
-            budget_gpu_min,
-            eta=options.get("eta", 4),
-            v=options.get("v", 2),
-            p_min=p_min,
-            p_max=min(float("inf") if p_max is None else p_max, batch),
-            t_min=options.get("t_min", 1.0),
-        )
+        SeerOptions(deadline_min, budget_gpu_min, **given).job(name, model, 0, "check").plan()
         if self.store.manifest(name).n_enabled < 10:
             raise ValueError(f"tenant {name!r} has fewer than 10 enabled examples; feed more")
         with self.settings.in_use():  # its trials read the process's environment

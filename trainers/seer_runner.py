@@ -48,6 +48,7 @@ from policy.seer import (
     StageBracket,
     Tuner,
     assign_stage,
+    check_tuner,
     eliminate,
     fill,
     plan,
@@ -118,9 +119,7 @@ class SeerJob:
         """The plan the job starts from: Alg. 1's for ``seer``; for ``replan``
         `policy.seer.replan.starting_plan` (SEER-fill's, or E-Grid's where SEER's bets on one
         finalist early)."""
-        if self.tuner not in TUNERS:
-            raise ValueError(f"tuner {self.tuner!r} is not one of {list(TUNERS)}")
-        make = starting_plan if self.tuner == "replan" else plan
+        make = starting_plan if check_tuner(self.tuner) == "replan" else plan
         return make(
             self.deadline_min,
             self.budget_gpu_min,

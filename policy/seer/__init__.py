@@ -19,4 +19,13 @@ Tuner = Literal["replan", "seer"]
 #: Alg. 1 (`seer`); what `trainers.seer_runner` executes and the scheduler's options accept
 TUNERS: tuple[Tuner, ...] = ("replan", "seer")
 
-__all__ = [*_plan.__all__, "TUNERS", "Tuner"]
+
+def check_tuner(name: object) -> Tuner:
+    """`name` as a `Tuner`, or a ValueError that names it and the valid ones: the one check of
+    a tuner's name for the SDK, the CLI, the scheduler's options and the trainers."""
+    if name not in TUNERS:
+        raise ValueError(f"tuner {name!r} is not valid: use one of {', '.join(TUNERS)}")
+    return name
+
+
+__all__ = [*_plan.__all__, "TUNERS", "Tuner", "check_tuner"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from pathlib import Path
 
 import mlflow
 import numpy as np
@@ -20,6 +21,7 @@ from mlflow_plugin.tracking import (
     RUNS_VIEW_TAG,
     experiment_name,
     runs_page,
+    tenant_experiments,
 )
 from store import BadExampleError, ExampleStore
 from store.schema import DataType, Schema, Tensor
@@ -51,6 +53,51 @@ def test_seer_options_round_trip_through_mlflow_params() -> None:
     job = opts.job("t", "lenet", 2, "seer-lenet-s2")
     assert (job.eta, job.v, job.p_min, job.p_max, job.t_min) == (2, 2, 1, 4.0, 1.0)
     assert SeerOptions(1, 4).job("t", "lenet", 2, "j").p_max == float("inf")
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"tuner": "asha"}, "tuner 'asha' is not valid: use one of replan, seer"),
+        ({"seed": -1}, "seed -1 is not valid: give an integer >= 0"),
+        ({"seed": True}, "seed True is not valid"),
+        ({"global_batch": 0}, "global_batch 0 is not valid: give an integer >= 1"),
+        ({"global_batch": 2.5}, "global_batch 2.5 is not valid"),
+        ({"p_min": 4, "global_batch": 2}, "global_batch 2 is smaller than p_min 4"),
+    ],
+)
+def test_seer_options_a_job_would_fail_on_are_refused_when_made(
+    options: dict[str, object], words: str
+) -> None:
+    """One check for the SDK, the CLI and the scheduler's SEER jobs: each failed only once used
+    (a stage's other trials trained, then a FAILED run). The trainers' job names a bad tuner
+    with the same words."""
+    from trainers.seer_runner import SeerJob
+
+    with pytest.raises(ValueError, match=words):
+        SeerOptions(1, 4, **options)
+    if "tuner" in options:
+        job = SeerJob("t", "lenet", 1, "j", 1, 4, 4, 2, 1, 4.0, 1.0, 64, 0, tuner="asha")
+        with pytest.raises(ValueError, match=words):
+            job.plan()
+
+
+def test_client_seer_names_a_bad_option_before_anything_runs(tmp_path: Path) -> None:
+    from tenantml import datasets
+    from tenantml.client import Client
+
+    c = Client(tmp_path / "home")
+    d = datasets.load("digits")
+    c.submit("digits", d.schema)
+    c.feed("digits", d.inputs[:20], d.labels[:20])
+    for options, words in (
+        ({"etaa": 2}, "SEER option 'etaa' is not valid: use eta, v, p_min"),
+        ({"seed": -1}, "seed -1 is not valid"),
+        ({"tuner": "asha"}, "tuner 'asha' is not valid: use one of replan, seer"),
+    ):
+        with pytest.raises(ValueError, match=words):
+            c.seer("digits", "lenet", 1.0, 4.0, **options)
+    assert job_records(c.mlflow, tenant_experiments(c.mlflow).values()) == []  # no job ran
 
 
 def test_padded_sequences_are_encoded_once() -> None:
