@@ -110,11 +110,17 @@ def fit_arm_prior(
 
 def _fit_kernel(x: FloatArray, y: FloatArray, n_restarts: int, random_state: int | None) -> Any:
     """Maximise the LML of ``y`` (M, n_targets) given features ``x`` (M, d) over
-    ``C * RBF(l) + White(sigma^2)``; returns the fitted scikit-learn kernel."""
-    import warnings
+    ``C * RBF(l) + White(sigma^2)``; returns the fitted scikit-learn kernel.
 
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.gaussian_process import GaussianProcessRegressor
+    The objective, its gradient, the optimiser (L-BFGS-B on the log-hyperparameters within the
+    kernel's bounds, from the initial values, then `n_restarts` random starts) and the jitter on
+    the diagonal are scikit-learn's ``GaussianProcessRegressor.fit`` with ``normalize_y=False``.
+    Only the gradient is computed another way: scikit-learn builds an (M, M, n_targets) array
+    for it, 80 MB and 47 ms a step for oboe's 219 models and 207 target tenants (94% of a
+    replay repeat's prior fit); summed over the targets it is ``0.5 tr((A A^T - n K^-1)
+    dK/dtheta)`` with ``A = K^-1 y``, an (M, M) product (`_neg_lml`).
+    """
+    from scipy.optimize import minimize
     from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 
     d2 = ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
@@ -123,14 +129,46 @@ def _fit_kernel(x: FloatArray, y: FloatArray, n_restarts: int, random_state: int
     kernel = ConstantKernel(var, (var * 1e-3, var * 1e2)) * RBF(
         med, (med * 1e-2, med * 1e2)
     ) + WhiteKernel(var * 0.1, (NOISE_FLOOR, max(var * 10, 1e-3)))
-    gpr = GaussianProcessRegressor(
-        kernel, normalize_y=False, n_restarts_optimizer=n_restarts, random_state=random_state
-    )
-    with warnings.catch_warnings():
-        # A hyperparameter at its bound is a legitimate optimum here (e.g. uncorrelated models).
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        gpr.fit(x, y)
-    return gpr.kernel_
+    bounds = kernel.bounds  # log space, as `theta`
+    starts = [kernel.theta]
+    rng = np.random.default_rng(random_state)
+    starts += [rng.uniform(bounds[:, 0], bounds[:, 1]) for _ in range(n_restarts)]
+    # A hyperparameter at its bound is a legitimate optimum here (e.g. uncorrelated models).
+    found = [
+        minimize(_neg_lml, s, args=(kernel, x, y), jac=True, method="L-BFGS-B", bounds=bounds)
+        for s in starts
+    ]
+    best = min(found, key=lambda r: float(r.fun))
+    return kernel.clone_with_theta(best.x)
+
+
+#: scikit-learn's ``GaussianProcessRegressor(alpha=1e-10)``: added to the kernel's diagonal.
+_JITTER = 1e-10
+
+
+def _neg_lml(theta: FloatArray, kernel: Any, x: FloatArray, y: FloatArray) -> tuple[float, Any]:
+    """Minus the log-marginal likelihood of the targets ``y`` (M, n) summed over its n columns,
+    each an independent draw from ``N(0, K)``, ``K = kernel(x)`` with hyperparameters `theta`,
+    and its gradient in `theta`:
+    ``LML = -tr(y^T K^-1 y) / 2 - n log|K| / 2 - M n log(2 pi) / 2`` and
+    ``dLML/dtheta_k = tr((A A^T - n K^-1) dK/dtheta_k) / 2``, ``A = K^-1 y`` (Rasmussen and
+    Williams, eq. 5.9, summed over the columns). ``(inf, 0)`` where K is not positive
+    definite (scikit-learn's answer there)."""
+    from scipy.linalg import cho_solve, cholesky
+
+    m, n = y.shape
+    k, k_grad = kernel.clone_with_theta(theta)(x, eval_gradient=True)  # (M, M), (M, M, p)
+    k[np.diag_indices_from(k)] += _JITTER
+    try:
+        chol = cholesky(k, lower=True, check_finite=False)
+    except np.linalg.LinAlgError:
+        return np.inf, np.zeros_like(theta)
+    a = cho_solve((chol, True), y, check_finite=False)
+    lml = -0.5 * float(np.sum(y * a)) - n * float(np.log(np.diag(chol)).sum())
+    lml -= 0.5 * m * n * np.log(2 * np.pi)
+    inner = a @ a.T - n * cho_solve((chol, True), np.eye(m), check_finite=False)
+    grad = 0.5 * np.einsum("ij,jik->k", inner, k_grad)
+    return -lml, -grad
 
 
 class TenantPosterior:
