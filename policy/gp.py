@@ -121,18 +121,12 @@ def _fit_kernel(x: FloatArray, y: FloatArray, n_restarts: int, random_state: int
     dK/dtheta)`` with ``A = K^-1 y``, an (M, M) product (`_neg_lml`).
     """
     from scipy.optimize import minimize
-    from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
+    from sklearn.utils import check_random_state
 
-    d2 = ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
-    med = float(np.sqrt(np.median(d2[d2 > 0]))) if np.any(d2 > 0) else 1.0
-    var = float(np.var(y)) or 1e-2
-    kernel = ConstantKernel(var, (var * 1e-3, var * 1e2)) * RBF(
-        med, (med * 1e-2, med * 1e2)
-    ) + WhiteKernel(var * 0.1, (NOISE_FLOOR, max(var * 10, 1e-3)))
+    kernel = _initial_kernel(x, y)
     bounds = kernel.bounds  # log space, as `theta`
-    starts = [kernel.theta]
-    rng = np.random.default_rng(random_state)
-    starts += [rng.uniform(bounds[:, 0], bounds[:, 1]) for _ in range(n_restarts)]
+    rng = check_random_state(random_state)  # scikit-learn's draws of the restarts' starts
+    starts = [kernel.theta, *(rng.uniform(bounds[:, 0], bounds[:, 1]) for _ in range(n_restarts))]
     # A hyperparameter at its bound is a legitimate optimum here (e.g. uncorrelated models).
     found = [
         minimize(_neg_lml, s, args=(kernel, x, y), jac=True, method="L-BFGS-B", bounds=bounds)
@@ -140,6 +134,19 @@ def _fit_kernel(x: FloatArray, y: FloatArray, n_restarts: int, random_state: int
     ]
     best = min(found, key=lambda r: float(r.fun))
     return kernel.clone_with_theta(best.x)
+
+
+def _initial_kernel(x: FloatArray, y: FloatArray) -> Any:
+    """``C * RBF(l) + White(sigma^2)`` at its starting values, each within bounds around them:
+    ``C`` the targets' variance, ``l`` the median distance between the features (M, d)."""
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
+
+    d2 = ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
+    med = float(np.sqrt(np.median(d2[d2 > 0]))) if np.any(d2 > 0) else 1.0
+    var = float(np.var(y)) or 1e-2
+    return ConstantKernel(var, (var * 1e-3, var * 1e2)) * RBF(
+        med, (med * 1e-2, med * 1e2)
+    ) + WhiteKernel(var * 0.1, (NOISE_FLOOR, max(var * 10, 1e-3)))
 
 
 #: scikit-learn's ``GaussianProcessRegressor(alpha=1e-10)``: added to the kernel's diagonal.

@@ -99,3 +99,32 @@ def test_fit_arm_prior_handles_missing_cells_and_few_tenants() -> None:
     q = np.array([[0.5, np.nan, 0.7], [0.6, 0.8, np.nan]])
     prior = fit_arm_prior(q)  # 3 training tenants: falls back to independent arms
     assert prior.cov.shape == (2, 2) and np.all(np.isfinite(prior.mean))
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), n_targets=st.integers(1, 12), restarts=st.integers(0, 2))
+def test_kernel_fit_equals_sklearns(seed: int, n_targets: int, restarts: int) -> None:
+    """`_fit_kernel` computes the likelihood's gradient its own way (one (M, M) product); its
+    objective, gradient and optimum are scikit-learn's GaussianProcessRegressor's, from the same
+    start and the same random restarts."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    from policy.gp import _fit_kernel, _initial_kernel, _neg_lml
+
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 1, (15, 4))
+    y = rng.normal(0, 0.1, (15, n_targets)) + np.sin(3 * x[:, :1])
+    ours = _fit_kernel(x, y, restarts, seed)
+    start = _initial_kernel(x, y)
+    gpr = GaussianProcessRegressor(start, n_restarts_optimizer=restarts, random_state=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        gpr.fit(x, y)
+    for theta in (start.theta, ours.theta, gpr.kernel_.theta):
+        lml, grad = gpr.log_marginal_likelihood(theta, eval_gradient=True)
+        value, our_grad = _neg_lml(theta, start, x, y)
+        np.testing.assert_allclose(-value, lml, rtol=1e-9)
+        np.testing.assert_allclose(-our_grad, grad, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(ours.theta, gpr.kernel_.theta, rtol=1e-5, atol=1e-6)
