@@ -118,9 +118,9 @@ def test_three_tenants_best_models_and_infer(home: Path, tmp_path: Path) -> None
     assert "fed 1797 examples" in _cli(
         home, "feed", "digits", "--npz", str(tmp_path / "digits.npz")
     )
-    out = _cli(home, "run", *_RUN, "--ticks", "4")
+    out = _cli(home, "run", *_RUN, "--ticks", "3")
     jobs = int(out.split(" ticks, ")[1].split(" jobs")[0])
-    assert "4 ticks" in out and jobs >= 5, out  # 2 slots: the first tick starts 2 jobs
+    assert "3 ticks" in out and jobs >= 4, out  # 2 slots: the first tick starts 2 jobs
     recs = _records(home)
     assert len(recs) == jobs and all(r["status"] == "FINISHED" for r in recs)
     assert len({(r["tenant"], r["job_id"]) for r in recs}) == jobs
@@ -180,6 +180,7 @@ print(fr.id)
 """
 
 
+@pytest.mark.full
 def test_a_job_sent_before_its_mlflow_run_existed_is_drained(home: Path, tenants: None) -> None:
     """A drain (`run --ticks 0`) adopts the flow runs Prefect still holds, not only the jobs
     MLflow shows RUNNING, and returns once they are recorded (issue 20: a scheduler killed just
