@@ -116,7 +116,7 @@ def _fit_kernel(x: FloatArray, y: FloatArray, n_restarts: int, random_state: int
     kernel's bounds, from the initial values, then `n_restarts` random starts) and the jitter on
     the diagonal are scikit-learn's ``GaussianProcessRegressor.fit`` with ``normalize_y=False``.
     Only the gradient is computed another way: scikit-learn builds an (M, M, n_targets) array
-    for it, 80 MB and 47 ms a step for oboe's 219 models and 207 target tenants (94% of a
+    for it, 80 MB and 47 ms a step for oboe's 219 models and 204 target tenants (94% of a
     replay repeat's prior fit); summed over the targets it is ``0.5 tr((A A^T - n K^-1)
     dK/dtheta)`` with ``A = K^-1 y``, an (M, M) product (`_neg_lml`).
     """

@@ -157,7 +157,7 @@ class SeerOptions:
             self.eta,
             self.v,
             self.p_min,
-            math.inf if self.p_max is None else float(self.p_max),
+            math.inf if self.p_max is None else self.p_max,  # as given: errors name it so
             self.t_min,
             self.global_batch,
             self.seed,

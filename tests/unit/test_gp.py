@@ -127,4 +127,8 @@ def test_kernel_fit_equals_sklearns(seed: int, n_targets: int, restarts: int) ->
         value, our_grad = _neg_lml(theta, start, x, y)
         np.testing.assert_allclose(-value, lml, rtol=1e-9)
         np.testing.assert_allclose(-our_grad, grad, rtol=1e-6, atol=1e-8)
-    np.testing.assert_allclose(ours.theta, gpr.kernel_.theta, rtol=1e-5, atol=1e-6)
+    # the same optimum: its likelihood and its covariance (where the length scale sits at its
+    # bound, C and the noise trade freely, and restarts tied to the last digit may pick either)
+    np.testing.assert_allclose(-_neg_lml(ours.theta, start, x, y)[0],
+                               gpr.log_marginal_likelihood_value_, rtol=1e-9)  # fmt: skip
+    np.testing.assert_allclose(ours(x), gpr.kernel_(x), rtol=1e-5, atol=1e-8)
