@@ -339,7 +339,8 @@ class Client:
         # GPUs than the global batch (`SeerJob.widest`); a wider one failed only in its stage,
         # after the stage's other trials had trained
         given = {k: v for k, v in options.items() if k != "deadline_at"}
-        names = [f.name for f in dataclasses.fields(SeerOptions)][2:]  # deadline, budget given
+        given_apart = ("deadline_min", "budget_gpu_min")  # this method's own arguments
+        names = [f.name for f in dataclasses.fields(SeerOptions) if f.name not in given_apart]
         if unknown := sorted(set(given) - set(names)):
             raise ValueError(
                 f"SEER option {unknown[0]!r} is not valid: use {', '.join(names)} or deadline_at"
