@@ -8,7 +8,10 @@ most 1, and the Gaussian posterior is not: without the ``min(1, .)``, a tenant a
 thirty untried models of the wide prior (sd 0.22) was estimated to gain 0.165, more than the
 0.04 there is to gain (bench-live, digits, 2026-11). It is a Monte Carlo
 mean over ``samples`` joint draws (fixed seed: the same state gives the same number) and 0 once
-every model was tried. Before any observation ``b_i = 0``, so it is about the prior mean of
+every model was tried. The tenants share one set of standard normal draws, a row per arm
+(common random numbers): a tenant's estimate depends on its own posterior only, and one draw of
+``K_max x samples`` normals replaces a draw per tenant, which took most of a 200-tenant tick's
+estimates. Before any observation ``b_i = 0``, so it is about the prior mean of
 the best model (after the tenant's data changed, until a model is measured on them, ``b_i`` is
 a conservative guess of its served model's accuracy there, `policy._book.STALE_FLOOR`). The
 total regret estimate is ``sum_i w_i * loss_i``.
@@ -98,12 +101,21 @@ def expected_loss(
 ) -> float:
     """``E[max(0, min(ceiling, max_k f_k) - best)]`` for ``f ~ N(mu, cov)``; ``mu`` (K,),
     ``cov`` (K, K); ``ceiling``: the largest quality there is (accuracy: 1)."""
+    return _expected_loss(mu, cov, best, rng.standard_normal((len(mu), samples)), ceiling)
+
+
+def _expected_loss(
+    mu: FloatArray, cov: FloatArray, best: float, normals: FloatArray, ceiling: float = 1.0
+) -> float:
+    """`expected_loss` over the draws ``mu + R normals[:K]``, ``R R^T = cov``; ``normals``
+    (>= K, samples) standard normal draws (a row per arm: the max over arms is then an
+    element-wise maximum of K rows, not a reduction along short rows)."""
     if len(mu) == 0:
         return 0.0
     w, u = np.linalg.eigh(cov)  # robust square root of a PSD matrix near singular
     root = u * np.sqrt(np.clip(w, 0.0, None))
-    draws = mu + rng.standard_normal((samples, len(mu))) @ root.T
-    return float(np.maximum(np.minimum(draws.max(axis=1), ceiling) - best, 0.0).mean())
+    draws = mu[:, None] + root @ normals[: len(mu)]  # (K, samples)
+    return float(np.maximum(np.minimum(draws.max(axis=0), ceiling) - best, 0.0).mean())
 
 
 def loss_estimates(
@@ -118,6 +130,7 @@ def loss_estimates(
     shifts = calibration_shifts(book.sum_z, book.n_z2, calibration)
     spreads = calibration_spreads(book.sum_z, book.sum_z2, book.n_z2, calibration)
     out = np.zeros(problem.n_tenants)
+    normals = np.random.default_rng(seed).standard_normal((book.k_max, SAMPLES))
     for i in range(problem.n_tenants):
         untried = book.candidates(i)
         if not untried.any():
@@ -128,9 +141,8 @@ def loss_estimates(
         # the measurement noise at the measured accuracy; here at the predicted one)
         noise = [book.measurement_noise(i, float(q)) for q in mu]
         sd = np.sqrt(post.var[untried] + post.noise + np.asarray(noise))
-        rng = np.random.default_rng([seed, i])
         cov = post.cov()[np.ix_(untried, untried)] * spreads[i]
-        out[i] = expected_loss(mu + shifts[i] * sd, cov, float(book.best[i]), rng)
+        out[i] = _expected_loss(mu + shifts[i] * sd, cov, float(book.best[i]), normals)
     return out
 
 

@@ -4,6 +4,7 @@ E[max(0, min(1, max_k f_k) - b)]."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from scipy.stats import norm
 
 from policy import ArmPrior, TenantPosterior, independent_prior
@@ -164,3 +165,34 @@ def test_the_spread_is_each_tenants_own_about_the_shared_shift() -> None:
     lone = calibration_spreads(np.array([2.0]), np.array([3.0]), np.array([5]))
     assert np.allclose(lone, (3 + 3.0) / 8 - (2.0 / 8) ** 2)
     assert np.allclose(calibration_spreads(sum_z, sum_z2, n, nu=0), 1.0)
+
+
+def test_a_tenants_estimate_is_its_own_whoever_else_is_served() -> None:
+    """The tenants share one set of normal draws (`loss_estimates`), a row per arm: a tenant's
+    estimate is the same alone, beside a tenant with more arms, or listed second, and is
+    `expected_loss` on its own posterior."""
+    from policy import History, Observation, Problem, loss_estimates
+    from policy.estimates import SAMPLES
+
+    m = 10
+    cov = 0.01 * (0.5 * np.eye(m) + 0.5)
+    prior = ArmPrior.create(np.linspace(0.6, 0.8, m), cov, 1e-4)
+
+    def estimate(names: list[str], arms: list[int], at: int) -> float:
+        avail = np.zeros((len(names), m), dtype=bool)
+        for i, k in enumerate(arms):
+            avail[i, :k] = True
+        problem = Problem.create(names, [f"m{k}" for k in range(m)], avail,
+                                 np.ones((len(names), m)), prior=prior)  # fmt: skip
+        seen = History((Observation(at, 0, 0.75, 1.0), Observation(at, 1, 0.6, 1.0)))
+        return float(loss_estimates(problem, seen, calibration=0)[at])
+
+    alone = estimate(["a"], [6], 0)
+    assert alone > 0
+    assert estimate(["a", "b"], [6, 10], 0) == alone  # b has more arms: more draws
+    assert estimate(["b", "a"], [10, 6], 1) == alone  # a listed second
+    post = TenantPosterior(prior, np.arange(6))
+    post.update(0, 0.75)
+    post.update(1, 0.6)
+    own = expected_loss(post.mu[2:], post.cov()[2:, 2:], 0.75, np.random.default_rng(0), SAMPLES)
+    assert own == pytest.approx(alone, rel=1e-9)  # the same draws: seed 0, a row per arm
