@@ -154,7 +154,10 @@ def plan_cmd(
 def simulate_cmd(
     curves: Annotated[
         str,
-        typer.Option(help="built-in set (opda-alexnet, opda-convnext, opda-deberta, lcdb) or CSV"),
+        typer.Option(
+            help="built-in set (opda-alexnet, opda-convnext, opda-deberta, lcdb, steplr-digits, "
+            "steplr-digits-train; `tenantml.bench.curves.BUILTIN_CURVES`) or CSV"
+        ),
     ] = "opda-alexnet",
     deadline: Annotated[
         str, typer.Option(help="minutes (steps without seconds) or a multiple of a full run: 0.25x")
@@ -184,7 +187,7 @@ def simulate_cmd(
         typer.Option(
             help="synetune: also run Syne Tune's ASHA/BOHB (those chosen in --methods) on the "
             "same problems, as columns synetune:asha, synetune:bohb (pip install "
-            "'tenantml[peers]')"
+            "'tenantml\\[peers]')"
         ),
     ] = None,
     out: Annotated[Path, typer.Option(help="output directory")] = Path("results/seer"),

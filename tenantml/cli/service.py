@@ -149,7 +149,7 @@ def _paths(files: list[Path] | None) -> list[str]:
 
 
 def submit(
-    name: Annotated[str, typer.Argument(help="tenant name: [a-z][a-z0-9_-]*")],
+    name: Annotated[str, typer.Argument(help="tenant name: \\[a-z]\\[a-z0-9_-]*")],
     schema: Annotated[str, typer.Argument(help="schema text, or @FILE to read it from a file")],
     weight: Annotated[
         float | None,
@@ -910,12 +910,12 @@ def up(
     ] = False,
     prefetch: Annotated[
         int | None,
-        typer.Option(help="jobs sent per slot beyond its running one (default 1, short jobs: 3)"),
+        typer.Option(help="jobs sent per slot beyond its running one (default 1)"),
     ] = None,
     listen: Annotated[
         str | None,
         typer.Option(
-            help="serve other nodes too: listen on this address of the machine (no prefetch); "
+            help="serve other nodes too: listen on this address of the machine; "
             "`tenantml node-env` prints their settings"
         ),
     ] = None,
