@@ -494,8 +494,8 @@ def bench_live(
     directory: Annotated[
         Path,
         typer.Argument(
-            help="NAME.csv files and/or NAME/<label>/*.png folders; demo: the demo tenants "
-            "(wine, breast-cancer, digits); real: the project's 12 real tenant sets (10 "
+            help="NAME.csv files and/or NAME/<label>/*.png folders; demo: three of the demo's "
+            "tenants (wine, breast-cancer, digits); real: the project's 12 real tenant sets (10 "
             "tabular, digits, MNIST; tenantml/data/README.md); images: its two image tenants "
             "(digits, MNIST)"
         ),
