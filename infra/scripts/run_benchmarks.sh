@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Reproduces every number in the README's "Measured" section (50 repeats, seed 0).
-# Usage: infra/scripts/run_benchmarks.sh [OUT_DIR]   (about 20-30 min on 2 cores)
+# Usage: infra/scripts/run_benchmarks.sh [OUT_DIR]   (longer than 41 min on 2 cores:
+# oboe's 50 repeats of every policy, the `live` column's online refits included, alone had not
+# finished then, 2026-11-29)
 set -euo pipefail
 out=${1:-results}
 tm=${TENANTML:-.venv/bin/tenantml}
