@@ -117,7 +117,7 @@ class TenantBook:
         self.k_max = max((len(a) for a in self.local_arms), default=1)
         self.cost_aware = cost_aware
         self._cost_ref = _cost_refs(problem, self.local_arms, cost_scale)
-        self.estimator: CostEstimator | None = None  # only its costs use it (none: all 1)
+        self.estimator: CostEstimator | None = None  # predicted costs (a cost-aware book's)
         if problem.cost_prior is not None and cost_aware:
             self.estimator = CostEstimator(problem.cost_prior, self.local_arms, problem.sizes)
         self.reset()

@@ -12,6 +12,11 @@ best test accuracy any system of the run served the tenant, less what the servic
 end (never negative;
 so a constant 0 errs by the mean realised loss).
 
+Since 2026-11-29 the service's estimates share one set of normal draws across tenants and
+`expected_loss` lays its draws out a row per arm (`policy.estimates`): the "now" column and the
+two older ones no longer use the same draws, and figures made before reproduce within Monte
+Carlo error (a standard error below 0.003 a tenant), not to the digit.
+
 Usage: ``python infra/scripts/calibration_recompute.py RUN [RUN ...]`` (`bench-live --repeats`
 outputs, e.g. ``results/bl-h60-s20``).
 """
