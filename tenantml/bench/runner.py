@@ -26,7 +26,6 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -64,6 +63,7 @@ from policy.gp import KernelMethod
 from policy.loop import DEFAULT_LIMIT_FACTOR
 from policy.policies import ABLATION_NAMES
 from policy.prior import OnlinePrior
+from tenantml.bench._pool import process_pool
 from tenantml.bench.datasets import BenchInputError, QualityTable
 
 __all__ = [
@@ -379,7 +379,7 @@ def run_protocol(
             if on_repeat:
                 on_repeat(results[-1])
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with process_pool(workers) as pool:
             for res in pool.map(_run_repeat_star, args):
                 results.append(res)
                 if on_repeat:

@@ -1,0 +1,20 @@
+"""The benchmarks' worker processes run one BLAS thread each (`tenantml.bench._pool`): two
+processes on two cores with OpenBLAS's default thread per core made the oboe replay 3.4x slower."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _blas_threads(_: int) -> list[Any]:
+    import scipy.linalg  # noqa: F401  (its own OpenBLAS, loaded after the worker started)
+    from threadpoolctl import threadpool_info
+
+    return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+
+def test_each_worker_has_one_blas_thread() -> None:
+    from tenantml.bench._pool import in_order
+
+    for threads in in_order(_blas_threads, [0, 1], jobs=2):
+        assert threads and set(threads) == {1}, threads
