@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Reproduces every number in the README's "Measured" section (50 repeats, seed 0).
-# Usage: infra/scripts/run_benchmarks.sh [OUT_DIR]   (longer than 41 min on 2 cores:
-# oboe's 50 repeats of every policy, the `live` column's online refits included, alone had not
-# finished then, 2026-11-29)
+# Usage: infra/scripts/run_benchmarks.sh [OUT_DIR]   (oboe's 50 repeats of every policy
+# alone took 567 s on 2 cores on 2026-11-29, the `live` column's online refits included; not
+# timed in all since the `live` column joined the default policies)
 set -euo pipefail
 out=${1:-results}
 tm=${TENANTML:-.venv/bin/tenantml}
