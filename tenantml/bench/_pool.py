@@ -16,7 +16,7 @@ def process_pool(workers: int) -> ProcessPoolExecutor:
     """``workers`` processes whose BLAS and OpenMP pools have one thread each: the processes
     already fill the cores, and OpenBLAS's own threads on top of them spin against each other
     (`tenantml bench oboe --repeats 4 --jobs 2` on 2 cores: 204 s with the default two threads a
-    process, 60 s with one, the same AUCs)."""
+    process, 46 s with one, the same AUCs)."""
     return ProcessPoolExecutor(workers, initializer=_one_thread_each)
 
 

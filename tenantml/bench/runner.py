@@ -24,7 +24,6 @@ cost axis then, so ratios compare wall-clock time on the same cluster.
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -63,7 +62,7 @@ from policy.gp import KernelMethod
 from policy.loop import DEFAULT_LIMIT_FACTOR
 from policy.policies import ABLATION_NAMES
 from policy.prior import OnlinePrior
-from tenantml.bench._pool import process_pool
+from tenantml.bench._pool import in_order
 from tenantml.bench.datasets import BenchInputError, QualityTable
 
 __all__ = [
@@ -371,17 +370,9 @@ def run_protocol(
     proto.validate(table)
     cost = table_costs(table, proto.seed)
     args = [(table, cost, proto, r) for r in range(proto.repeats)]
-    workers = min(jobs or os.cpu_count() or 1, proto.repeats)
     results: list[RepeatResult] = []
-    if workers <= 1:
-        for a in args:
-            results.append(_run_repeat_star(a))
-            if on_repeat:
-                on_repeat(results[-1])
-    else:
-        with process_pool(workers) as pool:
-            for res in pool.map(_run_repeat_star, args):
-                results.append(res)
-                if on_repeat:
-                    on_repeat(res)
+    for res in in_order(_run_repeat_star, args, jobs):
+        results.append(res)
+        if on_repeat:
+            on_repeat(res)
     return results
