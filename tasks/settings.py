@@ -140,7 +140,7 @@ class Settings:
     # `tenantml up --prefetch` or TENANTML_PREFETCH_PER_SLOT; GPU workers take 1 + this many runs.
     # None: not given, `prefetch_for` decides.
     prefetch_per_slot: int | None = None
-    flow_run_command: str | None = None  # `tenantml up --warm`: train runs fork, warm
+    flow_run_command: str | None = None  # `tenantml up` (not --cold): train runs fork, warm
     # A tenant's identity (`store._scoped`): MLflow credentials, and a store confined to it.
     user: str | None = None
     password: str | None = None

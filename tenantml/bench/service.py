@@ -144,7 +144,7 @@ def measure_dispatch(
     job_seconds: float = 120.0,
     slots: int = 2,
     postgres: bool = False,
-    warm: bool = False,
+    warm: bool | None = None,
     prefetch: int = 1,
     nodes: int = 1,
     chain_s: float = 0.0,
@@ -157,7 +157,8 @@ def measure_dispatch(
     the slot). Hand-off gap: on one slot, from a job's end to the next job's first step. Idle
     fraction: 1 - (time the trainers ran) / (slots x the makespan from the first dispatch to the
     last job's end). `warm`: flow runs fork from the node's warm process (`tenantml.ops.warm`);
-    False: each is a new Python process. `prefetch`: jobs sent per slot beyond the running one.
+    False: each is a new Python process; None: as `up` decides (warm on one node). `prefetch`:
+    jobs sent per slot beyond the running one.
     `nodes` = 2: the `slots` are split between this machine (node A: the servers, listening on a
     link, and the rest) and node B (`tenantml.ops.nodes`: ``slots // 2`` GPU workers in a
     network namespace, its own empty directory); prefetched runs then wait on the lock of the
@@ -258,7 +259,7 @@ def measure_dispatch(
             "job_seconds": job_seconds,
             "slots": slots,
             "postgres": postgres,
-            "warm": warm,
+            "warm": cfg["flow_run_command"] is not None,
             "prefetch_per_slot": prefetch,
             "chain_s": chain_s,
             "jobs_per_run": per_run,

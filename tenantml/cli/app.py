@@ -731,9 +731,14 @@ def bench_dispatch(
     slots: Annotated[int, typer.Option()] = 2,
     postgres: Annotated[bool, typer.Option(help="servers on PostgreSQL")] = False,
     warm: Annotated[
-        bool,
-        typer.Option("--warm/--cold", help="flow runs fork from a warm process, or start anew"),
-    ] = False,
+        bool | None,
+        typer.Option(
+            "--warm/--cold",
+            help="flow runs fork from a warm process, or start anew (default: as `up`: warm "
+            "with one node, cold with two)",
+            show_default=False,
+        ),
+    ] = None,
     prefetch: Annotated[int, typer.Option(help="jobs sent per slot beyond the running one")] = 1,
     nodes: Annotated[
         int, typer.Option(help="2: half the slots on a second node (a network namespace; root)")
@@ -760,7 +765,7 @@ def bench_dispatch(
         f"hand-off gap median {r['handoff_gap_s_median'] or 0:.2f} s; makespan "
         f"{r['makespan_s']:.0f} s vs ideal {r['ideal_makespan_s']:.0f} s; slot idle "
         f"{r['idle_fraction']:.1%} (target <= 5%); busy from each slot's first job on "
-        f"{r['busy_fraction_steady']:.1%} ({'warm' if warm else 'cold'} flow-run processes, "
+        f"{r['busy_fraction_steady']:.1%} ({'warm' if r['warm'] else 'cold'} flow-run processes, "
         f"{r['jobs_per_run']} job{'s' if r['jobs_per_run'] > 1 else ''} per run"
         f"{'; jobs by node ' + str(r['jobs_by_node']) if nodes > 1 else ''})"
     )

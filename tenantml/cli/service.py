@@ -905,9 +905,14 @@ def up(
         bool, typer.Option(help="MLflow's authentication app: per-tenant credentials (grant)")
     ] = False,
     warm: Annotated[
-        bool,
-        typer.Option("--warm/--cold", help="flow runs fork from a warm process, or start anew"),
-    ] = False,
+        bool | None,
+        typer.Option(
+            "--warm/--cold",
+            help="flow runs fork from this node's warm process, or each starts a new Python "
+            "(default: warm; cold with --listen, whose other nodes have no warm process)",
+            show_default=False,
+        ),
+    ] = None,
     prefetch: Annotated[
         int | None,
         typer.Option(help="jobs sent per slot beyond its running one (default 1)"),
@@ -940,7 +945,8 @@ def up(
         console.print(
             f"up for {root.resolve()}:\n  MLflow UI  {cfg['tracking_uri']}\n"
             f"  Prefect UI {cfg['prefect_api_url'][:-4]}\n  S3         "
-            f"{cfg['s3_endpoint_url']}\n  {slots} worker(s) on work pool 'gpu'; "
+            f"{cfg['s3_endpoint_url']}\n  {slots} worker(s) on work pool 'gpu'"
+            f"{' (train runs fork from a warm process)' if cfg['flow_run_command'] else ''}; "
             "deployments scheduler/scheduler and train/train"
         )
 

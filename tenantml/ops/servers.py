@@ -187,13 +187,17 @@ def up(
     s3_endpoint: str | None = None,
     timeout: float = 120.0,
     auth: bool = False,
-    warm: bool = False,
+    warm: bool | None = None,
     prefetch: int | None = None,
     listen: str | None = None,
 ) -> dict[str, Any]:
     """Start everything (see the module docstring); returns what ``servers.json`` holds.
     `warm`: start the node's warm process (`tenantml.ops.warm`) that flow runs fork from;
-    without it every flow run is a new Python process. `prefetch`: jobs the scheduler sends
+    without it every flow run is a new Python process, which spends several CPU-seconds on
+    imports (the servers' tour in `make test`: 111 s cold, 71 s warm). Default (None): warm,
+    unless `listen`: the runs' command names this machine's interpreter and the warm process
+    is this node's, so other nodes' workers would start them cold anyway, through a path that
+    need not exist there. `prefetch`: jobs the scheduler sends
     per slot beyond the running one (each waits, started, on the slot's lock; a slot's worker
     takes 1 + `prefetch` runs at once): more keeps a slot busy with jobs of a few seconds;
     default 1. `listen`: serve other nodes too (module docstring)."""
@@ -204,6 +208,8 @@ def up(
         raise ValueError(f"slots={slots} is not valid: use 1 or more")
     if prefetch is None:
         prefetch = 1
+    if warm is None:
+        warm = listen is None
     if prefetch < 0:
         raise ValueError(f"prefetch={prefetch} is not valid: use 0 or more")
     host = _listen_address(listen) if listen else "127.0.0.1"
@@ -605,8 +611,11 @@ def down(home: Path) -> list[str]:
     """Stop every server `up` started for `home`, by PID; returns what was stopped."""
     run = _Launcher(home.resolve())
     stopped = []
-    # Workers first (they talk to Prefect), PostgreSQL last.
-    order = sorted(run.pids(), key=lambda n: (not n.startswith("worker"), n == "postgres"))
+    # Workers first (they talk to Prefect), then the warm process (a SIGTERM to its group ends
+    # the runs forked from it while the servers can still hear of it), PostgreSQL last.
+    order = sorted(
+        run.pids(), key=lambda n: (not n.startswith("worker"), n != "warm", n == "postgres")
+    )
     for name in order:
         if name == "postgres":  # a daemon of its own: pg_ctl stops it cleanly
             _stop_postgres(run)

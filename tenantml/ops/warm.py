@@ -6,12 +6,15 @@ job's first step: about 13 s per `train` run on a loaded 2-core machine, longer 
 Here the imports are paid once:
 
 * ``python -m tenantml.ops.warm serve --socket S`` (started by ``tenantml up``, one per node)
-  imports the engine and the flows, then waits on the Unix socket `S`. For each request it
+  imports the engine, the flows and what they import (`PRELOAD`), then waits on the Unix socket
+  `S`. For each request it
   forks; the child takes the requester's standard streams, environment and working directory and
   runs ``prefect.engine`` as ``python -m prefect.engine`` would (`runpy`), with everything
   already imported. The parent starts no thread and touches no GPU, so forking it is safe.
 * ``python -m tenantml.ops.warm run`` is the command the ``gpu`` pool's worker starts for a
-  flow run (``command`` in ``infra/prefect.yaml``). It imports only the standard library, hands
+  `train` run (the job variable ``command``, which the scheduler sets from ``flow_run_command``
+  in ``servers.json``: `tasks._dispatch`). It starts a session of its own (as Prefect does for
+  the runs it starts with its own command), imports only the standard library, hands
   its streams and environment (``PREFECT__FLOW_RUN_ID``, ``CUDA_VISIBLE_DEVICES``, ...) to the
   warm process named by ``TENANTML_WARM_SOCKET``, passes SIGTERM/SIGINT on to the child, and
   exits with the child's exit status. Where no warm process answers (a Kubernetes pod, a node
@@ -25,6 +28,7 @@ dies with the process the worker started, as Prefect's heartbeats and cancellati
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -37,7 +41,20 @@ __all__ = ["SOCKET_ENV", "run", "serve"]
 
 SOCKET_ENV = "TENANTML_WARM_SOCKET"
 ENGINE = "prefect.engine"  # what a process worker runs for a flow run: python -m prefect.engine
-PRELOAD = ("prefect.flow_engine", "flows.train", "flows.seer")  # what the flow runs execute
+# What the flow runs execute and import: Prefect's engine, the flows, and what `train` imports
+# when it runs (the store, MLflow's client, the trainers with scikit-learn and PyTorch; about 5 s
+# of CPU a run on the 2-core machine). None of it starts a thread or touches a GPU
+# (`tests/unit/test_warm.py`), so forking after it is safe.
+PRELOAD = (
+    "prefect.flow_engine",
+    "flows.train",
+    "flows.seer",
+    "mlflow_plugin.tracking",
+    "tasks._service",
+    "trainers.sklearn_trainer",
+    "trainers.torch_trainer",
+)
+HANDSHAKE_TIMEOUT_S = 30.0  # a warm process that does not fork within this: the run starts cold
 _HEADER = struct.Struct("!I")  # a message: its length, then that many bytes of JSON
 _STREAMS = 3  # stdin, stdout, stderr
 
@@ -81,8 +98,14 @@ def run(argv: list[str]) -> NoReturn:
     """Run the flow run of this process's environment in the warm process; exit with its
     status. Without one, become ``python -m prefect.engine`` (`argv` is passed to it)."""
     cold = [sys.executable, "-m", ENGINE, *argv]
+    # A session of its own, as Prefect gives the runs it starts itself: a run with a command
+    # (this one) is started in its worker's process group, and a SIGTERM to that group (the
+    # worker stopped or restarted: `tenantml down`, `restart`) would otherwise end its job.
+    with contextlib.suppress(OSError):  # already a session leader
+        os.setsid()
     path = os.environ.get(SOCKET_ENV)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.settimeout(HANDSHAKE_TIMEOUT_S)
     try:
         if not path:
             raise FileNotFoundError(f"{SOCKET_ENV} is not set")
@@ -90,7 +113,8 @@ def run(argv: list[str]) -> NoReturn:
         request = {"env": dict(os.environ), "cwd": os.getcwd(), "argv": argv}
         _send(conn, request, list(range(_STREAMS)))
         child = int(_recv(conn)[0]["pid"])
-    except (OSError, EOFError) as e:
+        conn.settimeout(None)  # the run takes as long as it takes
+    except (OSError, EOFError) as e:  # (a timeout too: the child, if any, dies with `conn`)
         conn.close()
         print(f"tenantml warm: no warm process ({e}); starting cold", file=sys.stderr, flush=True)
         os.execv(sys.executable, cold)
@@ -135,7 +159,13 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD, module: str = ENGINE) -
     print(f"tenantml warm: ready on {path} (pid {os.getpid()})", file=sys.stderr, flush=True)
     while True:
         conn, _ = server.accept()
-        if os.fork() == 0:
+        try:
+            pid = os.fork()
+        except OSError as e:  # out of memory or processes: this run starts cold, later ones warm
+            print(f"tenantml warm: could not fork ({e})", file=sys.stderr, flush=True)
+            conn.close()
+            continue
+        if pid == 0:
             server.close()
             _child(conn, module)
         conn.close()
@@ -173,10 +203,13 @@ def _child(conn: socket.socket, module: str) -> NoReturn:
             status = 0
         except SystemExit as e:
             status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        atexit._run_exitfuncs()  # what a process's exit would run (Prefect drains its logs)
-    except BaseException:
+    except BaseException:  # (Prefect's engine re-raises the signal that ended a run)
         traceback.print_exc()
     finally:
+        try:  # what a process's exit would run, however it ends (Prefect drains its logs)
+            atexit._run_exitfuncs()
+        except BaseException:
+            traceback.print_exc()
         sys.stdout.flush()
         sys.stderr.flush()
         try:

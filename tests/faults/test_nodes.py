@@ -87,6 +87,10 @@ def test_a_second_node_trains_through_s3_and_mlflow_only(
     home, node = cluster
     cfg = json.loads((home / "servers.json").read_text())
     assert cfg["listen"] == node.link.address and cfg["prefetch_per_slot"] == 1
+    # serving other nodes, `up` starts runs cold: their command would name this machine's
+    # interpreter, and node B has no warm process
+    assert cfg["flow_run_command"] is None, cfg
+    assert "warm" not in json.loads((home / "servers" / "pids.json").read_text())
     # Node B: its own name, nothing of node A's home, the servers over the link only.
     health = cfg["tracking_uri"] + "/health"
     probe = node.run(

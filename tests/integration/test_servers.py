@@ -106,6 +106,9 @@ def tenants(home: Path) -> None:
 def test_three_tenants_best_models_and_infer(home: Path, tmp_path: Path) -> None:
     cfg = json.loads((home / "servers.json").read_text())
     assert cfg["tracking_uri"].startswith("http://127.0.0.1:") and cfg["store"].startswith("s3://")
+    # one machine: train runs fork from the warm process (`up`'s default), started with the rest
+    assert cfg["flow_run_command"].endswith(" -m tenantml.ops.warm run"), cfg
+    assert "warm" in json.loads((home / "servers" / "pids.json").read_text())
     _py(home, (
         "from tenantml.client import Client\nfrom tenantml import datasets\nc = Client()\n"
         "for n in ('wine', 'breast_cancer'):\n"

@@ -98,6 +98,35 @@ def test_a_killed_client_takes_its_child_along(warm: Path, tmp_path: Path) -> No
     _gone(child)
 
 
+def test_the_client_has_a_session_of_its_own(warm: Path, tmp_path: Path) -> None:
+    """A worker starts a run with a command in its own process group; a SIGTERM to that group
+    (the worker stopped or restarted) reached the client, which passed it on, and the job ended.
+    Prefect starts its own runs in a session of their own; so does the client."""
+    client, _ = _sleeping(warm, tmp_path)
+    try:
+        assert os.getsid(client.pid) == client.pid and os.getpgid(client.pid) == client.pid
+    finally:
+        client.kill()
+        client.wait(timeout=30)
+
+
+def test_what_the_warm_process_imports_starts_no_thread_and_no_gpu() -> None:
+    """Forking is safe only if the imports start no thread (a lock a thread held stays locked
+    in the child) and leave CUDA uninitialised; and they include PyTorch, the dearest."""
+    code = (
+        "import importlib, sys, threading\n"
+        "from tenantml.ops.warm import ENGINE, PRELOAD\n"
+        "for name in (ENGINE, *PRELOAD):\n"
+        "    importlib.import_module(name)\n"
+        "loaded = 'torch' in sys.modules and 'sklearn' in sys.modules\n"
+        "import torch\n"
+        "print([t.name for t in threading.enumerate()], torch.cuda.is_initialized(), loaded)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300, check=True)  # fmt: skip
+    assert out.stdout.strip().splitlines()[-1] == "['MainThread'] False True", out.stdout
+
+
 def test_without_a_warm_process_the_client_runs_the_engine_itself(tmp_path: Path) -> None:
     client = _client(tmp_path / "nothing.sock", tmp_path)
     _, err = client.communicate("", timeout=120)
