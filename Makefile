@@ -32,7 +32,11 @@ types: $(STAMP)
 # TEST_WORKERS pytest processes (pytest-xdist), one test file each at a time: the files' server
 # fixtures are module-scoped, and the integration tests spend most of their time waiting.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadfile
+# One BLAS and OpenMP thread per process (inherited by the servers, workers and jobs the tests
+# start): the test workers already fill the cores, and OpenBLAS's spinning threads on top of
+# them slowed small factorisations 5-7x (docs/tests.md). A user's own runs keep the defaults.
+ONE_THREAD := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+PYTEST := $(ONE_THREAD) $(BIN)/pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadfile
 
 unit: $(STAMP)
 	$(PYTEST) -m "not full" tests
