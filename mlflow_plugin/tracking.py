@@ -68,6 +68,7 @@ GPU = "tenantml.gpu"  # its CUDA_VISIBLE_DEVICES there, where set: with NODE, th
 PROCESS = "tenantml.process"
 SEER_TRIAL = "tenantml.seer_trial"  # ``<job id>/<trial>`` of a SEER trial's nested run
 JOB_KIND, TRIAL_KIND = "job", "seer-trial"  # values of KIND on runs
+STARTING_KIND = "job-starting"  # KIND of a job's new run until its params are logged
 # MLflow 3's UI picks the training view (not the GenAI one) by this experiment tag.
 EXPERIMENT_KIND, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_development"
 # A runs-table view saved in the experiment, as the UI's "share view" saves one: the tag
@@ -455,10 +456,17 @@ def start_job_run(
         if tags:
             client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         return run_id
-    all_tags = {KIND: JOB_KIND, JOB_ID: job_id, TENANT: tenant, **tags}
+    # The run becomes the job's (`KIND`) in the request that logs its params, after them: a
+    # process killed between creating the run and logging its params (the bounded chaos run,
+    # 2026-11-29) left a RUNNING job run without its model, which the scheduler resumed as
+    # model '' and which then failed for good. A run cut off before that request is no job's
+    # (`STARTING_KIND`, left RUNNING): the job's flow run, crashed, is sent again and makes a
+    # new one.
+    all_tags = {KIND: STARTING_KIND, JOB_ID: job_id, TENANT: tenant, **tags}
     run = client.create_run(experiment_id, tags=all_tags, run_name=job_id)
     if params:
         client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()])
+    client.set_tag(run.info.run_id, KIND, JOB_KIND)
     return str(run.info.run_id)
 
 

@@ -167,6 +167,39 @@ def test_one_job_run_per_job_its_tags_set_once(tracking: MlflowClient, wine: Exa
         ("knn-s1", "FINISHED"), ("bad-s1", "FAILED")}  # fmt: skip
 
 
+def test_a_job_run_cut_off_before_its_params_is_no_jobs(
+    tracking: MlflowClient, wine: ExampleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process killed between creating a job's run and logging its params left a RUNNING job
+    run without its model, which the scheduler resumed as model '' and which then failed for
+    good (the bounded chaos run, 2026-11-29). Such a run is no job's; the next attempt makes
+    the job's run."""
+    from mlflow_plugin.tracking import JobRecord, start_job_run
+
+    exp = ensure_tenant_experiment(tracking, "wine", str(wine.schema("wine")), ["knn"])
+
+    class Killed(BaseException):
+        pass
+
+    def killed(*args: object, **kwargs: object) -> None:
+        raise Killed  # the process dies here
+
+    with monkeypatch.context() as m:
+        m.setattr(tracking, "log_batch", killed)
+        with pytest.raises(Killed):
+            start_job_run(tracking, exp, tenant="wine", job_id="cut-s1",
+                          params={"model": "knn", "snapshot": 1}, tags={})  # fmt: skip
+
+    def records() -> list[JobRecord]:
+        return [r for r in job_records(tracking, [exp]) if r.job_id == "cut-s1"]
+
+    assert records() == []
+    run_id = start_job_run(tracking, exp, tenant="wine", job_id="cut-s1",
+                           params={"model": "knn", "snapshot": 1}, tags={})  # fmt: skip
+    (rec,) = records()
+    assert (rec.run_id, rec.candidate, rec.snapshot, rec.status) == (run_id, "knn", 1, "RUNNING")
+
+
 def test_a_model_that_cannot_be_served_is_not_logged(
     tracking: MlflowClient, wine: ExampleStore
 ) -> None:
