@@ -27,6 +27,7 @@ and removes ``servers.json``.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -621,11 +622,27 @@ def down(home: Path) -> list[str]:
             _stop_postgres(run)
             stopped.append(name)
         elif stop_pid(run.pids()[name]):
+            if name == "warm":  # its forked runs, in its group, end on that SIGTERM too
+                _wait_for_group(run.pids()[name])
             stopped.append(name)
     run.pids().clear()
     run._save_pids()
     (home / "servers.json").unlink(missing_ok=True)
     return stopped
+
+
+def _wait_for_group(pgid: int, timeout: float = 10.0) -> None:
+    """Wait until process group `pgid` is empty (its leader may be gone before its members);
+    SIGKILL what is left after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 def stop(home: Path, name: str) -> bool:

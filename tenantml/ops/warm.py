@@ -10,7 +10,8 @@ Here the imports are paid once:
   `S`. For each request it
   forks; the child takes the requester's standard streams, environment and working directory and
   runs ``prefect.engine`` as ``python -m prefect.engine`` would (`runpy`), with everything
-  already imported. The parent starts no thread and touches no GPU, so forking it is safe.
+  already imported. The parent starts no Python thread and does not initialise CUDA, so forking
+  it is safe.
 * ``python -m tenantml.ops.warm run`` is the command the ``gpu`` pool's worker starts for a
   `train` run (the job variable ``command``, which the scheduler sets from ``flow_run_command``
   in ``servers.json``: `tasks._dispatch`). It starts a session of its own (as Prefect does for
@@ -42,9 +43,10 @@ __all__ = ["SOCKET_ENV", "run", "serve"]
 SOCKET_ENV = "TENANTML_WARM_SOCKET"
 ENGINE = "prefect.engine"  # what a process worker runs for a flow run: python -m prefect.engine
 # What the flow runs execute and import: Prefect's engine, the flows, and what `train` imports
-# when it runs (the store, MLflow's client, the trainers with scikit-learn and PyTorch; about 5 s
-# of CPU a run on the 2-core machine). None of it starts a thread or touches a GPU
-# (`tests/unit/test_warm.py`), so forking after it is safe.
+# when it runs (the store, MLflow's client, the trainers with scikit-learn and PyTorch: 4.7 s
+# on the loaded 2-core machine, once the engine and flows were in). None of it starts a Python
+# thread or initialises CUDA (`tests/unit/test_warm.py`); OpenBLAS's own threads, which it may
+# start when loaded, it re-creates in a forked child (its fork handler).
 PRELOAD = (
     "prefect.flow_engine",
     "flows.train",
@@ -99,8 +101,8 @@ def run(argv: list[str]) -> NoReturn:
     status. Without one, become ``python -m prefect.engine`` (`argv` is passed to it)."""
     cold = [sys.executable, "-m", ENGINE, *argv]
     # A session of its own, as Prefect gives the runs it starts itself: a run with a command
-    # (this one) is started in its worker's process group, and a SIGTERM to that group (the
-    # worker stopped or restarted: `tenantml down`, `restart`) would otherwise end its job.
+    # (this one) is started in its worker's process group, and a SIGTERM to that group (a dead
+    # worker's, when `restart` stops what is left of it: chaos's kill-worker) ended its job.
     with contextlib.suppress(OSError):  # already a session leader
         os.setsid()
     path = os.environ.get(SOCKET_ENV)
@@ -113,8 +115,9 @@ def run(argv: list[str]) -> NoReturn:
         request = {"env": dict(os.environ), "cwd": os.getcwd(), "argv": argv}
         _send(conn, request, list(range(_STREAMS)))
         child = int(_recv(conn)[0]["pid"])
+        _send(conn, {"go": True})  # the child runs the flow run only once told: see `_child`
         conn.settimeout(None)  # the run takes as long as it takes
-    except (OSError, EOFError) as e:  # (a timeout too: the child, if any, dies with `conn`)
+    except (OSError, EOFError) as e:  # (a timeout too: a child forked late never hears "go")
         conn.close()
         print(f"tenantml warm: no warm process ({e}); starting cold", file=sys.stderr, flush=True)
         os.execv(sys.executable, cold)
@@ -194,19 +197,29 @@ def _child(conn: socket.socket, module: str) -> NoReturn:
 
             refresh_global_settings_context()
         _send(conn, {"pid": os.getpid()})
-        threading.Thread(target=_die_with, args=(conn,), daemon=True, name="warm-watch").start()
-        sys.argv = [module, *request["argv"]]
-        # runpy warns that the module it runs as __main__ is imported already: here, on purpose.
-        warnings.filterwarnings("ignore", f"'{module}' found in sys.modules", RuntimeWarning)
+        # Run only once the client says so: a client that gave up waiting (its handshake timed
+        # out) has started the flow run cold itself, and closes the connection instead.
         try:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
-            status = 0
-        except SystemExit as e:
-            status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            go = bool(_recv(conn)[0].get("go"))
+        except (OSError, EOFError):
+            go = False
+        if go:
+            threading.Thread(target=_die_with, args=(conn,), daemon=True, name="warm-watch").start()
+            sys.argv = [module, *request["argv"]]
+            # runpy warns that the module it runs as __main__ is imported already: on purpose.
+            warnings.filterwarnings("ignore", f"'{module}' found in sys.modules", RuntimeWarning)
+            try:
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+                status = 0
+            except SystemExit as e:
+                status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException:  # (Prefect's engine re-raises the signal that ended a run)
         traceback.print_exc()
     finally:
-        try:  # what a process's exit would run, however it ends (Prefect drains its logs)
+        try:  # what an interpreter's exit runs, however the run ends: first threading's own
+            # exit callbacks (Prefect's events worker drains there) and the join of non-daemon
+            # threads, then the atexit functions (Prefect's log worker drains there)
+            getattr(threading, "_shutdown")()  # noqa: B009  (private: not in typeshed)
             atexit._run_exitfuncs()
         except BaseException:
             traceback.print_exc()

@@ -145,6 +145,8 @@ def test_three_tenants_best_models_and_infer(home: Path, tmp_path: Path) -> None
     lines = _cli(home, "infer", "wine", "--csv", str(rows)).strip().splitlines()
     assert len(lines) == 4 and all(line.split("\t")[1].startswith("class_") for line in lines)
     assert "best version" in _cli(home, "status", "digits")
+    for log in (home / "servers" / "logs").glob("worker-*.log"):  # every run forked warm
+        assert "starting cold" not in log.read_text(errors="replace"), log
 
 
 _DISPATCH = """

@@ -98,6 +98,29 @@ def test_a_killed_client_takes_its_child_along(warm: Path, tmp_path: Path) -> No
     _gone(child)
 
 
+def test_a_child_whose_client_gave_up_runs_nothing(warm: Path, tmp_path: Path) -> None:
+    """A client whose handshake timed out starts the flow run cold itself; the child it asked
+    for, forked late, must not run it as well: it runs only once told to."""
+    import socket
+
+    from tenantml.ops.warm import _recv, _send
+
+    stdin_r, stdin_w = os.pipe()
+    out_r, out_w = os.pipe()
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(str(warm))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WARM_PROBE": "late"}
+    _send(conn, {"env": env, "cwd": str(tmp_path), "argv": []}, [stdin_r, out_w, out_w])
+    child = int(_recv(conn)[0]["pid"])
+    time.sleep(1.0)  # a child that did not wait to be told would have printed by now
+    conn.close()  # as the client does when it gives up
+    for fd in (stdin_r, stdin_w, out_w):
+        os.close(fd)
+    _gone(child)
+    with os.fdopen(out_r, "rb") as out:
+        assert out.read() == b""  # warm_target never ran (it prints argv and env first)
+
+
 def test_the_client_has_a_session_of_its_own(warm: Path, tmp_path: Path) -> None:
     """A worker starts a run with a command in its own process group; a SIGTERM to that group
     (the worker stopped or restarted) reached the client, which passed it on, and the job ended.
