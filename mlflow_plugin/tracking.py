@@ -456,12 +456,12 @@ def start_job_run(
         if tags:
             client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         return run_id
-    # The run becomes the job's (`KIND`) in the request that logs its params, after them: a
-    # process killed between creating the run and logging its params (the bounded chaos run,
-    # 2026-11-29) left a RUNNING job run without its model, which the scheduler resumed as
-    # model '' and which then failed for good. A run cut off before that request is no job's
-    # (`STARTING_KIND`, left RUNNING): the job's flow run, crashed, is sent again and makes a
-    # new one.
+    # The run becomes the job's (`KIND`) only once its params are logged, in a request of its
+    # own after them: a process killed between creating the run and logging its params (the
+    # bounded chaos run, 2026-11-29) left a RUNNING job run without its model, which the
+    # scheduler resumed as model '' and which then failed for good. A run cut off before that
+    # request is no job's (`STARTING_KIND`, left RUNNING): the job's flow run, crashed, is sent
+    # again and makes a new one.
     all_tags = {KIND: STARTING_KIND, JOB_ID: job_id, TENANT: tenant, **tags}
     run = client.create_run(experiment_id, tags=all_tags, run_name=job_id)
     if params:

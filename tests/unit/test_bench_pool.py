@@ -1,5 +1,5 @@
 """The benchmarks' worker processes run one BLAS thread each (`tenantml.bench._pool`): two
-processes on two cores with OpenBLAS's default thread per core made the oboe replay 3.4x slower."""
+processes on two cores with OpenBLAS's default thread per core made the oboe replay 4.4x slower."""
 
 from __future__ import annotations
 
