@@ -34,7 +34,8 @@ types: $(STAMP)
 TEST_WORKERS ?= 2
 # One BLAS and OpenMP thread per process (inherited by the servers, workers and jobs the tests
 # start): the test workers already fill the cores, and OpenBLAS's spinning threads on top of
-# them slowed small factorisations 5-7x (docs/tests.md). A user's own runs keep the defaults.
+# them slowed the benchmarks' worker processes 4.4x (`tenantml.bench._pool`; for the suite the
+# gain was small: docs/tests.md). A user's own runs keep the defaults.
 ONE_THREAD := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 PYTEST := $(ONE_THREAD) $(BIN)/pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadfile
 
