@@ -118,7 +118,8 @@ class ChaosReport:
     nodes: int = 1
     # host name -> finished jobs whose last attempt ran there
     jobs_by_node: dict[str, int] = field(default_factory=dict)
-    lost: list[str] = field(default_factory=list)  # jobs not FINISHED after the drain
+    # jobs not FINISHED after the drain: ``tenant/job_id STATUS (how its flow runs ended)``
+    lost: list[str] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)  # jobs with more than one run
     best_wrong: list[str] = field(default_factory=list)  # tenants whose `best` is not the max
     version_problems: list[str] = field(default_factory=list)  # duplicated or orphaned versions
@@ -225,13 +226,34 @@ class _Service:
 
         return Client(self.home, check_servers=False)
 
+    def _prefect(self, path: str, body: dict[str, Any]) -> Any:
+        """POST `body` to the Prefect API's `path` (read from ``servers.json``)."""
+        api = json.loads((self.home / "servers.json").read_text())["prefect_api_url"]
+        return servers.post_json(f"{api}{path}", body)
+
+    def why_lost(self, tenant: str, job_id: str) -> str:
+        """How the flow runs named for job ``tenant/job_id`` (`tasks._dispatch`: a run is named
+        for its first job) ended, oldest first, and the last error their logs hold: what a
+        lost job's line in the report says, so that a failure in CI can be read from it."""
+        runs = self._prefect(
+            "/flow_runs/filter",
+            {"flow_runs": {"name": {"any_": [f"{tenant}-{job_id}"]}},
+             "sort": "EXPECTED_START_TIME_ASC"},
+        )  # fmt: skip
+        if not runs:
+            return "no flow run of that name (a chained job)"
+        states = [f"{r['state']['type']}: {(r['state'].get('message') or '')[:120]}" for r in runs]
+        errors = self._prefect(
+            "/logs/filter",
+            {"logs": {"flow_run_id": {"any_": [r["id"] for r in runs]}, "level": {"ge_": 40}},
+             "sort": "TIMESTAMP_DESC", "limit": 1},
+        )  # fmt: skip
+        last = f"; last error: {errors[0]['message'][-600:]}" if errors else ""
+        return f"flow runs: {' | '.join(states)}{last}"
+
     def zombies(self) -> dict[str, int]:
         """Flow runs CRASHED by the heartbeat rule, per flow name (from the Prefect API)."""
-        api = json.loads((self.home / "servers.json").read_text())["prefect_api_url"]
-
-        def post(path: str, body: dict[str, Any]) -> Any:
-            return servers.post_json(f"{api}{path}", body)
-
+        post = self._prefect
         flows = {f["id"]: f["name"] for f in post("/flows/filter", {})}
         crashed: dict[str, int] = {}
         offset = 0
@@ -519,7 +541,11 @@ def _check(svc: _Service, rep: ChaosReport) -> None:
     for r in recs:
         seen[(r.tenant, r.job_id)] = seen.get((r.tenant, r.job_id), 0) + 1
     rep.duplicates = [f"{t}/{j} x{n}" for (t, j), n in seen.items() if n > 1]
-    rep.lost = [f"{r.tenant}/{r.job_id} {r.status}" for r in recs if r.status != "FINISHED"]
+    rep.lost = [
+        f"{r.tenant}/{r.job_id} {r.status} ({svc.why_lost(r.tenant, r.job_id)})"
+        for r in recs
+        if r.status != "FINISHED"
+    ]
     by_run = {r.run_id: r for r in recs}
     for tenant in {r.tenant for r in recs}:
         ok = [r for r in recs if r.tenant == tenant and r.status == "FINISHED"]

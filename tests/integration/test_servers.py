@@ -145,6 +145,12 @@ def test_three_tenants_best_models_and_infer(home: Path, tmp_path: Path) -> None
     lines = _cli(home, "infer", "wine", "--csv", str(rows)).strip().splitlines()
     assert len(lines) == 4 and all(line.split("\t")[1].startswith("class_") for line in lines)
     assert "best version" in _cli(home, "status", "digits")
+    # what `tenantml chaos` would say of a lost job: how its flow runs ended
+    from tenantml.ops.chaos import _Service
+
+    why = _Service(home, print).why_lost(recs[0]["tenant"], str(recs[0]["job_id"]))
+    assert why.startswith("flow runs: COMPLETED: ") and "last error" not in why, why
+    assert "no flow run" in _Service(home, print).why_lost("wine", "no-such-job")
     for log in (home / "servers" / "logs").glob("worker-*.log"):  # every run forked warm
         assert "starting cold" not in log.read_text(errors="replace"), log
 
