@@ -51,7 +51,9 @@ def train(spec: dict[str, Any]) -> list[dict[str, Any]]:
     from store import ExampleStore
     from tasks import BY_HAND, JobSpec, SlotHold, drop_checkpoints, record, train_task
     from tasks.outage import patient, serve_patiently
+    from tasks.streams import outlive_lost_output
 
+    outlive_lost_output()  # a killed worker's dead pipes must not fail the job
     settings = Settings.load().apply()
     serve_patiently()  # a slow answer (a big upload) is waited for, not failed
     head = JobSpec(**spec)

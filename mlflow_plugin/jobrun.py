@@ -32,6 +32,7 @@ thread's active run (MLflow logs a model into the active run) and logging the mo
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import socket
@@ -232,7 +233,13 @@ class JobRun:
         try:
             if self._active:
                 self._active = False
-                mlflow.end_run(status)
+                # This ends the thread's active run; the status is `end_job_run`'s, below, with
+                # the job's (patient) client. The fluent call reads the run back and prints its
+                # URL before it sets the status, and that failed jobs which had trained to the
+                # end: an MLflow outage (runs/get refused), a killed worker's pipe
+                # (BrokenPipeError). The run is off the active stack by then, whatever failed.
+                with contextlib.suppress(Exception):
+                    mlflow.end_run(status)
         finally:
             end_job_run(self.client, self.run_id, ok)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from pathlib import Path
 
@@ -263,3 +264,40 @@ def test_tenant_experiment_opens_as_model_training_with_accuracy_and_cost_first(
     page = runs_page("http://127.0.0.1:5000/", old)
     assert page.startswith(f"http://127.0.0.1:5000/#/experiments/{old}/runs?")
     assert f"viewStateShareKey={RUNS_VIEW_KEY}" in page and "workflowType=machine_learning" in page
+
+
+# A job whose MLflow server stops answering MLflow's own (fluent) client after the job started:
+# the fluent client is pointed at a port nothing listens on, the job's client stays on the store.
+_ENDS_IN_AN_OUTAGE = """
+import socket, sys
+import mlflow
+from mlflow.tracking import MlflowClient
+from mlflow_plugin import JobRun
+client = MlflowClient(sys.argv[1])
+exp = client.create_experiment("wine")
+run = JobRun.start(client, exp, tenant="wine", job_id="knn-s1", candidate="knn", snapshot=1,
+                   policy="rate", tick=1)
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+mlflow.set_tracking_uri(f"http://127.0.0.1:{port}")  # refused from now on
+run.end(ok=True)
+print("status", client.get_run(run.run_id).info.status)
+"""
+
+
+def test_a_job_that_trained_to_the_end_is_finished_when_the_fluent_end_fails(
+    tmp_path: Path,
+) -> None:
+    """`JobRun.end`: MLflow's fluent ``end_run`` reads the run back to print its URL before it
+    sets the status; refused (an MLflow outage), it failed a job that had trained to the end.
+    The status is the job's client's to set."""
+    import subprocess
+    import sys
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
+    res = subprocess.run([sys.executable, "-c", _ENDS_IN_AN_OUTAGE, uri], env=env,
+                         cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True,
+                         timeout=180)  # fmt: skip
+    assert res.returncode == 0 and "status FINISHED" in res.stdout, res.stderr[-2000:]
