@@ -18,7 +18,8 @@ from tests.servers import PrefectServer, prefect_server
 
 pytest.importorskip("prefect_kubernetes", reason="the k8s extra: pip install 'tenantml[k8s]'")
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+# A deployment path, not one a newcomer's `make test` runs through (44 s): `make test-full`.
+pytestmark = [pytest.mark.integration, pytest.mark.full, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "infra" / "k8s" / "gpu-work-pool.json"

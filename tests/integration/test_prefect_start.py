@@ -84,6 +84,9 @@ def _start(cache: Path, *homes: Path) -> dict[str, Any]:
     return result
 
 
+# Its first start migrates a database from nothing in an empty cache, on purpose: most of its
+# 69 s. A start-up path, not a main one: `make test-full`.
+@pytest.mark.full
 def test_the_second_new_home_starts_from_the_first_ones_migrated_database(
     tmp_path: Path,
 ) -> None:

@@ -186,6 +186,7 @@ def test_scheduler_hands_out_seer_jobs_from_cost_estimates() -> None:
     assert np.isclose(opts.as_dict()["t_min"], 1.0)
 
 
+@pytest.mark.full  # a recovery path (28 s): `make test-full`, with the other kills and restarts
 def test_a_stage_that_ends_below_the_trials_best_keeps_the_best_state(home: Path) -> None:
     """Each trial checkpoint records the trial's best stage end. A stage that resumed the best
     state and ends below it copies that state to ``<checkpoint>-best`` before writing its own,
