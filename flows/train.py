@@ -53,7 +53,8 @@ def train(spec: dict[str, Any]) -> list[dict[str, Any]]:
     from tasks.outage import patient, serve_patiently
     from tasks.streams import outlive_lost_output
 
-    outlive_lost_output()  # a killed worker's dead pipes must not fail the job
+    outlive_lost_output()  # a killed worker's dead pipes must not fail the job (a warm run's
+    # child did this before the engine started; a cold run's engine has logged a line already)
     settings = Settings.load().apply()
     serve_patiently()  # a slow answer (a big upload) is waited for, not failed
     head = JobSpec(**spec)

@@ -205,6 +205,12 @@ def _child(conn: socket.socket, module: str) -> NoReturn:
             go = False
         if go:
             threading.Thread(target=_die_with, args=(conn,), daemon=True, name="warm-watch").start()
+            from tasks.streams import outlive_lost_output
+
+            # before the engine's first log line: a worker killed meanwhile (chaos's
+            # kill-worker) leaves the streams without a reader, and Prefect's console
+            # handler turns a broken pipe into SystemExit (`tasks.streams`)
+            outlive_lost_output()
             sys.argv = [module, *request["argv"]]
             # runpy warns that the module it runs as __main__ is imported already: on purpose.
             warnings.filterwarnings("ignore", f"'{module}' found in sys.modules", RuntimeWarning)

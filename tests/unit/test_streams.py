@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -55,13 +56,53 @@ def test_without_it_the_first_write_to_the_dead_pipe_fails(tmp_path: Path) -> No
     assert code != 0 and not done
 
 
+# A log handler made before (Prefect's console handler: rich, which turns a broken pipe into
+# SystemExit), then the reader goes away; the streams are pointed at /dev/null before the
+# next line is logged, and a write straight to descriptor 1 goes there too.
+_LOGS_AFTER_THE_READER_WENT = """
+import os, stat, sys, time
+from rich.console import Console
+console = Console(file=sys.stderr)
+if sys.argv[1] == "outlive":
+    from tasks.streams import outlive_lost_output
+    outlive_lost_output()
+print("ready", flush=True)
+deadline = time.monotonic() + 10
+while time.monotonic() < deadline and stat.S_ISFIFO(os.fstat(2).st_mode):
+    time.sleep(0.05)  # until the streams are swapped (or long after the reader went)
+for i in range(5):
+    console.print("Finished in state Completed()", "x" * 100)
+os.write(1, b"straight to descriptor 1\\n")
+open(sys.argv[2], "w").write("done")
+"""
+
+
+@pytest.mark.parametrize(("mode", "survives"), [("outlive", True), ("plain", False)])
+def test_a_handler_made_before_writes_into_dev_null_once_the_reader_went(
+    mode: str, survives: bool, tmp_path: Path
+) -> None:
+    marker = tmp_path / "done"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _LOGS_AFTER_THE_READER_WENT, mode, str(marker)], cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().strip() == b"ready"
+    proc.stdout.close()  # the worker is killed: nobody reads either pipe any more
+    proc.stderr.close()
+    started = time.monotonic()
+    code = proc.wait(timeout=120)
+    assert (code == 0 and marker.exists()) is survives, (code, time.monotonic() - started)
+
+
 def test_streams_without_a_descriptor_are_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
-    from tasks.streams import outlive_lost_output
+    from tasks import streams
 
+    monkeypatch.setattr(streams, "_STD_FDS", ())  # this (pytest) process's descriptors: not ours
     out, err = io.StringIO(), io.StringIO()
     monkeypatch.setattr(sys, "stdout", out)
     monkeypatch.setattr(sys, "stderr", err)
-    outlive_lost_output()
+    streams.outlive_lost_output()
     assert sys.stdout is out and sys.stderr is err
