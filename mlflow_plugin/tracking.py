@@ -66,6 +66,10 @@ NODE = "tenantml.node"  # the host name of the machine that runs (ran) the job's
 GPU = "tenantml.gpu"  # its CUDA_VISIBLE_DEVICES there, where set: with NODE, the GPU it used
 # the process that runs the job's latest attempt: ``<pid>:<start time>@<place>`` (`process_tag`)
 PROCESS = "tenantml.process"
+# on a job that ended failed and that its scheduler will not send again (the back-end's attempts
+# are spent): how its last run ended. A FAILED job without it failed while no scheduler watched
+# it (between a scheduler's death and the next one's start), and the next one sends it again.
+GAVE_UP = "tenantml.gave_up"
 SEER_TRIAL = "tenantml.seer_trial"  # ``<job id>/<trial>`` of a SEER trial's nested run
 JOB_KIND, TRIAL_KIND = "job", "seer-trial"  # values of KIND on runs
 STARTING_KIND = "job-starting"  # KIND of a job's new run until its params are logged
@@ -287,6 +291,7 @@ class JobRecord:
     node: str | None = None  # NODE: where its latest attempt runs (ran)
     policy: str | None = None  # POLICY: the scheduler's, or `BY_HAND` for a `seer run` job
     process: str | None = None  # PROCESS: the process of its latest attempt
+    gave_up: bool = False  # GAVE_UP: a scheduler saw it fail with its attempts spent
 
     @staticmethod
     def from_run(run: Run) -> JobRecord:
@@ -309,6 +314,7 @@ class JobRecord:
             tags.get(NODE),
             tags.get(POLICY),
             tags.get(PROCESS),
+            GAVE_UP in tags,
         )
 
 

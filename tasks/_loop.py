@@ -75,7 +75,7 @@ import mlflow
 from mlflow.tracking import MlflowClient
 
 from mlflow_plugin.registry import serving_key
-from mlflow_plugin.tracking import JobRecord, ensure_scheduler_experiment, process_state
+from mlflow_plugin.tracking import GAVE_UP, JobRecord, ensure_scheduler_experiment, process_state
 from store import ExampleStore
 from tasks._dispatch import DeploymentDispatcher, Dispatcher, Done, LocalDispatcher
 from tasks._plot import TickHistory, add_tick, load_tick_history, loss_picture
@@ -469,10 +469,10 @@ def redo_promotions(svc: Service, state: ServiceState) -> None:
 
 
 def _orphan_spec(svc: Service, job: JobRecord, slot: int, last_tick: int) -> JobSpec:
-    """The spec of a job left RUNNING, rebuilt from its MLflow record and params (same job id,
-    so it resumes from its checkpoint; its epochs and time limit as first sent; a SEER job stays
-    one), placed on `slot`. A `seer run` job is trained for real, never as the sleep stand-in of
-    a dispatch benchmark (``sleep_s``)."""
+    """The spec of a job left RUNNING (or FAILED unwatched), rebuilt from its MLflow record and
+    params (same job id, so it resumes from its checkpoint; its epochs and time limit as first
+    sent; a SEER job stays one), placed on `slot`. A `seer run` job is trained for real, never
+    as the sleep stand-in of a dispatch benchmark (``sleep_s``)."""
     params = svc.client.get_run(job.run_id).data.params
     epochs = _logged_number(params, "max_epochs")
     lock = svc.lock_dir and f"{svc.lock_dir}/slot-{slot}.lock"
@@ -513,7 +513,8 @@ def resume_orphans(svc: Service) -> Progress:
     SEER job started by hand (`BY_HAND`) unless its `tenantml seer run` is known to have ended
     (`process_state`): it may be training it, and its job id is not one the planner makes, so
     nothing else sends it. A job left is pending for the policy while it may still train
-    (`still_left`), as one `record_finished_jobs` leaves is."""
+    (`still_left`), as one `record_finished_jobs` leaves is. Last, each job FAILED that no
+    scheduler gave up on (`GAVE_UP`: it failed while none watched it) is sent again."""
     state = refresh(svc.client, svc.store, svc.settings.capacity_prices, svc.options.prior)
     refreshed = time.monotonic()
     redo_promotions(svc, state)
@@ -557,6 +558,18 @@ def resume_orphans(svc: Service) -> Progress:
         spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
         if not (job.flow_run_id and _adopted(svc, spec, job.flow_run_id)):
             svc.dispatcher.submit(spec)
+        _resumed(spec)
+    # A job that failed while no scheduler watched it (its run's last attempt failed between
+    # the earlier scheduler's death and this start): that scheduler would have sent it again
+    # while it had attempts left, so this one does. One a scheduler gave up on (`GAVE_UP`), and
+    # a `seer run`'s, stay as they are. (The bounded chaos run lost jobs so.)
+    for job in state.records:
+        key = (job.tenant, job.job_id)
+        if job.status != "FAILED" or job.gave_up or job.policy == BY_HAND or key in taken:
+            continue
+        spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
+        svc.dispatcher.submit(spec)
+        print(f"sending {job.tenant}/{job.job_id} again: it failed with no scheduler to retry it")
         _resumed(spec)
     progress = Progress(state, refreshed, last_tick, Backoff(svc.patience_s), told=told,
                         left=left)  # fmt: skip
@@ -701,6 +714,8 @@ def record_finished_jobs(svc: Service, progress: Progress) -> None:
         if rec is not None:
             if not done.early:
                 record(svc.client, rec)
+            if not done.ok:  # its attempts are spent: a restarted scheduler leaves it failed
+                svc.client.set_tag(rec.run_id, GAVE_UP, done.detail[:500] or "failed")
             progress.train_s += rec.cost_s or 0.0
         progress.finished.pop(0)
         progress.jobs_done += 1

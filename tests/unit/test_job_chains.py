@@ -433,6 +433,104 @@ def test_a_restarted_scheduler_leaves_a_seer_run_job_to_its_live_process(
         assert f"leaving a/{job} to its `tenantml seer run`" in out, out
 
 
+def test_a_restarted_scheduler_sends_again_a_job_that_failed_while_none_watched_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job whose run failed between a scheduler's death and the next one's start was never
+    sent again: the dead scheduler would have (it had attempts left), and the next one took
+    only RUNNING jobs over. The bounded chaos run lost a job so (FAILED in a killed worker's
+    process). A job a scheduler gave up on (`GAVE_UP`) and a `seer run`'s stay failed."""
+    from types import SimpleNamespace
+
+    import tasks._loop as steps
+    from tasks import BY_HAND
+
+    def failed(tenant: str, cand: str, job_id: str, **tags: Any) -> Any:
+        r = _record(tenant, cand, "FAILED", 0.0)
+        return dataclasses.replace(r, run_id=job_id, job_id=job_id, **tags)
+
+    records = [
+        failed("a", "lenet", "unwatched"),
+        failed("b", "knn", "given-up", gave_up=True),
+        failed("c", "svm", "by-hand", policy=BY_HAND),
+        dataclasses.replace(_record("a", "knn"), job_id="done"),
+    ]
+    state = _state(_tenants(), records)
+    monkeypatch.setattr(steps, "refresh", lambda *args, **kwargs: state)
+    monkeypatch.setattr(steps, "redo_promotions", lambda svc, state: None)
+
+    class Dispatcher:
+        in_flight: list[JobSpec] = []
+
+        def __init__(self) -> None:
+            self.sent: list[JobSpec] = []
+
+        def left_going(self) -> list[tuple[JobSpec, str]]:
+            return []
+
+        def submit(self, spec: JobSpec) -> None:
+            self.sent.append(spec)
+
+    d = Dispatcher()
+    params = {"unwatched": {"max_epochs": "4", "time_budget_s": "30.0", "limit_unit": "s"}}
+    client = SimpleNamespace(
+        get_run=lambda run_id: SimpleNamespace(data=SimpleNamespace(params=params.get(run_id, {})))
+    )
+    svc = SimpleNamespace(client=client, store=None, patience_s=1.0, slots=1, lock_dir=None,
+                          settings=SimpleNamespace(capacity_prices=None), policy="rate",
+                          options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=None),
+                          dispatcher=d, stop=steps.StopRequest())  # fmt: skip
+    events: list[Any] = []
+    with steps.listen(events.append):
+        steps.resume_orphans(svc)  # type: ignore[arg-type]
+    assert [(s.tenant, s.job_id, s.max_epochs, s.time_budget_s) for s in d.sent] == [
+        ("a", "unwatched", 4, 30.0)]  # fmt: skip
+    assert [e.job_id for e in events] == ["unwatched"] and events[0].resumed
+    assert "sending a/unwatched again: it failed with no scheduler to retry it" in (
+        capsys.readouterr().out
+    )
+
+
+def test_a_job_whose_attempts_are_spent_is_marked_given_up(
+    tracking: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler marks a job that ended failed with its back-end's attempts spent
+    (`GAVE_UP`, real MLflow): the next scheduler leaves it failed (the test above)."""
+    from types import SimpleNamespace
+
+    import tasks._loop as steps
+    from mlflow_plugin import JobRun, job_records
+    from mlflow_plugin.tracking import GAVE_UP
+    from tasks._dispatch import Done
+
+    exp = tracking.create_experiment("given-up")
+    run = JobRun.start(tracking, exp, tenant="a", job_id="knn-s1", candidate="knn", snapshot=1,
+                       policy="rate", tick=1)  # fmt: skip
+    run.end(ok=False)
+    [rec] = job_records(tracking, [exp])
+    assert rec.status == "FAILED" and not rec.gave_up
+    state = _state(_tenants(), [rec])
+    spec = JobSpec("a", "knn", 1, "knn-s1", 1, "rate", None, 2)
+
+    class Dispatcher:
+        in_flight: list[JobSpec] = []
+
+        def poll(self) -> list[Done]:
+            return [Done(spec, False, 0.5, "FAILED: Flow run encountered an exception")]
+
+    svc = SimpleNamespace(dispatcher=Dispatcher(), client=tracking, store=None,
+                          settings=SimpleNamespace(capacity_prices=None),
+                          options=SimpleNamespace(refresh_s=10.0, prior="learnt"))  # fmt: skip
+    progress = steps.Progress(state, 0.0, 0, None)  # type: ignore[arg-type]
+    monkeypatch.setattr(steps, "refresh", lambda *args, **kwargs: state)
+    monkeypatch.setattr(steps, "publish_leaderboards", lambda *args, **kwargs: None)
+    steps.record_finished_jobs(svc, progress)  # type: ignore[arg-type]
+    [again] = job_records(tracking, [exp])
+    assert again.gave_up and progress.jobs_done == 1
+    tags = tracking.get_run(rec.run_id).data.tags
+    assert tags[GAVE_UP] == "FAILED: Flow run encountered an exception"
+
+
 def test_seer_jobs_are_not_chained() -> None:
     """A SEER job takes `seer_budget_x` times its expected cost: never a short job."""
     [run] = Planner("roundrobin", slots=1).decide(
