@@ -714,7 +714,8 @@ def record_finished_jobs(svc: Service, progress: Progress) -> None:
         if rec is not None:
             if not done.early:
                 record(svc.client, rec)
-            if not done.ok:  # its attempts are spent: a restarted scheduler leaves it failed
+            if not done.ok and rec.status == "FAILED":  # its attempts are spent: a restarted
+                # scheduler leaves it failed (one RUNNING, its process crashed, it takes over)
                 svc.client.set_tag(rec.run_id, GAVE_UP, done.detail[:500] or "failed")
             progress.train_s += rec.cost_s or 0.0
         progress.finished.pop(0)
