@@ -29,7 +29,8 @@ types: $(STAMP)
 # servers on loopback (target: 10 min on 2 cores; docs/tests.md). `make test-all` adds the tests
 # marked `full`: the fault drills (chaos, zombie runs, tenant isolation), the kills and restarts,
 # the second node, the second signal, the slow start-up and deployment paths (a database
-# migrated from nothing, the Kubernetes pool): about 40 min more. CI (.ci/run) runs both.
+# migrated from nothing, the Kubernetes pool), a SEER stage resumed below its trials' best:
+# about 40 min more. CI (.ci/run) runs both.
 # TEST_WORKERS pytest processes (pytest-xdist), one test file each at a time: the files' server
 # fixtures are module-scoped, and the integration tests spend most of their time waiting.
 TEST_WORKERS ?= 2

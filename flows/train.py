@@ -23,6 +23,7 @@ run recorded its process, and that `seer run` is refused while this one trains.
 
 from __future__ import annotations
 
+import os
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -53,8 +54,12 @@ def train(spec: dict[str, Any]) -> list[dict[str, Any]]:
     from tasks.outage import patient, serve_patiently
     from tasks.streams import outlive_lost_output
 
-    outlive_lost_output()  # a killed worker's dead pipes must not fail the job (a warm run's
-    # child did this before the engine started; a cold run's engine has logged a line already)
+    if os.environ.get("PREFECT__FLOW_RUN_ID"):  # a process a worker started for this run (not
+        # the embedded scheduler's, whose streams and settings are its user's)
+        outlive_lost_output()  # a killed worker's dead pipes must not fail the job (a warm
+        # run's child did this before the engine started; a cold one has logged lines already)
+        # MLflow prints each run's URL (and reads the run back to) when it ends it
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     settings = Settings.load().apply()
     serve_patiently()  # a slow answer (a big upload) is waited for, not failed
     head = JobSpec(**spec)

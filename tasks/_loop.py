@@ -75,7 +75,13 @@ import mlflow
 from mlflow.tracking import MlflowClient
 
 from mlflow_plugin.registry import serving_key
-from mlflow_plugin.tracking import GAVE_UP, JobRecord, ensure_scheduler_experiment, process_state
+from mlflow_plugin.tracking import (
+    GAVE_UP,
+    SCHEDULER_EXPERIMENT,
+    JobRecord,
+    ensure_scheduler_experiment,
+    process_state,
+)
 from store import ExampleStore
 from tasks._dispatch import DeploymentDispatcher, Dispatcher, Done, LocalDispatcher
 from tasks._plot import TickHistory, add_tick, load_tick_history, loss_picture
@@ -513,8 +519,9 @@ def resume_orphans(svc: Service) -> Progress:
     SEER job started by hand (`BY_HAND`) unless its `tenantml seer run` is known to have ended
     (`process_state`): it may be training it, and its job id is not one the planner makes, so
     nothing else sends it. A job left is pending for the policy while it may still train
-    (`still_left`), as one `record_finished_jobs` leaves is. Last, each job FAILED that no
-    scheduler gave up on (`GAVE_UP`: it failed while none watched it) is sent again."""
+    (`still_left`), as one `record_finished_jobs` leaves is. Last, each job FAILED since the
+    earlier scheduler started that no scheduler gave up on (`GAVE_UP`: it failed while none
+    watched it) is sent again."""
     state = refresh(svc.client, svc.store, svc.settings.capacity_prices, svc.options.prior)
     refreshed = time.monotonic()
     redo_promotions(svc, state)
@@ -561,11 +568,26 @@ def resume_orphans(svc: Service) -> Progress:
         _resumed(spec)
     # A job that failed while no scheduler watched it (its run's last attempt failed between
     # the earlier scheduler's death and this start): that scheduler would have sent it again
-    # while it had attempts left, so this one does. One a scheduler gave up on (`GAVE_UP`), and
-    # a `seer run`'s, stay as they are. (The bounded chaos run lost jobs so.)
-    for job in state.records:
-        key = (job.tenant, job.job_id)
-        if job.status != "FAILED" or job.gave_up or job.policy == BY_HAND or key in taken:
+    # while it had attempts left, so this one does. Only one that ended since the earlier
+    # scheduler started (older failures were that one's to see, or no scheduler's: a home of an
+    # older version has no `GAVE_UP` tags), not one a scheduler gave up on (`GAVE_UP`), nor a
+    # `seer run`'s, nor one whose process still runs here (between the train flow's own
+    # retries). (The bounded chaos run lost a job so.)
+    failed = [
+        job
+        for job in state.records
+        if job.status == "FAILED"
+        and not job.gave_up
+        and job.policy != BY_HAND
+        and (job.tenant, job.job_id) not in taken
+    ]
+    since = previous_scheduler_start(svc.client) if failed else None
+    for job in failed:
+        if (
+            since is None
+            or (job.end_time or 0.0) < since
+            or process_state(job.process, job.node) == "running"
+        ):
             continue
         spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
         svc.dispatcher.submit(spec)
@@ -575,6 +597,18 @@ def resume_orphans(svc: Service) -> Progress:
                         left=left)  # fmt: skip
     svc.stop.told = progress.told  # `Stopping` counts the jobs left going
     return progress
+
+
+def previous_scheduler_start(client: MlflowClient) -> float | None:
+    """When the latest scheduler recorded in ``tenantml/scheduler`` started (seconds since the
+    epoch): the one before this, whose run `scheduler_run` has not made yet; None if none."""
+    exp = client.get_experiment_by_name(SCHEDULER_EXPERIMENT)
+    if exp is None:
+        return None
+    runs = client.search_runs(
+        [exp.experiment_id], max_results=1, order_by=["attributes.start_time DESC"]
+    )
+    return runs[0].info.start_time / 1000.0 if runs else None
 
 
 def _adopted(svc: Service, spec: JobSpec, flow_run_id: str) -> bool:

@@ -15,9 +15,15 @@ their runs' Prefect logs:
 `outlive_lost_output` points such a stream's file descriptor at ``/dev/null`` as soon as its
 reader goes: a daemon thread waits (``poll``) for the error the kernel reports on a pipe whose
 reading end has closed, so whoever holds the stream (Python's ``sys.stdout``, a log handler
-made before) then writes into ``/dev/null``. A write that races the thread is caught too, for
-``sys.stdout`` and ``sys.stderr``, which it wraps. What the process prints after its reader
+made before) then writes into ``/dev/null``. A write through ``sys.stdout`` or ``sys.stderr``
+that races the thread (in the moment between the reader's death and the swap) is caught too:
+they are wrapped. One through a handler made before (Prefect's console handler holds the
+stream it was made with) is not, in that moment. What the process prints after its reader
 died is lost, as it would be anyway; its job is not.
+
+Only for a flow-run process (a warm run's child, `flows.train` in a process a worker started):
+in the embedded mode the `train` flow runs in threads of the user's own process, whose streams
+are the user's to lose.
 """
 
 from __future__ import annotations
@@ -94,21 +100,22 @@ class _Outliving:
 
 
 def outlive_lost_output() -> None:
-    """Make this process's stdout and stderr (descriptors 1 and 2, and ``sys.stdout`` and
-    ``sys.stderr`` when they write to them) survive the death of their reader (see the module
-    docstring); idempotent. Descriptors that are not pipes (a terminal, a file) are not
-    watched."""
+    """Make this process's stdout and stderr (descriptors 1 and 2 where they are pipes, and
+    ``sys.stdout`` and ``sys.stderr`` where they write to those) survive the death of their
+    reader (see the module docstring); idempotent. A terminal or a file is left alone."""
     with _started:
         fds = [fd for fd in _STD_FDS if fd not in _watching and _is_pipe(fd)]
         if fds:
             _watching.update(fds)
             threading.Thread(target=_watch, args=(fds,), daemon=True, name="outlive-output").start()
+        watched = set(_watching)
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is None or isinstance(stream, _Outliving):
             continue
         try:
-            stream.fileno()
+            fd = stream.fileno()
         except (AttributeError, OSError, ValueError):  # not backed by a descriptor (a test's)
             continue
-        setattr(sys, name, _Outliving(stream))
+        if fd in watched:
+            setattr(sys, name, _Outliving(stream))

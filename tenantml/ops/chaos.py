@@ -252,7 +252,11 @@ class _Service:
             return f"its flow runs could not be read: {e!r}"[:300]
         if not runs:
             return "no flow run of that name (a chained job)"
-        states = [f"{r['state']['type']}: {(r['state'].get('message') or '')[:120]}" for r in runs]
+        states = [
+            f"{(r.get('state') or {}).get('type')}: "
+            f"{((r.get('state') or {}).get('message') or '')[:120]}"
+            for r in runs
+        ]
         last = f"; last error: {errors[0]['message'][-600:]}" if errors else ""
         return f"flow runs: {' | '.join(states)}{last}"
 

@@ -217,7 +217,6 @@ def test_fed_data_is_trained_on_and_served(tmp_path: Path) -> None:
     assert len(res["pred"]) == 5
 
 
-@pytest.mark.full  # a resend after a crash (33 s): `make test-full`, with the kills and restarts
 def test_a_finished_torch_job_leaves_no_checkpoint(tmp_path: Path) -> None:
     """The trainer writes a checkpoint after every epoch; once the job ends FINISHED its model
     is in MLflow and the checkpoint goes (a demo home held 772 MB of them, 98% of its size). A

@@ -439,25 +439,35 @@ def test_a_restarted_scheduler_sends_again_a_job_that_failed_while_none_watched_
     """A job whose run failed between a scheduler's death and the next one's start was never
     sent again: the dead scheduler would have (it had attempts left), and the next one took
     only RUNNING jobs over. The bounded chaos run lost a job so (FAILED in a killed worker's
-    process). A job a scheduler gave up on (`GAVE_UP`) and a `seer run`'s stay failed."""
+    process). Failed and sent again: only since the earlier scheduler started (older failures
+    were its to see; a home of an older version has no `GAVE_UP` tags), not one a scheduler
+    gave up on (`GAVE_UP`), not a `seer run`'s, not one whose process still runs here (between
+    the train flow's own retries)."""
+    import subprocess
+    import sys
     from types import SimpleNamespace
 
     import tasks._loop as steps
+    from mlflow_plugin.tracking import process_tag
     from tasks import BY_HAND
 
-    def failed(tenant: str, cand: str, job_id: str, **tags: Any) -> Any:
-        r = _record(tenant, cand, "FAILED", 0.0)
-        return dataclasses.replace(r, run_id=job_id, job_id=job_id, **tags)
+    def failed(tenant: str, cand: str, job_id: str, **fields: Any) -> Any:
+        r = dataclasses.replace(_record(tenant, cand, "FAILED", 0.0), end_time=1000.0)
+        return dataclasses.replace(r, run_id=job_id, job_id=job_id, **fields)
 
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     records = [
         failed("a", "lenet", "unwatched"),
+        failed("a", "svm", "before-the-last-scheduler", end_time=900.0),
         failed("b", "knn", "given-up", gave_up=True),
         failed("c", "svm", "by-hand", policy=BY_HAND),
+        failed("c", "knn", "retrying", process=process_tag(live.pid)),
         dataclasses.replace(_record("a", "knn"), job_id="done"),
     ]
     state = _state(_tenants(), records)
     monkeypatch.setattr(steps, "refresh", lambda *args, **kwargs: state)
     monkeypatch.setattr(steps, "redo_promotions", lambda svc, state: None)
+    monkeypatch.setattr(steps, "previous_scheduler_start", lambda client: 950.0)
 
     class Dispatcher:
         in_flight: list[JobSpec] = []
@@ -481,14 +491,23 @@ def test_a_restarted_scheduler_sends_again_a_job_that_failed_while_none_watched_
                           options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=None),
                           dispatcher=d, stop=steps.StopRequest())  # fmt: skip
     events: list[Any] = []
-    with steps.listen(events.append):
-        steps.resume_orphans(svc)  # type: ignore[arg-type]
+    try:
+        with steps.listen(events.append):
+            steps.resume_orphans(svc)  # type: ignore[arg-type]
+    finally:
+        live.kill()
+        live.wait()
     assert [(s.tenant, s.job_id, s.max_epochs, s.time_budget_s) for s in d.sent] == [
         ("a", "unwatched", 4, 30.0)]  # fmt: skip
     assert [e.job_id for e in events] == ["unwatched"] and events[0].resumed
     assert "sending a/unwatched again: it failed with no scheduler to retry it" in (
         capsys.readouterr().out
     )
+    # no scheduler ever ran on this home: no failure was a scheduler's to retry
+    monkeypatch.setattr(steps, "previous_scheduler_start", lambda client: None)
+    d.sent.clear()
+    steps.resume_orphans(svc)  # type: ignore[arg-type]
+    assert d.sent == []
 
 
 def test_a_job_whose_attempts_are_spent_is_marked_given_up(
