@@ -322,6 +322,30 @@ def test_a_restarted_scheduler_adopts_a_held_chain_once(monkeypatch: pytest.Monk
     assert [e.job_id for e in events] == [j.job_id for j in run.chain()[1:]]  # resumed
 
 
+class _SendingDispatcher:
+    """What `resume_orphans` needs of a dispatcher: nothing held, and what it sends kept."""
+
+    in_flight: list[JobSpec] = []
+
+    def __init__(self) -> None:
+        self.sent: list[JobSpec] = []
+
+    def left_going(self) -> list[tuple[JobSpec, str]]:
+        return []
+
+    def submit(self, spec: JobSpec) -> None:
+        self.sent.append(spec)
+
+
+def _params_client(params: dict[str, dict[str, str]]) -> Any:
+    """A client whose runs (by id) have `params` (none for an id not in it): `_orphan_spec`."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        get_run=lambda run_id: SimpleNamespace(data=SimpleNamespace(params=params.get(run_id, {})))
+    )
+
+
 def test_a_restarted_scheduler_leaves_a_seer_run_job_to_its_live_process(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -365,19 +389,7 @@ def test_a_restarted_scheduler_leaves_a_seer_run_job_to_its_live_process(
     monkeypatch.setattr(steps, "refresh", lambda *args, **kwargs: state)
     monkeypatch.setattr(steps, "redo_promotions", lambda svc, state: None)
 
-    class Dispatcher:
-        in_flight: list[JobSpec] = []
-
-        def __init__(self) -> None:
-            self.sent: list[JobSpec] = []
-
-        def left_going(self) -> list[tuple[JobSpec, str]]:
-            return []
-
-        def submit(self, spec: JobSpec) -> None:
-            self.sent.append(spec)
-
-    d = Dispatcher()
+    d = _SendingDispatcher()
     from tasks._seer import SeerOptions
 
     # each run's params as `train_job` logs them (none: an older run's): a job sent again, or
@@ -390,9 +402,7 @@ def test_a_restarted_scheduler_leaves_a_seer_run_job_to_its_live_process(
         "seer-far": seer,
         "own-far": {"max_epochs": "2", "time_budget_s": "0.0135"},  # dollars, before the unit
     }
-    client = SimpleNamespace(
-        get_run=lambda run_id: SimpleNamespace(data=SimpleNamespace(params=params.get(run_id, {})))
-    )
+    client = _params_client(params)
     svc = SimpleNamespace(client=client, store=None, patience_s=1.0, slots=1, lock_dir=None,
                           settings=SimpleNamespace(capacity_prices=None), policy="rate",
                           options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=0.5),
@@ -469,23 +479,9 @@ def test_a_restarted_scheduler_sends_again_a_job_that_failed_while_none_watched_
     monkeypatch.setattr(steps, "redo_promotions", lambda svc, state: None)
     monkeypatch.setattr(steps, "previous_scheduler_start", lambda client: 950.0)
 
-    class Dispatcher:
-        in_flight: list[JobSpec] = []
-
-        def __init__(self) -> None:
-            self.sent: list[JobSpec] = []
-
-        def left_going(self) -> list[tuple[JobSpec, str]]:
-            return []
-
-        def submit(self, spec: JobSpec) -> None:
-            self.sent.append(spec)
-
-    d = Dispatcher()
+    d = _SendingDispatcher()
     params = {"unwatched": {"max_epochs": "4", "time_budget_s": "30.0", "limit_unit": "s"}}
-    client = SimpleNamespace(
-        get_run=lambda run_id: SimpleNamespace(data=SimpleNamespace(params=params.get(run_id, {})))
-    )
+    client = _params_client(params)
     svc = SimpleNamespace(client=client, store=None, patience_s=1.0, slots=1, lock_dir=None,
                           settings=SimpleNamespace(capacity_prices=None), policy="rate",
                           options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=None),
