@@ -592,7 +592,7 @@ def resume_orphans(svc: Service) -> Progress:
         spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
         svc.dispatcher.submit(spec)
         print(f"sending {job.tenant}/{job.job_id} again: it failed with no scheduler to retry it")
-        _resumed(spec)
+        _emit(JobDispatched(spec.tick, spec.tenant, spec.candidate, spec.job_id, resumed=True))
     progress = Progress(state, refreshed, last_tick, Backoff(svc.patience_s), told=told,
                         left=left)  # fmt: skip
     svc.stop.told = progress.told  # `Stopping` counts the jobs left going
