@@ -80,6 +80,11 @@ LOSS_LEVELS = (0.05, 0.02, 0.01)
 
 #: the replay column that is the live service's configuration (see :func:`run_repeat`)
 LIVE = "live"
+#: the live service's quality prior (learnt, refitted online) and default policy on the
+#: protocol's costs: with ``--costs given``, what ``live`` would do if it knew every cost, so
+#: that ``live`` against ``live-prior`` is the price of predicting costs and ``live-prior``
+#: against ``rate`` that of the prior
+LIVE_PRIOR = "live-prior"
 
 #: where the policies' costs come from: the table's, or :mod:`policy.costs`' predictions
 CostSource = Literal["given", "predicted"]
@@ -142,10 +147,11 @@ class Protocol:
                 raise BenchInputError(f"{option} {value!r}; valid: {valid}")
         if self.costs == "predicted" and self.cost_oblivious:
             raise BenchInputError("--costs predicted needs the cost-aware protocol")
-        if LIVE in self.policies and self.cost_oblivious:
-            raise BenchInputError(
-                f"policy {LIVE!r} (the live service) is cost-aware; drop --cost-oblivious"
-            )
+        for name in (LIVE, LIVE_PRIOR):
+            if name in self.policies and self.cost_oblivious:
+                raise BenchInputError(
+                    f"policy {name!r} (the live service's) is cost-aware; drop --cost-oblivious"
+                )
         if not self.policies:
             raise BenchInputError(
                 "--policies names none; valid: a comma list of "
@@ -206,8 +212,8 @@ def all_policy_names(table: QualityTable, gpus: int = 1) -> tuple[str, ...]:
 
 def check_policies(names: Sequence[str], table: QualityTable, gpus: int) -> tuple[str, ...]:
     valid = all_policy_names(table, gpus)
-    known = (*POLICY_NAMES, *ABLATION_NAMES, LIVE, "optuna", "oracle", "hybrid-pooled")
-    valid = (*valid, *ABLATION_NAMES)
+    known = (*POLICY_NAMES, *ABLATION_NAMES, LIVE, LIVE_PRIOR, "optuna", "oracle", "hybrid-pooled")
+    valid = (*valid, *ABLATION_NAMES, LIVE_PRIOR)  # asked for by name only
     for name in names:
         if name not in known:
             raise BenchInputError(f"unknown policy {name!r}; valid: {', '.join(valid)}")
@@ -233,7 +239,7 @@ def table_costs(table: QualityTable, seed: int) -> FloatArray:
 def _build_policy(name: str, proto: Protocol, quality: FloatArray, cost: FloatArray) -> Policy:
     if name == "oracle":
         return Oracle(quality, cost)
-    if name == LIVE:
+    if name in (LIVE, LIVE_PRIOR):
         return make_policy(DEFAULT_POLICY)
     if name == "optuna":
         from tenantml.bench.optuna_peer import OptunaPeer
@@ -301,13 +307,16 @@ def run_repeat(table: QualityTable, cost: FloatArray, proto: Protocol, r: int) -
     # service's kernel and refitted online from the test tenants' jobs (policy.costs), the
     # scheduler loop's default time limits.
     live_source = OnlinePrior(table.quality[train].T, len(test))
+    learnt_prior = live_source.fit() if {LIVE, LIVE_PRIOR} & set(proto.policies) else prior
     live_costs = None
     live_problem = problem
     if LIVE in proto.policies:
         live_costs = OnlineCostPrior(
             fit_cost_prior(cost[train], train_sizes, kernel=LIVE_COST_KERNEL), len(test), sizes
         )
-        live_problem = problem_of(live_costs.base, live_source.fit())
+        live_problem = problem_of(live_costs.base, learnt_prior)
+    # LIVE_PRIOR: the same learnt prior, refitted online, on the protocol's costs
+    prior_problem = problem_of(cost_prior, learnt_prior)
     best_possible = np.where(avail, q, -np.inf).max(axis=1)
     budget = proto.budget * float(c1[avail].sum())
     speed = sublinear_speedup(proto.gpus, proto.lambda_exp) if proto.gpus > 1 else 1.0
@@ -318,8 +327,9 @@ def run_repeat(table: QualityTable, cost: FloatArray, proto: Protocol, r: int) -
         policy = _build_policy(name, proto, q0, c1)
         pooled = name == "hybrid-pooled" or proto.gpus == 1
         live = name == LIVE
+        learnt = live or name == LIVE_PRIOR
         res = replay(
-            live_problem if live else problem,
+            live_problem if live else prior_problem if learnt else problem,
             q0,
             c1,
             policy,
@@ -329,7 +339,7 @@ def run_repeat(table: QualityTable, cost: FloatArray, proto: Protocol, r: int) -
             rng=np.random.default_rng([proto.seed, r, p_idx]),
             time_limits=name != "oracle",
             limit_factor=DEFAULT_LIMIT_FACTOR if live else proto.limit_factor,
-            online_prior=copy.deepcopy(live_source) if live else None,
+            online_prior=copy.deepcopy(live_source) if learnt else None,
             online_costs=copy.deepcopy(live_costs) if live else None,
         )
         lc = loss_curves(res.trace, best_possible, grid, problem.weights)

@@ -82,7 +82,7 @@ def _print_summary(summary: dict[str, object], elapsed: float) -> None:
         f"budget {proto['budget']:g} ({mode}{gpus})"
     )
     table = Table(title=title)
-    for col in (
+    columns: tuple[str, ...] = (
         "policy",
         "AUC avg loss",
         "AUC worst",
@@ -90,15 +90,21 @@ def _print_summary(summary: dict[str, object], elapsed: float) -> None:
         "cost to 0.02",
         "cost to 0.01",
         "final avg loss",
-        "its estimate",
+        "est. loss",
         "vs hybrid @0.02",
-    ):
-        table.add_column(col, justify="right" if col != "policy" else "left")
+    )
+    if not speedups:  # no hybrid to compare with: the column would be dashes
+        columns = columns[:-1]
+    for col in columns:
+        if col == "policy":  # names are what --policies takes, values 6 wide: never cut
+            table.add_column(col, min_width=max(map(len, policies)))
+        else:
+            table.add_column(col, justify="right", min_width=6)
     order = sorted(policies, key=lambda p: policies[p]["auc_avg_loss"])
     for name in order:
         s = policies[name]
         ct = s["cost_to_avg_loss"]
-        table.add_row(
+        row = (
             name,
             f"{s['auc_avg_loss']:.4f}",
             f"{s['auc_worst_loss']:.4f}",
@@ -109,11 +115,17 @@ def _print_summary(summary: dict[str, object], elapsed: float) -> None:
             f"{s['loss_estimate']['predicted_mean']:.4f}" if "loss_estimate" in s else "-",
             _fmt(speedups.get(name, {}).get("0.02"), pct=True),
         )
+        table.add_row(*row[: len(columns)])
     console.print(table)
     if "live" in policies:
         console.print(
             "live = the live service's configuration (default policy, predicted costs, the GP "
-            "prior refitted online, policy.prior); its estimate = the loss the service shows"
+            "prior refitted online, policy.prior); est. loss = the loss the service shows"
+        )
+    if "live-prior" in policies:
+        console.print(
+            "live-prior = the live service's learnt prior and default policy on the protocol's "
+            f"costs ({proto['costs']})"
         )
     if "hybrid_auc_over_oracle" in summary:
         console.print(f"hybrid AUC / oracle AUC = {summary['hybrid_auc_over_oracle']:.2f}")

@@ -17,7 +17,14 @@ from policy.prior import DEFAULT_MEAN, DEFAULT_VAR, MIN_COVERAGE, OnlinePrior, l
 from store.schema import Schema, Tensor
 from tasks._service import ServiceState, TenantInfo, build_problem
 from tenantml.bench.datasets import load_dataset
-from tenantml.bench.runner import LIVE, Protocol, all_policy_names, run_repeat, table_costs
+from tenantml.bench.runner import (
+    LIVE,
+    LIVE_PRIOR,
+    Protocol,
+    all_policy_names,
+    run_repeat,
+    table_costs,
+)
 from tests.scripts import load_script
 from trainers import candidates
 from trainers.zoo import PORTFOLIO_FILE, PRIOR_FILE, prior_quality
@@ -194,3 +201,29 @@ def test_replay_live_column_is_the_live_configuration() -> None:
     assert out.jobs[LIVE] > 0 and np.isfinite(out.regret[LIVE][0])
     with pytest.raises(ValueError, match="live.*cost-aware"):
         Protocol((LIVE,), test_users=4, cost_oblivious=True).validate(table)
+
+
+def test_replay_live_prior_column_is_the_learnt_prior_on_the_protocols_costs() -> None:
+    """``live-prior``: the live prior and policy, but the costs the protocol gives, so that
+    ``live`` against it prices predicting costs and it against ``rate`` prices the prior."""
+    table = load_dataset("easeml-dl")
+    cost = table_costs(table, 0)
+    assert LIVE_PRIOR not in all_policy_names(table)  # a diagnosis: asked for by name
+    names = (LIVE, LIVE_PRIOR, "rate")
+    given = run_repeat(table, cost, Protocol(names, test_users=4, repeats=1).validate(table), 0)
+    predicted = run_repeat(
+        table, cost, Protocol(names, test_users=4, repeats=1, costs="predicted"), 0
+    )
+
+    def same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+        return bool(np.array_equal(a["avg_loss"], b["avg_loss"]))
+
+    assert given.jobs[LIVE_PRIOR] > 0 and LIVE_PRIOR in given.calibration
+    # the live column predicts costs whatever the protocol says; live-prior follows it
+    assert same(given.curves[LIVE], predicted.curves[LIVE])
+    assert not same(given.curves[LIVE_PRIOR], predicted.curves[LIVE_PRIOR])
+    assert not same(given.curves[LIVE_PRIOR], given.curves[LIVE])
+    # on the same given costs, the learnt prior is not App. A's fixed one
+    assert not same(given.curves[LIVE_PRIOR], given.curves["rate"])
+    with pytest.raises(ValueError, match="live-prior.*cost-aware"):
+        Protocol((LIVE_PRIOR,), test_users=4, cost_oblivious=True).validate(table)
