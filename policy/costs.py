@@ -327,11 +327,10 @@ class CostEstimator:
     """Online per-tenant cost predictions from a :class:`CostPrior` (see module docstring).
 
     ``arms[i]`` (K_i,): the model indices of tenant ``i``; :meth:`expected` returns the (K_i,)
-    expected costs of those models. :meth:`observe` adds one finished job's measured cost (or a
-    cost extrapolated from profiling its first steps) and updates only that tenant. With an
-    empirical kernel (``prior.cov``) each tenant's log costs have a GP posterior
-    (:class:`policy.gp.TenantPosterior`, O(t K_i) per job), tenants with the same arms sharing
-    one copy of the prior's restriction to them.
+    expected costs of those models. :meth:`observe` adds one finished job's measured cost and
+    updates only that tenant. With an empirical kernel (``prior.cov``) each tenant's log costs
+    have a GP posterior (:class:`policy.gp.TenantPosterior`, O(t K_i) per job), tenants with the
+    same arms sharing one copy of the prior's restriction to them.
     """
 
     def __init__(
