@@ -13,7 +13,6 @@ for the command's duration (`tenantml.cli._logs`); ``tenantml -v COMMAND`` shows
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,8 @@ from tenantml.cli import chaos as _chaos
 from tenantml.cli import seer as _seer
 from tenantml.cli import service as _service
 from tenantml.cli import spot as _spot
+from tenantml.cli._out import fail as _fail
+from tenantml.cli._out import save_json
 
 if TYPE_CHECKING:
     from tenantml.bench.datasets import QualityTable
@@ -45,22 +46,10 @@ console = Console()
 err_console = Console(stderr=True)
 
 
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    from rich.markup import escape
-
-    # escaped: a message's own brackets are text (`pip install 'tenantml[peers]'` lost its
-    # "[peers]" as a markup tag)
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
-
-
 def _save_json(out: Path | None, name: str, data: object) -> None:
     """Write a benchmark's numbers to OUT/NAME (when --out is given) and say so."""
-    if out is None:
-        return
-    out.mkdir(parents=True, exist_ok=True)
-    (out / name).write_text(json.dumps(data, indent=2) + "\n")
-    console.print(f"wrote {out}/{name}")
+    if save_json(out, name, data) is not None:
+        console.print(f"wrote {out}/{name}")
 
 
 def _fmt(v: float | None, pct: bool = False) -> str:
@@ -307,7 +296,7 @@ def _report_bench(
 
     summary = write_outputs(out, dataset, proto, results)
     summary["elapsed_s"] = elapsed
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    save_json(out, "summary.json", summary)
     _print_summary(summary, elapsed)
     console.print(f"wrote {out}/curves.csv, summary.json, avg_loss.png, worst_loss.png")
     if mlflow:

@@ -17,6 +17,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tenantml.cli._out import fail as _fail
+from tenantml.cli._out import save_json
+
 __all__ = ["register"]
 
 console = Console(soft_wrap=True)
@@ -39,16 +42,16 @@ PMin = Annotated[int | None, typer.Option(help=f"minimum GPUs per trial {_SEER}"
 TMin = Annotated[
     float | None, typer.Option(help=f"minimum minutes per stage (about 1-2 epochs) {_SEER}")
 ]
+Deadline = Annotated[
+    str, typer.Option("--deadline", help="minutes (90), hours (6h) or a clock time (18:00)")
+]
+Budget = Annotated[str, typer.Option("--budget", help="GPU-minutes (240) or 40h")]
+PMax = Annotated[str, typer.Option(help="maximum GPUs per trial, or inf")]
 
 
 def _given(**options: Any) -> dict[str, Any]:
     """The options given on the command line (the others keep their code's default)."""
     return {k: v for k, v in options.items() if v is not None}
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    err_console.print(f"error: {message}", markup=False, highlight=False)
-    return typer.Exit(code)
 
 
 def parse_deadline(text: str, now: datetime | None = None) -> float:
@@ -101,15 +104,12 @@ def _p_max(text: str) -> float:
 
 @seer_app.command("plan")
 def plan_cmd(
-    deadline_text: Annotated[
-        str,
-        typer.Option("--deadline", help="minutes (90), hours (6h) or a clock time (18:00)"),
-    ],
-    budget_text: Annotated[str, typer.Option("--budget", help="GPU-minutes (240) or 40h")],
+    deadline_text: Deadline,
+    budget_text: Budget,
     eta: Eta = None,
     v: V = None,
     p_min: PMin = None,
-    p_max: Annotated[str, typer.Option(help="maximum GPUs per trial, or inf")] = "inf",
+    p_max: PMax = "inf",
     t_min: TMin = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
 ) -> None:
@@ -265,24 +265,19 @@ def bench_plan_cmd(
     ) as advance:
         result = time_planner(on_step=advance)
     console.print_json(json.dumps(result))
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "plan_timing.json").write_text(json.dumps(result, indent=2) + "\n")
+    save_json(out, "plan_timing.json", result)
 
 
 @seer_app.command("run")
 def run_cmd(
     tenant: Annotated[str, typer.Argument(help="tenant name")],
     model: Annotated[str, typer.Option(help="one of the tenant's torch candidates")],
-    deadline_text: Annotated[
-        str,
-        typer.Option("--deadline", help="minutes (90), hours (6h) or a clock time (18:00)"),
-    ],
-    budget_text: Annotated[str, typer.Option("--budget", help="GPU-minutes (240) or 40h")],
+    deadline_text: Deadline,
+    budget_text: Budget,
     eta: Eta = None,
     v: V = None,
     p_min: PMin = None,
-    p_max: Annotated[str, typer.Option(help="maximum GPUs per trial, or inf")] = "inf",
+    p_max: PMax = "inf",
     t_min: TMin = None,
     global_batch: Annotated[
         int | None, typer.Option(help=f"fixed global batch (all p) {_SEER}")

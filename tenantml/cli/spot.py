@@ -15,6 +15,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tenantml.cli._out import fail as _fail
+from tenantml.cli._out import save_json
+
 __all__ = ["register"]
 
 console = Console(soft_wrap=True)
@@ -25,11 +28,6 @@ spot_app = typer.Typer(
     help="Transient (spot) capacity: EarlyCurve, revocation prediction, cost simulation.",
     no_args_is_help=True,
 )
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    err_console.print(f"error: {message}", markup=False, highlight=False)
-    return typer.Exit(code)
 
 
 def _require(*checks: tuple[bool, str, object, str]) -> None:
@@ -95,9 +93,7 @@ def earlycurve_cmd(
     except (CurveFormatError, ValueError) as e:
         raise _fail(str(e)) from None
     result["curve_set"] = curves
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "earlycurve.json").write_text(json.dumps(result, indent=2) + "\n")
+    save_json(out, "earlycurve.json", result)
     if as_json:
         console.print_json(json.dumps(result))
         return
@@ -177,9 +173,7 @@ def revpred_cmd(
             epochs=epochs,
             on_step=advance,
         )
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "revpred.json").write_text(json.dumps(report, indent=2) + "\n")
+    save_json(out, "revpred.json", report)
     if as_json:
         console.print_json(json.dumps(report))
         return
@@ -360,9 +354,7 @@ def revoke_bench_cmd(
             delta=delta,
             on_step=advance,
         )
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "revoke.json").write_text(json.dumps(result, indent=2) + "\n")
+    save_json(out, "revoke.json", result)
     console.print_json(json.dumps(result))
 
 

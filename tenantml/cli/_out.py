@@ -1,0 +1,36 @@
+"""What every ``tenantml`` command shares for its output: an error line and a saved result.
+
+- `fail`: one line ``error: <message>`` on stderr, and the ``typer.Exit`` to raise with it. The
+  message is text, never Rich markup: ``pip install 'tenantml[peers]'`` keeps its brackets.
+- `save_json`: a command's numbers to ``OUT/NAME`` when ``--out`` is given.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+__all__ = ["fail", "save_json"]
+
+_err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print ``error: message`` on stderr; return the exit (``raise fail(...) from None``)."""
+    _err.print(Text.assemble(("error:", "bold red"), " ", message))
+    return typer.Exit(code)
+
+
+def save_json(out: Path | None, name: str, data: object) -> Path | None:
+    """Write `data` as indented JSON to ``out / name`` (``out`` made if need be); the path
+    written, or None without ``out``."""
+    if out is None:
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / name
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
