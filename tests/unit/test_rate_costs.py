@@ -1,5 +1,7 @@
 """The joint ``rate`` picker (policy/rate.py) and the predicted-cost model (policy/costs.py)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -18,7 +20,7 @@ from policy import (
 )
 from policy._book import TenantBook
 from policy.acquisition import expected_improvement
-from policy.costs import CostEstimator, CostPrior, fit_cost_prior, prior_costs
+from policy.costs import CostEstimator, CostPrior, fit_cost_prior, prior_costs, refit_cost_prior
 from policy.loop import SchedulerLoop
 from policy.rate import RatePolicy
 
@@ -356,3 +358,52 @@ def test_a_tenant_near_perfect_gains_at_most_its_headroom():
     near_b = expected_improvement(mu[:1], sd[:1], 0.985, upper=1.0)
     far_b = expected_improvement(mu[1:], sd[1:], 0.88, upper=1.0)
     assert near_b[0] <= 0.015 < far_b[0]
+
+
+def _growing(n, m, seed, s=0.05):
+    """log c_ik = 0.8 log(size_i) + b_k + g_k (log size_i - mean) + eps: models whose costs grow
+    with the data at their own rates (g centred), as an SVM's and a linear model's do."""
+    rng = np.random.default_rng(seed)
+    ls = rng.uniform(5, 12, n)
+    b = rng.normal(0, 1, m)
+    g = np.linspace(-0.6, 0.6, m)
+    x = ls - ls.mean()
+    log_c = 0.8 * ls[:, None] + b[None, :] + g[None, :] * x[:, None] + rng.normal(0, s, (n, m))
+    return np.exp(log_c), np.exp(ls), g
+
+
+def test_cost_prior_learns_how_fast_each_models_cost_grows_with_size():
+    c, sizes, g = _growing(200, 8, 7)
+    p = fit_cost_prior(c[:150], sizes[:150])
+    assert p.model_slope is not None
+    np.testing.assert_allclose(p.model_slope, g, atol=0.05)
+    assert p.size_slope == pytest.approx(0.8, abs=0.05)
+    assert np.all(np.asarray(p.slope_var) < 1e-3)
+    # a new tenant's costs before any job: within the noise, where one scale per tenant is not
+    new = np.log(prior_costs(p, np.ones((50, 8), bool), sizes[150:]) / c[150:])
+    flat = replace(p, model_slope=None)
+    old = np.log(prior_costs(flat, np.ones((50, 8), bool), sizes[150:]) / c[150:])
+    assert np.sqrt(np.mean(new**2)) < 0.2 < np.sqrt(np.mean(old**2))
+    # and after one job, the estimator keeps each model's growth
+    est = CostEstimator(p, [np.arange(8)] * 50, sizes[150:])
+    for i in range(50):
+        est.observe(i, 0, float(c[150 + i, 0]))
+    after = np.log(np.vstack([np.exp(est.log_median(i)) for i in range(50)]) / c[150:])
+    assert np.sqrt(np.mean(after**2)) < 0.15
+    # without sizes there is nothing to grow with: one scale per tenant, as before
+    assert fit_cost_prior(c[:150]).model_slope is None
+
+
+def test_a_refit_learns_a_models_growth_only_where_the_base_lets_it():
+    """The hand-set base (``slope_var`` 0, the live service's) keeps ``g = 0``; one that allows
+    it learns from tenants of several sizes that model 1 grows faster than model 0."""
+    c, sizes, _ = _growing(12, 2, 8)
+    c[:, 1] = c[:, 0] * (sizes / np.exp(np.log(sizes).mean())) ** 0.5  # 0.5 faster
+    base = CostPrior(np.zeros(2), 0.0, 0.8, 1.0, 0.5, mean_log_size=float(np.log(sizes).mean()))
+    assert refit_cost_prior(base, c, sizes).model_slope is None
+    open_base = replace(base, slope_var=0.25)
+    refit = refit_cost_prior(open_base, c, sizes)
+    assert refit.model_slope is not None
+    assert refit.model_slope[1] - refit.model_slope[0] == pytest.approx(0.5, abs=0.1)
+    assert np.all(np.asarray(refit.slope_var) < 0.25)
+    assert refit_cost_prior(open_base, c).model_slope is None  # no sizes: nothing to learn
