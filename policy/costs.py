@@ -96,6 +96,8 @@ LIVE_COST_KERNEL: CostKernel = "empirical"
 #: the least training tenants the empirical kernel is estimated from (the learnt quality prior's
 #: ``min_tenants``, :func:`policy.prior.learn_prior`); fewer give the additive model
 MIN_KERNEL_TENANTS = 4
+#: the least tenants of known size that ran a model for :func:`fit_cost_prior` to learn its ``g_k``
+MIN_SLOPE_TENANTS = 3
 #: prior variance of a model's extra growth with log size ``g_k`` when no tenant of known size
 #: ran it: the typical model's cost grows like the rows, an SVM's like their square (+-0.5)
 UNSEEN_SLOPE_VAR = 0.25
@@ -140,8 +142,8 @@ class CostPrior:
     slope_var: float | FloatArray = 0.0
 
     def covariance(self) -> FloatArray:
-        """(M, M) latent covariance of a new tenant's log costs about ``a0_i + b_k``: ``cov``, or
-        the additive model's ``tau^2 J + s^2 I``."""
+        """(M, M) latent covariance of a new tenant's log costs about ``a0_i + b_k + g_k x_i``:
+        ``cov``, or the additive model's ``tau^2 J + s^2 I``."""
         if self.cov is not None:
             return self.cov
         m = len(self.log_base)
@@ -222,7 +224,15 @@ def fit_cost_prior(
     with_sizes = known.sum() >= 3 and float(np.var(ls[known])) > 0
     mean_ls = float(ls[known].mean()) if with_sizes else 0.0
     x = np.where(known, ls - mean_ls, 0.0) if with_sizes else np.zeros(len(c))
-    x2_col = (x[:, None] ** 2 * obs).sum(axis=0)  # (M,) how much each g_k is told
+    # g_k is told by the tenants of known size that ran model k, through the spread of their
+    # sizes about their mean (b_k takes the level): fewer than MIN_SLOPE_TENANTS, or one size
+    # among them, and g_k stays 0 (the typical growth)
+    told = obs & known[:, None]
+    n_told = told.sum(axis=0)
+    x_bar = (x[:, None] * told).sum(axis=0) / np.maximum(n_told, 1)
+    dx = np.where(told, x[:, None] - x_bar[None, :], 0.0)  # (n, M)
+    sxx = (dx**2).sum(axis=0)
+    slope_known = with_sizes & (n_told >= MIN_SLOPE_TENANTS) & (sxx > 1e-9)
     a = np.zeros(len(c))
     b = np.zeros(c.shape[1])
     g = np.zeros(c.shape[1])
@@ -233,13 +243,16 @@ def fit_cost_prior(
         shift = float(a.mean())  # identifiability: centre a, move the level into b
         a -= shift
         b = b + shift
-        if with_sizes:  # each model's extra growth with size; centred: the typical is in a0
-            e = (y - a[:, None] - b[None, :]) * obs
-            g = np.where(x2_col > 0, (e * x[:, None]).sum(0) / np.maximum(x2_col, 1e-12), 0.0)
-            g = g - g[x2_col > 0].mean()
+        if slope_known.any():  # each model's slope of y - a on x; centred: the typical is in a0
+            sxy = (dx * (y - a[:, None])).sum(axis=0)
+            g = np.where(slope_known, sxy / np.where(slope_known, sxx, 1.0), 0.0)
+            g = np.where(slope_known, g - g[slope_known].mean(), 0.0)
     resid = (y - a[:, None] - b[None, :] - x[:, None] * g[None, :])[obs]
-    n_fit = len(a) + int((n_obs_col > 0).sum()) + (int((x2_col > 0).sum()) if with_sizes else 0)
-    dof = max(int(obs.sum()) - n_fit + 1, 1)
+    # free parameters: a, b, the known g, less the level of a and the common shift of g (which
+    # a's own size trend takes)
+    n_g = int(slope_known.sum())
+    n_fit = len(a) + int((n_obs_col > 0).sum()) - 1 + max(n_g - 1, 0)
+    dof = max(int(obs.sum()) - n_fit, 1)
     noise_var = max(float(resid @ resid) / dof, VAR_FLOOR)
     intercept, slope = 0.0, 0.0
     a_res = a
@@ -254,8 +267,10 @@ def fit_cost_prior(
     spread = float(np.var(b[n_obs_col > 0])) if (n_obs_col > 0).any() else 1.0
     base_var = np.where(n_obs_col > 0, noise_var / np.maximum(n_obs_col, 1), max(spread, 1.0))
     prior = CostPrior(log_base, intercept, slope, tenant_var, noise_var, mean_ls, None, base_var)
-    if with_sizes:  # g_k's estimation variance; a model never run on a known size: UNSEEN_SLOPE_VAR
-        slope_var = np.where(x2_col > 0, noise_var / np.maximum(x2_col, 1e-12), UNSEEN_SLOPE_VAR)
+    if slope_known.any():  # g_k's estimation variance; one the sizes do not tell: UNSEEN_SLOPE_VAR
+        slope_var = np.where(
+            slope_known, noise_var / np.where(slope_known, sxx, 1.0), UNSEEN_SLOPE_VAR
+        )
         prior = replace(prior, model_slope=g, slope_var=slope_var)
     if kernel == "additive":
         return prior
@@ -312,6 +327,7 @@ def refit_cost_prior(
     if own_sizes is not None and learn_g:
         x = _centred_log_sizes(own_sizes, base.mean_log_size)
     x2_col = (x[:, None] ** 2 * obs).sum(axis=0)
+    x1_col = (x[:, None] * obs).sum(axis=0)
     n_row, n_col = obs.sum(axis=1), obs.sum(axis=0)
     da, db, dg = np.zeros(len(obs)), np.zeros(m), np.zeros(m)
     for _ in range(sweeps):
@@ -326,14 +342,17 @@ def refit_cost_prior(
     deviation = np.where(obs, r - db[None, :] - x[:, None] * dg[None, :], da[:, None])
     c0, n0, n = base.covariance(), base.tenants, len(obs)
     cov = (n0 * c0 + n * shrunk_cov(deviation, c0)) / (n0 + n)
-    base_var = 1.0 / (1.0 / np.broadcast_to(np.asarray(base.base_var, float), (m,)) + n_col / s2)
+    prec_b = 1.0 / np.broadcast_to(np.asarray(base.base_var, float), (m,)) + n_col / s2
+    base_var = 1.0 / prec_b
     out = replace(base, log_base=b0 + db, cov=cov, base_var=base_var, tenants=n0 + n)
-    if learn_g:
+    if learn_g:  # the marginals of (db_k, dg_k)'s 2 x 2 posterior precision
         g0 = np.zeros(m) if base.model_slope is None else base.model_slope
         learnt = slope_var > 0
-        safe = np.where(learnt, slope_var, 1.0)
-        var_g = np.where(learnt, 1.0 / (1.0 / safe + x2_col / s2), 0.0)
-        out = replace(out, model_slope=g0 + dg, slope_var=var_g)
+        prec_g = np.where(learnt, 1.0 / np.where(learnt, slope_var, 1.0) + x2_col / s2, 1.0)
+        det = prec_b * prec_g - (x1_col / s2) ** 2
+        var_b = np.where(learnt, prec_g / det, base_var)
+        var_g = np.where(learnt, prec_b / det, 0.0)
+        out = replace(out, model_slope=g0 + dg, slope_var=var_g, base_var=var_b)
     return out
 
 

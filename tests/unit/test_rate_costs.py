@@ -360,11 +360,11 @@ def test_a_tenant_near_perfect_gains_at_most_its_headroom():
     assert near_b[0] <= 0.015 < far_b[0]
 
 
-def _growing(n, m, seed, s=0.05):
+def _growing(n, m, seed, s=0.05, ls=None):
     """log c_ik = 0.8 log(size_i) + b_k + g_k (log size_i - mean) + eps: models whose costs grow
     with the data at their own rates (g centred), as an SVM's and a linear model's do."""
     rng = np.random.default_rng(seed)
-    ls = rng.uniform(5, 12, n)
+    ls = rng.uniform(5, 12, n) if ls is None else ls
     b = rng.normal(0, 1, m)
     g = np.linspace(-0.6, 0.6, m)
     x = ls - ls.mean()
@@ -392,6 +392,26 @@ def test_cost_prior_learns_how_fast_each_models_cost_grows_with_size():
     assert np.sqrt(np.mean(after**2)) < 0.15
     # without sizes there is nothing to grow with: one scale per tenant, as before
     assert fit_cost_prior(c[:150]).model_slope is None
+
+
+def test_a_growth_the_sizes_cannot_tell_stays_the_typical_one_and_says_so():
+    """A model one tenant of known size ran (its b_k takes that one cost whatever g_k is), and
+    one that tenants of a single size ran: g_k = 0 with the wide UNSEEN_SLOPE_VAR, not a
+    confident number that a refit's ridge would then pin; the others' g are still learnt."""
+    from policy.costs import UNSEEN_SLOPE_VAR
+
+    ls = np.random.default_rng(9).uniform(5, 12, 60)
+    ls[:10] = 7.0  # ten tenants of one size
+    c, sizes, g = _growing(60, 6, 9, ls=ls)
+    c[1:, 0] = np.nan  # model 0: one tenant
+    c[10:, 1] = np.nan  # model 1: the ten of one size
+    p = fit_cost_prior(c, sizes)
+    assert p.model_slope is not None
+    assert p.model_slope[0] == 0.0 and p.slope_var[0] == UNSEEN_SLOPE_VAR
+    assert p.model_slope[1] == 0.0 and p.slope_var[1] == UNSEEN_SLOPE_VAR
+    told = g[2:] - g[2:].mean()  # centred over the models the sizes tell
+    np.testing.assert_allclose(p.model_slope[2:], told, atol=0.05)
+    assert np.all(np.asarray(p.slope_var)[2:] < 1e-3)
 
 
 def test_a_refit_learns_a_models_growth_only_where_the_base_lets_it():
