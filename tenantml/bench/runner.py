@@ -316,7 +316,9 @@ def run_repeat(table: QualityTable, cost: FloatArray, proto: Protocol, r: int) -
         )
         live_problem = problem_of(live_costs.base, learnt_prior)
     # LIVE_PRIOR: the same learnt prior, refitted online, on the protocol's costs
-    prior_problem = problem_of(cost_prior, learnt_prior)
+    prior_problem = (
+        problem_of(cost_prior, learnt_prior) if LIVE_PRIOR in proto.policies else problem
+    )
     best_possible = np.where(avail, q, -np.inf).max(axis=1)
     budget = proto.budget * float(c1[avail].sum())
     speed = sublinear_speedup(proto.gpus, proto.lambda_exp) if proto.gpus > 1 else 1.0
@@ -338,7 +340,7 @@ def run_repeat(table: QualityTable, cost: FloatArray, proto: Protocol, r: int) -
             speed=speed if pooled else 1.0,
             rng=np.random.default_rng([proto.seed, r, p_idx]),
             time_limits=name != "oracle",
-            limit_factor=DEFAULT_LIMIT_FACTOR if live else proto.limit_factor,
+            limit_factor=DEFAULT_LIMIT_FACTOR if learnt else proto.limit_factor,
             online_prior=copy.deepcopy(live_source) if learnt else None,
             online_costs=copy.deepcopy(live_costs) if live else None,
         )

@@ -8,7 +8,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -25,12 +27,15 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def save_json(out: Path | None, name: str, data: object) -> Path | None:
-    """Write `data` as indented JSON to ``out / name`` (``out`` made if need be); the path
-    written, or None without ``out``."""
+def save_json(
+    out: Path | None, name: str, data: object, default: Callable[[Any], Any] | None = None
+) -> Path | None:
+    """Write `data` as indented JSON to ``out / name`` (``out`` made if need be; `default`
+    as `json.dumps` takes it, for values JSON lacks); the path written, or None without
+    ``out``."""
     if out is None:
         return None
     out.mkdir(parents=True, exist_ok=True)
     path = out / name
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    path.write_text(json.dumps(data, indent=2, default=default) + "\n")
     return path

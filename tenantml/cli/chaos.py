@@ -12,6 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tenantml.cli._out import fail, save_json
+
 __all__ = ["register"]
 
 console = Console(markup=False, highlight=False, soft_wrap=True, width=130)
@@ -62,8 +64,7 @@ def chaos(
     batches = batches if batches is not None else (10 if full else 3)
     root = home or Path(tempfile.mkdtemp(prefix="tenantml-chaos-"))
     if (root / "servers.json").exists():
-        console.print(f"error: {root} has servers up already; give a fresh --home")
-        raise typer.Exit(2)
+        raise fail(f"{root} has servers up already; give a fresh --home")
     total = chaos_steps(kills=kills, outage_s=outage_s, tenants=tenants, batches=batches,
                         nodes=nodes, node_losses=node_losses)  # fmt: skip
     try:
@@ -82,12 +83,9 @@ def chaos(
                 on_step=advance,
             )
     except ValueError as e:
-        console.print(f"error: {e}")
-        raise typer.Exit(2) from None
+        raise fail(str(e)) from None
     summary = rep.to_json()
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "chaos.json").write_text(json.dumps(summary, indent=2))
+    save_json(out, "chaos.json", summary)
     if as_json:
         console.print(json.dumps(summary))
     else:

@@ -294,8 +294,7 @@ def simulate_cmd(
             "revpred": report.get("pooled"),
         }
     )
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(result, indent=2, default=float) + "\n")
+    save_json(out, "summary.json", result, default=float)
     write_plots(result, out)
     table = Table(
         "method",

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mlflow_plugin.tracking import JobRecord
-from policy import Observation, Problem, SchedulerLoop, make_policy
+from policy import ArmPrior, Observation, Problem, SchedulerLoop, make_policy
 from policy.prior import DEFAULT_MEAN, DEFAULT_VAR, MIN_COVERAGE, OnlinePrior, learn_prior
 from store.schema import Schema, Tensor
 from tasks._service import ServiceState, TenantInfo, build_problem
@@ -203,10 +203,23 @@ def test_replay_live_column_is_the_live_configuration() -> None:
         Protocol((LIVE,), test_users=4, cost_oblivious=True).validate(table)
 
 
-def test_replay_live_prior_column_is_the_learnt_prior_on_the_protocols_costs() -> None:
+def test_replay_live_prior_column_is_the_learnt_prior_on_the_protocols_costs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """``live-prior``: the live prior and policy, but the costs the protocol gives, so that
     ``live`` against it prices predicting costs and it against ``rate`` prices the prior."""
+    fits: list[int] = []
+    fit = OnlinePrior.fit
+
+    def counted(self: OnlinePrior) -> ArmPrior:
+        fits.append(self.n_tenants)
+        return fit(self)
+
+    monkeypatch.setattr(OnlinePrior, "fit", counted)
     table = load_dataset("easeml-dl")
+    alone = run_repeat(table, table_costs(table, 0), Protocol((LIVE_PRIOR,), test_users=4), 0)
+    # its prior is refitted online as the service's is: once before, then as results come
+    assert len(fits) >= 2 and alone.jobs[LIVE_PRIOR] > 10
     cost = table_costs(table, 0)
     assert LIVE_PRIOR not in all_policy_names(table)  # a diagnosis: asked for by name
     names = (LIVE, LIVE_PRIOR, "rate")
