@@ -143,7 +143,11 @@ def bench(
     lambda_exp: Annotated[float, typer.Option(help="lambda(G) = G^x for the pooled device")] = 0.8,
     seed: Annotated[int, typer.Option()] = 0,
     policies: Annotated[
-        str | None, typer.Option(help="comma list (default: all that apply)")
+        str | None,
+        typer.Option(
+            help="comma list (default: all that apply; by name only: live-prior, "
+            "rate-uncalibrated, rate-predictive)"
+        ),
     ] = None,
     out: Annotated[Path, typer.Option(help="output directory")] = Path("results/bench"),
     jobs: Annotated[int | None, typer.Option(help="worker processes (default: all cores)")] = None,

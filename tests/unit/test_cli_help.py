@@ -62,3 +62,17 @@ def test_seer_simulate_names_every_built_in_curve_set() -> None:
 
     shown = _shown(["seer", "simulate"])
     assert [n for n in BUILTIN_CURVES if f"{n}," not in shown and f"{n};" not in shown] == []
+
+
+def test_bench_help_names_every_policy_run_only_by_name() -> None:
+    """The replay's diagnostic columns are not among the defaults; `--help` is where a user
+    finds their names (written out there: the CLI does not import the policy layer to show it)."""
+    from policy.policies import ABLATION_NAMES
+    from tenantml.bench.datasets import load_dataset
+    from tenantml.bench.runner import LIVE_PRIOR, all_policy_names
+
+    by_name = {*ABLATION_NAMES, LIVE_PRIOR} - set(all_policy_names(load_dataset("easeml-dl")))
+    shown = _shown(["bench"])
+    assert by_name == {*ABLATION_NAMES, LIVE_PRIOR}
+    for name in by_name:
+        assert name in shown.split("by name only:")[1], name
