@@ -103,11 +103,17 @@ MIN_SLOPE_TENANTS = 3
 UNSEEN_SLOPE_VAR = 0.25
 
 
-def _centred_log_sizes(sizes: FloatArray, mean_log_size: float) -> FloatArray:
-    """``x_i = log(size_i) - mean_log_size`` (n,), 0 where a size is unknown (NaN or <= 0)."""
+def _log_sizes(sizes: FloatArray) -> tuple[np.ndarray, FloatArray]:
+    """(``known`` (n,) bool: a finite size > 0, ``log(size)`` (n,), 0 where unknown)."""
     s = np.asarray(sizes, dtype=float)
     known = np.isfinite(s) & (np.nan_to_num(s) > 0)
-    out: FloatArray = np.where(known, np.log(np.where(known, s, 1.0)) - mean_log_size, 0.0)
+    return known, np.log(np.where(known, s, 1.0))
+
+
+def _centred_log_sizes(sizes: FloatArray, mean_log_size: float) -> FloatArray:
+    """``x_i = log(size_i) - mean_log_size`` (n,), 0 where a size is unknown (NaN or <= 0)."""
+    known, ls = _log_sizes(sizes)
+    out: FloatArray = np.where(known, ls - mean_log_size, 0.0)
     return out
 
 
@@ -170,9 +176,8 @@ class CostPrior:
         if sizes is None:
             ls = np.full(n, self.mean_log_size)
         else:
-            s = np.asarray(sizes, dtype=float)
-            known = np.isfinite(s) & (np.nan_to_num(s) > 0)
-            ls = np.where(known, np.log(np.where(known, s, 1.0)), self.mean_log_size)
+            known, log_size = _log_sizes(sizes)
+            ls = np.where(known, log_size, self.mean_log_size)
         out: FloatArray = self.intercept + self.size_slope * ls
         return out
 
@@ -216,11 +221,9 @@ def fit_cost_prior(
     n_obs_row = obs.sum(axis=1)
     n_obs_col = obs.sum(axis=0)
     sizes_kept = None if train_sizes is None else np.asarray(train_sizes, dtype=float)[rows]
-    known = np.zeros(len(c), dtype=bool)
-    ls = np.zeros(len(c))
+    known, ls = np.zeros(len(c), dtype=bool), np.zeros(len(c))
     if sizes_kept is not None:
-        known = np.isfinite(sizes_kept) & (np.nan_to_num(sizes_kept) > 0)
-        ls = np.log(np.where(known, sizes_kept, 1.0))
+        known, ls = _log_sizes(sizes_kept)
     with_sizes = known.sum() >= 3 and float(np.var(ls[known])) > 0
     mean_ls = float(ls[known].mean()) if with_sizes else 0.0
     x = np.where(known, ls - mean_ls, 0.0) if with_sizes else np.zeros(len(c))
@@ -237,7 +240,7 @@ def fit_cost_prior(
     b = np.zeros(c.shape[1])
     g = np.zeros(c.shape[1])
     for _ in range(sweeps):  # alternating least squares over the observed cells
-        y_g = y - x[:, None] * g[None, :]
+        y_g = y - x[:, None] * g[None, :] if slope_known.any() else y
         b = np.where(n_obs_col > 0, ((y_g - a[:, None]) * obs).sum(0) / np.maximum(n_obs_col, 1), 0)
         a = ((y_g - b[None, :]) * obs).sum(1) / n_obs_row
         shift = float(a.mean())  # identifiability: centre a, move the level into b
@@ -295,9 +298,10 @@ def refit_cost_prior(
     tenant's size, ``b0 = base.base()``, ``g0 = base.model_slope``) follow ``r_ik = da_i + db_k +
     dg_k x_i + e_ik`` with ``da_i ~ N(0, tau^2)``, ``db_k ~ N(0, base_var_k)``, ``dg_k ~ N(0,
     slope_var_k)`` (``slope_var = 0``: ``dg = 0``), ``e ~ N(0, s^2)``; the mode of ``(da, db,
-    dg)`` by alternating ridge regressions gives ``b = b0 + db`` (its variance ``1 / (1/base_var
-    + n_k/s^2)``), ``g = g0 + dg`` (``1 / (1/slope_var + sum_i x_i^2 / s^2)``), and the tenants'
-    deviations ``r_ik - db_k - dg_k x_i`` (a missing cell: ``da_i``) a covariance ``S``,
+    dg)`` by alternating ridge regressions gives ``b = b0 + db`` and ``g = g0 + dg`` (their
+    variances: ``1 / (1/base_var + n_k/s^2)``, and where ``g`` is learnt the marginals of the 2 x 2
+    posterior precision of ``(db_k, dg_k)``), and the tenants' deviations ``r_ik - db_k - dg_k
+    x_i`` (a missing cell: ``da_i``) a covariance ``S``,
     shrunk towards the base's ``C0`` (:func:`shrunk_cov`: with few tenants, ``C0``), then
     pooled with it by their tenants: ``(n0 C0 + n S) / (n0 + n)``, ``n0 = base.tenants`` (the
     posterior mean of an inverse-Wishart prior with ``n0`` degrees of freedom). A base fitted
@@ -331,7 +335,7 @@ def refit_cost_prior(
     n_row, n_col = obs.sum(axis=1), obs.sum(axis=0)
     da, db, dg = np.zeros(len(obs)), np.zeros(m), np.zeros(m)
     for _ in range(sweeps):
-        r_g = r - x[:, None] * dg[None, :]
+        r_g = r - x[:, None] * dg[None, :] if learn_g else r
         da = ((r_g - db[None, :]) * obs).sum(axis=1) / (n_row + ridge_a)
         db = ((r_g - da[:, None]) * obs).sum(axis=0) / (n_col + ridge_b)
         if learn_g:
@@ -438,7 +442,8 @@ class CostEstimator:
         self._b = prior.base()
         n = len(arms)
         self._a0 = prior.tenant_prior_mean(sizes, n)
-        self._off = prior.size_offsets(sizes, n)  # (n, M) g_k x_i
+        # (n, M) g_k x_i; None without slopes (the live service's prior): `expected` is per tick
+        self._off = None if prior.model_slope is None else prior.size_offsets(sizes, n)
         self._sum_r = np.zeros(n)
         self._count = np.zeros(n, dtype=np.intp)
         self._gp: ArmPrior | None = None
@@ -468,7 +473,9 @@ class CostEstimator:
     def observe(self, tenant: int, model: int, cost: float) -> None:
         if not (np.isfinite(cost) and cost > 0):
             raise ValueError(f"observed cost {cost!r} for tenant {tenant}; must be finite and > 0")
-        log_c = float(np.log(cost)) - float(self._off[tenant, model])
+        log_c = float(np.log(cost))
+        if self._off is not None:
+            log_c -= float(self._off[tenant, model])
         self._sum_r[tenant] += log_c - float(self._b[model])
         self._count[tenant] += 1
         if self._gp is not None:
@@ -498,9 +505,13 @@ class CostEstimator:
         mean = (self._a0[tenant] / p.tenant_var + self._sum_r[tenant] / p.noise_var) / prec
         return float(mean), float(1.0 / prec)
 
+    def _offsets(self, tenant: int) -> FloatArray | float:
+        """``g_k x_i`` over the tenant's arms (K_i,), or 0.0 without slopes."""
+        return 0.0 if self._off is None else self._off[tenant, self.arms[tenant]]
+
     def log_median(self, tenant: int) -> FloatArray:
         """The posterior mean of ``log c_ik`` (K_i,), the log of the median prediction."""
-        off = self._off[tenant, self.arms[tenant]]
+        off = self._offsets(tenant)
         if self._gp is not None:
             out: FloatArray = self._a0[tenant] + off + self._posterior(tenant).mu
             return out
@@ -510,7 +521,7 @@ class CostEstimator:
 
     def expected(self, tenant: int) -> FloatArray:
         """``E[c_ik]`` (K_i,) for the tenant's models under the current posterior."""
-        off = self._off[tenant, self.arms[tenant]]
+        off = self._offsets(tenant)
         if self._gp is not None:
             post = self._posterior(tenant)
             gp: FloatArray = np.exp(
