@@ -119,7 +119,9 @@ class TenantBook:
         self._cost_ref = _cost_refs(problem, self.local_arms, cost_scale)
         self.estimator: CostEstimator | None = None  # predicted costs (a cost-aware book's)
         if problem.cost_prior is not None and cost_aware:
-            self.estimator = CostEstimator(problem.cost_prior, self.local_arms, problem.sizes)
+            self.estimator = CostEstimator(
+                problem.cost_prior, self.local_arms, problem.sizes, problem.growth_sizes
+            )
         self.reset()
 
     # -- state ---------------------------------------------------------------------------

@@ -75,7 +75,9 @@ class Problem:
     ``weights`` (n,). ``prior`` is None for policies that need no GP (static baselines).
     ``cost_prior``: when set, costs are *predicted*: ``cost`` holds the predictions before any
     job ran and policies refine each tenant's costs from its observed ones
-    (:class:`policy.costs.CostEstimator`); ``sizes`` (n,): optional tenant data sizes for it.
+    (:class:`policy.costs.CostEstimator`); ``sizes`` (n,): optional tenant data sizes for it;
+    ``growth_sizes`` (n,): the sizes each model's growth with size is taken from, where they
+    differ (None: ``sizes``; `policy.costs.refit_cost_prior`).
     ``job_overhead``: what every job costs beyond its own training (a live service's dispatch,
     process and logging, in the cost unit; 0 in a replay), so a policy weighs a job's cost as
     ``job_overhead + c_ik``: a cost model ``exp(a_i + b_k)`` alone cannot hold a fixed part,
@@ -99,6 +101,7 @@ class Problem:
     sizes: FloatArray | None = None
     job_overhead: float = 0.0
     val_sizes: FloatArray | None = None
+    growth_sizes: FloatArray | None = None
 
     @staticmethod
     def create(
@@ -113,6 +116,7 @@ class Problem:
         sizes: FloatArray | None = None,
         job_overhead: float = 0.0,
         val_sizes: FloatArray | None = None,
+        growth_sizes: FloatArray | None = None,
     ) -> Problem:
         n = len(tenants)
         w = np.ones(n) if weights is None else np.asarray(weights, float)
@@ -129,6 +133,7 @@ class Problem:
             None if sizes is None else _frozen(np.asarray(sizes, float)),
             float(job_overhead),
             None if val_sizes is None else _frozen(np.asarray(val_sizes, float)),
+            None if growth_sizes is None else _frozen(np.asarray(growth_sizes, float)),
         )
 
     @property

@@ -89,13 +89,15 @@ class SchedulerLoop:
 
     def _with_cost_prior(self, prior: CostPrior) -> Problem:
         p = self.problem
-        return replace(p, cost_prior=prior, cost=prior_costs(prior, p.available, p.sizes))
+        cost = prior_costs(prior, p.available, p.sizes, p.growth_sizes)
+        return replace(p, cost_prior=prior, cost=cost)
 
     def _cost_estimator(self) -> None:
         """The loop's own cost estimate (expected costs, time limits) from the history."""
-        if self.problem.cost_prior is not None:
-            arms = [np.arange(self.problem.n_models)] * self.problem.n_tenants
-            self._costs = CostEstimator(self.problem.cost_prior, arms, self.problem.sizes)
+        p = self.problem
+        if p.cost_prior is not None:
+            arms = [np.arange(p.n_models)] * p.n_tenants
+            self._costs = CostEstimator(p.cost_prior, arms, p.sizes, p.growth_sizes)
             for obs in self.history.log:
                 self._observe_cost(obs)
 

@@ -427,3 +427,36 @@ def test_a_refit_learns_a_models_growth_only_where_the_base_lets_it():
     assert refit.model_slope[1] - refit.model_slope[0] == pytest.approx(0.5, abs=0.1)
     assert np.all(np.asarray(refit.slope_var) < 0.25)
     assert refit_cost_prior(open_base, c).model_slope is None  # no sizes: nothing to learn
+
+
+def test_a_models_growth_is_taken_from_the_growth_sizes_where_they_differ():
+    """The live service's sizes count a cross-validated job's folds (6.25 times its examples,
+    the work) where a fit sees the examples: ``growth_sizes``. Model 1 grows 0.5 faster than
+    model 0 in the examples; half the tenants are cross-validated. The prior's costs, the
+    estimator's and a refit take ``x_i`` from the growth sizes; a refit that took it from the
+    work sizes would learn another growth."""
+    rng = np.random.default_rng(3)
+    examples = np.exp(rng.uniform(5, 9, 16))
+    work = examples * np.where(np.arange(16) % 2 == 0, 6.25, 1.0)
+    mean = float(np.log(examples).mean())
+    c = np.column_stack([work / 1000, work / 1000 * (examples / np.exp(mean)) ** 0.5])
+    base = CostPrior(np.zeros(2), 0.0, 1.0, 1.0, 0.5, mean_log_size=mean, slope_var=0.25)
+    refit = refit_cost_prior(base, c, work, growth_sizes=examples)
+    assert refit.model_slope is not None
+    assert refit.model_slope[1] - refit.model_slope[0] == pytest.approx(0.5, abs=0.1)  # ridge
+    wrong = refit_cost_prior(base, c, work)
+    assert wrong.model_slope is not None
+    assert wrong.model_slope[1] - wrong.model_slope[0] < 0.35
+    grown = replace(base, model_slope=np.array([0.0, 0.5]), slope_var=0.0)
+    avail = np.ones((16, 2), bool)
+    want = np.exp(
+        grown.tenant_prior_mean(work, 16)[:, None]
+        + np.outer(np.log(examples) - mean, [0.0, 0.5])
+        + 0.5 * grown.variances()[None, :]
+    )
+    np.testing.assert_allclose(prior_costs(grown, avail, work, examples), want, rtol=1e-9)
+    est = CostEstimator(grown, [np.arange(2)] * 16, work, examples)
+    np.testing.assert_allclose(np.vstack([est.expected(i) for i in range(16)]), want, rtol=1e-9)
+    # without growth sizes the work sizes serve both, as before
+    same = CostEstimator(grown, [np.arange(2)] * 16, work)
+    np.testing.assert_allclose(same.expected(0), prior_costs(grown, avail, work)[0], rtol=1e-9)
