@@ -68,7 +68,7 @@ from trainers import (
     train,
     validation_size,
 )
-from trainers.zoo import RELATIVE_COST, prior_quality
+from trainers.zoo import COST_GROWTH, RELATIVE_COST, prior_quality
 
 T = TypeVar("T")
 
@@ -442,19 +442,29 @@ def build_problem(
         available[i, [catalogue.index(c) for c in t.candidates]] = True
     parsed = [Candidate.parse(c) for c in catalogue]
     models = [c.model for c in parsed]
-    # log c_ik = a_i + b_k: a_i = log(n_i / 1000 * epochs * |lr grid|) a priori, learnt per
-    # tenant from its jobs (tau^2 = 1: a factor e); b_k = log(seconds per 1,000 examples per
-    # epoch) for a torch model, which trains every learning rate of the grid for the epochs; a
-    # scikit-learn model is one fit, so its b_k is log(seconds per fit of 1,000 examples) less
-    # log(epochs * |lr grid|). Without that the tenant scale learnt from its (mostly
-    # scikit-learn) jobs predicted its first CNN 30x too cheap: on digits LeNet as costly as an
-    # MLP (0.6 s), where it took 23 s.
+    # log c_ik = a_i + b_k (+ g_k x_i, below): a_i = log(n_i / 1000 * epochs * |lr grid|) a
+    # priori, learnt per tenant from its jobs (tau^2 = 1: a factor e); b_k = log(seconds per
+    # 1,000 examples per epoch) for a torch model, which trains every learning rate of the grid
+    # for the epochs; a scikit-learn model is one fit, so its b_k is log(seconds per fit of
+    # 1,000 examples) less log(epochs * |lr grid|). Without that the tenant scale learnt from
+    # its (mostly scikit-learn) jobs predicted its first CNN 30x too cheap: on digits LeNet as
+    # costly as an MLP (0.6 s), where it took 23 s.
     epochs_grid = 10 * len(LR_GRID)
     one_fit = np.array([c.spec.family == "sklearn" for c in parsed], dtype=bool)
     log_base = np.log([RELATIVE_COST[k] for k in models]) if m else np.zeros(0)
     log_base = log_base - np.where(one_fit, math.log(epochs_grid), 0.0)
     if usd_per_s is not None and m:  # costs in expected dollars: seconds x USD per second
         log_base = log_base + np.log(np.asarray(usd_per_s, float))
+    # a model's cost grows like examples^e (`COST_GROWTH`: measured for the scikit-learn arms,
+    # 1 for a network's epoch), not like the examples: g_k = e_k - 1 on top of a_i's slope 1,
+    # about the size RELATIVE_COST holds at (b_k moved there from mean_log_size's 1,000). Its
+    # x_i is a fit's examples (`growth_sizes`), where a_i's size counts a cross-validated job's
+    # folds: a fold's fit sees the tenant's examples, not 6.25 times them (bench-live's jobs,
+    # `time_sklearn_arms.py --check-growth`: with the folds counted the growths predicted worse
+    # than none)
+    growth = np.array([COST_GROWTH.get(k, (1.0, 1000.0)) for k in models], float).reshape(m, 2)
+    slope = growth[:, 0] - 1.0
+    log_base = log_base - slope * (np.log(growth[:, 1]) - math.log(1000.0))
     cost_prior = CostPrior(
         log_base=log_base,
         intercept=math.log(epochs_grid / 1000.0),
@@ -462,6 +472,7 @@ def build_problem(
         tenant_var=1.0,
         noise_var=0.5,
         mean_log_size=math.log(1000.0),
+        model_slope=slope if slope.any() else None,
         # how far a model's true weight may be from RELATIVE_COST's: against `bench-live
         # real`'s jobs (3,384 in 30 service runs) the arms' mean log errors have an RMS of 0.60 over
         # the tabular arms, 0.42 over the pixel arms, since they are measured
@@ -479,7 +490,8 @@ def build_problem(
     val_sizes = np.array(list(map(validation_size, examples, tabular)), dtype=float)
     # the cost model's size: the examples, times the folds' extra fits when cross-validated
     sizes = np.array(list(map(cost_size, examples, tabular)), dtype=float)
-    cost = prior_costs(cost_prior, available, sizes) if n and m else np.zeros((n, m))
+    growth_sizes = np.array(examples, dtype=float)
+    cost = prior_costs(cost_prior, available, sizes, growth_sizes) if n and m else np.zeros((n, m))
     meta = ModelMeta(
         np.array([ZOO[k].year for k in models], float),
         np.array([ZOO[k].citations for k in models], float),
@@ -493,6 +505,7 @@ def build_problem(
         meta=meta,
         cost_prior=cost_prior,
         sizes=sizes,
+        growth_sizes=growth_sizes,
         weights=np.array([t.weight for t in tenants], float),
         val_sizes=val_sizes,
     )
@@ -564,7 +577,9 @@ class Planner:
             # The cost model too: `build_problem`'s, refined by every tenant's jobs.
             costs = None
             if p.cost_prior is not None:
-                costs = OnlineCostPrior(p.cost_prior, len(state.tenants), p.sizes)
+                costs = OnlineCostPrior(
+                    p.cost_prior, len(state.tenants), p.sizes, growth_sizes=p.growth_sizes
+                )
             carried = None  # the policy's own state survives a rebuild for the same problem;
             if self.loop is not None and self.loop.problem.tenants == p.tenants:  # a feed
                 same = key == self._key  # keeps a round-robin turn (an int), not Hybrid's

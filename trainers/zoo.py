@@ -143,10 +143,10 @@ SKLEARN_COST_FILE = "sklearn_costs.json"
 
 
 @cache
-def _sklearn_costs() -> dict[str, float]:
+def _sklearn_costs() -> dict[str, Any]:
     text = resources.files("trainers").joinpath(SKLEARN_COST_FILE).read_text()
-    costs: dict[str, float] = json.loads(text)["seconds_per_1000"]
-    return costs
+    doc: dict[str, Any] = json.loads(text)
+    return doc
 
 
 #: Training cost in seconds on one device for 1,000 examples: of one epoch for a torch model
@@ -171,7 +171,22 @@ RELATIVE_COST: dict[str, float] = {
     "bilstm": 2.0,
     "gru": 1.0,
 }
-RELATIVE_COST.update({k: _sklearn_costs()[k] for k in (*TABULAR_MODELS, *PIXEL_MODELS)})
+RELATIVE_COST.update(
+    {k: _sklearn_costs()["seconds_per_1000"][k] for k in (*TABULAR_MODELS, *PIXEL_MODELS)}
+)
+
+#: How a model's training cost grows with the examples, ``(e, size)``: like ``examples^e``,
+#: ``RELATIVE_COST`` holding at ``size`` examples (`trainers.cost_size`). Measured for the
+#: scikit-learn arms (`SKLEARN_COST_FILE`'s ``size_exponent`` and ``reference_size``: a
+#: polynomial SVM's ``e`` is about 2, histogram boosting's far below 1); a torch model's epoch
+#: costs what its examples do, ``e = 1``.
+COST_GROWTH: dict[str, tuple[float, float]] = {
+    k: (
+        _sklearn_costs()["size_exponent"][k],
+        _sklearn_costs()["reference_size"]["pixels" if k in PIXEL_MODELS else "tabular"],
+    )
+    for k in (*TABULAR_MODELS, *PIXEL_MODELS)
+}
 
 
 #: The catalogue's qualities on real data sets, the live GP prior's starting point: LCDB (248

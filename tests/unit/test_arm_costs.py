@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
 
 from tests.scripts import load_script
 from trainers import CV_WORK, cost_size
-from trainers.zoo import PIXEL_MODELS, RELATIVE_COST, SKLEARN_COST_FILE, TABULAR_MODELS
+from trainers.zoo import (
+    COST_GROWTH,
+    PIXEL_MODELS,
+    RELATIVE_COST,
+    SKLEARN_COST_FILE,
+    TABULAR_MODELS,
+)
 
 SHIPPED = Path(__file__).resolve().parents[2] / "trainers" / SKLEARN_COST_FILE
 
@@ -25,6 +32,55 @@ def test_every_sklearn_arm_has_a_measured_cost_and_the_prior_uses_it() -> None:
     # what the hand-set table had wrong by an order of magnitude (bench-live's own jobs agree)
     assert measured["mlp"] > 20 * measured["logistic_regression"]
     assert measured["random_forest"] > 10 * measured["logistic_regression"]
+
+
+def test_every_sklearn_arm_has_a_measured_growth_and_the_prior_uses_it() -> None:
+    doc = json.loads(SHIPPED.read_text())
+    exponents, at = doc["size_exponent"], doc["reference_size"]
+    assert set(exponents) == {*TABULAR_MODELS, *PIXEL_MODELS}
+    for arm, e in exponents.items():
+        assert math.isfinite(e) and -0.5 < e < 3.5, arm
+        assert COST_GROWTH[arm] == (e, at["pixels" if arm.startswith("pixels-") else "tabular"])
+    # a kernel SVM's cost grows faster than the rows, histogram boosting's (binned, stopped
+    # early) slower than a forest's
+    assert exponents["svm-poly-c4-r10"] > 1.5
+    assert exponents["gradient_boosting"] < exponents["random_forest"]
+
+
+def test_fit_growth_finds_the_power_law_and_predicts_the_largest_size() -> None:
+    script = load_script("time_sklearn_arms")
+    sizes = [1000.0, 2000.0, 4000.0, 8000.0]
+    growth = script.fit_growth(sizes, [2e-4 * s**1.8 for s in sizes])
+    assert growth.exponent == pytest.approx(1.8)
+    assert growth.power_error == pytest.approx(0.0, abs=1e-9)
+    # the linear law through the smaller sizes' mean log of seconds / size, right at 2000
+    # (their mean log size), two doublings short at 8000: 0.8 log 2 each
+    assert growth.linear_error == pytest.approx(-2 * 0.8 * math.log(2))
+    with pytest.raises(ValueError, match="three or more distinct sizes"):
+        script.fit_growth([1000.0, 1000.0, 2000.0], [1.0, 1.0, 2.0])
+
+
+def test_the_growth_run_keeps_the_costs_and_a_cost_run_keeps_the_growths(tmp_path: Path) -> None:
+    script = load_script("time_sklearn_arms")
+    out = tmp_path / "costs.json"
+    out.write_text(json.dumps({"seconds_per_1000": {"knn": 9.0}, "size_exponent": {"mlp": 1.4}}))
+    script.main(
+        ["--growth", "--arms", "knn", "--growth-rows", "60", "90", "120", "--out", str(out)]
+    )
+    doc = json.loads(out.read_text())
+    assert doc["seconds_per_1000"] == {"knn": 9.0}
+    assert set(doc["size_exponent"]) == {"mlp", "knn"} and doc["size_exponent"]["mlp"] == 1.4
+    assert math.isfinite(doc["size_exponent"]["knn"])
+    assert doc["measured_on"]["growth"]["rows"] == [60, 90, 120]
+    # the examples the costs hold at: the geometric mean of the cost run's tasks' examples
+    assert doc["reference_size"]["tabular"] == pytest.approx(
+        math.exp(statistics.fmean(math.log(n) for n in (150, 178, 569, 800, 3000))), rel=1e-2
+    )
+    script.main(["--arms", "knn", "--out", str(out)])
+    again = json.loads(out.read_text())
+    assert again["size_exponent"] == doc["size_exponent"] and again["seconds_per_1000"]["knn"] < 9
+    with pytest.raises(SystemExit):
+        script.main(["--growth", "--growth-rows", "60", "60", "90", "--out", str(out)])
 
 
 def test_cost_size_counts_the_folds_of_a_cross_validated_job() -> None:
@@ -93,3 +149,50 @@ def test_the_check_fits_the_arms_ratios_from_bench_live_jobs(
     assert errors["tabular"]["knn"] == pytest.approx(-math.log(4) / 2)
     with pytest.raises(SystemExit, match="no scikit-learn jobs"):
         script.check([tmp_path / "elsewhere"], {"knn": 1.0})
+
+
+def test_the_growth_check_scores_the_table_on_bench_live_jobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two tenants of 1,500 and 12,000 rows (holdout jobs) in a run's home: the SVM's cost
+    grows like the square of the rows and the k-NN's like the rows, as the table says. With the
+    growths every job is predicted exactly once its tenant's level is known; without, the SVM
+    and the k-NN miss by -+x_t / 2 about it, x_t the tenant's log size less the reference's."""
+    import mlflow
+    import numpy as np
+
+    from mlflow_plugin import JobRun, ensure_tenant_experiment
+    from store import ExampleStore, LocalBlobStore
+    from store.schema import Schema, Tensor
+
+    table = {"knn": 0.01, "svm": 0.05}
+    doc = {
+        "seconds_per_1000": table,
+        "size_exponent": {"knn": 1.0, "svm": 2.0},
+        "reference_size": {"tabular": 2000.0, "pixels": 1500.0},
+    }
+    home = tmp_path / "seed-0" / "homes" / "live"
+    store = ExampleStore(LocalBlobStore(home / "store"))
+    uri = f"sqlite:///{home / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # as in the check's test above
+    client = mlflow.MlflowClient(uri)
+    for tenant, rows, scale in (("a", 1500, 3.0), ("b", 12000, 0.5)):
+        store.create_tenant(tenant, Schema(input=Tensor(2), output=Tensor(2)))
+        store.feed(tenant, np.zeros((rows, 2), np.float32), ["0", "1"] * (rows // 2))
+        exp = ensure_tenant_experiment(client, tenant, "{}", [])
+        for k, arm in enumerate(table):
+            size = cost_size(rows, True)
+            cost = (
+                scale * table[arm] * size / 1000 * (size / 2000) ** (doc["size_exponent"][arm] - 1)
+            )
+            job = JobRun.start(client, exp, tenant=tenant, job_id=f"{arm}-{k}", candidate=arm,
+                               snapshot=1, policy="rate", tick=k)  # fmt: skip
+            job.log_metrics({"cost_s": cost})
+            job.end(ok=True)
+    script = load_script("time_sklearn_arms")
+    grown, flat, jobs = script.check_growth([tmp_path], doc)["tabular"]
+    x = np.log(np.array([1500.0, 12000.0]) / 2000)
+    assert grown == pytest.approx(0.0, abs=1e-9) and jobs == 4
+    assert flat == pytest.approx(math.sqrt(np.mean(x**2)) / 2)
+    with pytest.raises(SystemExit, match="no scikit-learn jobs"):
+        script.check_growth([tmp_path / "elsewhere"], doc)

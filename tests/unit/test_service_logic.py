@@ -784,20 +784,24 @@ def test_a_cnns_predicted_cost_is_its_epochs_and_grid_where_a_scikit_learn_model
     None
 ):
     """Before any job: an MLP (one fit) on 1,200 examples is predicted RELATIVE_COST x 1.2
-    seconds times the prior's log-normal factor, LeNet (10 epochs x the learning-rate grid) that
-    x 10 |LR_GRID|. After the tenant's scikit-learn jobs report their measured seconds, the
-    ratio stays: on digits LeNet took 23 s and the MLP 0.6 s (bench-live), where a tenant scale
-    learnt from one-fit jobs once predicted LeNet as cheap as the MLP."""
+    seconds, times its measured growth from the size RELATIVE_COST holds at and the prior's
+    log-normal factor, LeNet (10 epochs x the learning-rate grid) RELATIVE_COST's ratio x 10
+    |LR_GRID| (an epoch grows like the examples). After the tenant's scikit-learn jobs report
+    their measured seconds, the ratio stays: on digits LeNet took 23 s and the MLP 0.6 s
+    (bench-live), where a tenant scale learnt from one-fit jobs once predicted LeNet as cheap as
+    the MLP."""
     from policy import Assignment, SchedulerLoop
     from trainers import LR_GRID
-    from trainers.zoo import RELATIVE_COST
+    from trainers.zoo import COST_GROWTH, RELATIVE_COST
 
     s = _state([_tenant("digits", IMG, n=1200)], [])
     k_mlp, k_lenet = s.catalogue.index("pixels-mlp"), s.catalogue.index("lenet")
-    ratio = 10 * len(LR_GRID) * RELATIVE_COST["lenet"] / RELATIVE_COST["pixels-mlp"]
+    exponent, at = COST_GROWTH["pixels-mlp"]
+    growth = (1200 / at) ** (exponent - 1)
+    ratio = 10 * len(LR_GRID) * RELATIVE_COST["lenet"] / RELATIVE_COST["pixels-mlp"] / growth
     assert s.problem.cost[0, k_lenet] / s.problem.cost[0, k_mlp] == pytest.approx(ratio)
     assert s.problem.cost[0, k_mlp] == pytest.approx(
-        RELATIVE_COST["pixels-mlp"] * 1.2 * math.exp(0.5 * (1.0 + 0.5)), rel=1e-6
+        RELATIVE_COST["pixels-mlp"] * 1.2 * growth * math.exp(0.5 * (1.0 + 0.5)), rel=1e-6
     )
     records = [
         dataclasses.replace(_record("digits", c), cost_s=0.6)
@@ -807,6 +811,29 @@ def test_a_cnns_predicted_cost_is_its_epochs_and_grid_where_a_scikit_learn_model
     loop = SchedulerLoop(state.problem, state.history(), slots=1)
     lenet = loop.expected_cost(Assignment(0, k_lenet))
     assert lenet >= 10 * loop.expected_cost(Assignment(0, k_mlp)) and lenet > 5.0
+
+
+def test_a_models_predicted_cost_grows_with_the_examples_as_measured() -> None:
+    """A polynomial SVM's cost grows far faster than the examples and a forest's about like
+    them (`trainers.zoo.COST_GROWTH`, measured by ``infra/scripts/time_sklearn_arms.py
+    --growth``): before any job the SVM of a tenant of 12,000 rows is predicted
+    ``8^(e_svm - e_forest)`` times dearer against its forest than at 1,500. A tenant at the size
+    RELATIVE_COST holds at is predicted RELATIVE_COST's ratio, and a cross-validated one of
+    400 rows grows from there by its examples, not by the 6.25 times them its folds' work
+    counts (a fold's fit sees about the examples)."""
+    from trainers.zoo import COST_GROWTH, RELATIVE_COST
+
+    svm, forest = "svm-poly-c4-r10", "random_forest"
+    at = COST_GROWTH[svm][1]
+    tenants = [_tenant(f"t{n}", TAB, n=n) for n in (1500, 12000, round(at), 400)]
+    s = _state(tenants, [])
+    k_svm, k_forest = s.catalogue.index(svm), s.catalogue.index(forest)
+    ratio = s.problem.cost[:, k_svm] / s.problem.cost[:, k_forest]
+    steeper = COST_GROWTH[svm][0] - COST_GROWTH[forest][0]
+    assert steeper > 0.5  # what the measurement says; the growths below follow it
+    assert ratio[1] / ratio[0] == pytest.approx(8.0**steeper, rel=1e-6)
+    assert ratio[2] == pytest.approx(RELATIVE_COST[svm] / RELATIVE_COST[forest], rel=1e-3)
+    assert ratio[3] / ratio[2] == pytest.approx((400 / round(at)) ** steeper, rel=1e-6)
 
 
 def test_the_planner_learns_a_models_cost_from_the_other_tenants_jobs() -> None:
