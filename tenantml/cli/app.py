@@ -28,7 +28,7 @@ from tenantml.cli import seer as _seer
 from tenantml.cli import service as _service
 from tenantml.cli import spot as _spot
 from tenantml.cli._out import fail as _fail
-from tenantml.cli._out import save_json
+from tenantml.cli._out import save_json, stdout_console
 
 if TYPE_CHECKING:
     from tenantml.bench.datasets import QualityTable
@@ -42,7 +42,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-console = Console()
+console = stdout_console()
 err_console = Console(stderr=True)
 
 

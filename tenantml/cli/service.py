@@ -27,10 +27,12 @@ from rich.live import Live
 from rich.table import Table
 
 from tenantml._signals import sigterm_as_interrupt
+from tenantml.cli._out import stdout_console
 
 __all__ = ["register"]
 
-console = Console(markup=False, highlight=False, soft_wrap=True)  # data may hold [brackets]
+# data may hold [brackets]
+console = stdout_console(markup=False, highlight=False, soft_wrap=True)
 err = Console(stderr=True, markup=False, highlight=False)
 
 Files = Annotated[list[Path] | None, typer.Argument(help="files (default: paths on stdin)")]

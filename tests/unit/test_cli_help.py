@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -76,3 +77,27 @@ def test_bench_help_names_every_policy_run_only_by_name() -> None:
     assert by_name == {*ABLATION_NAMES, LIVE_PRIOR}
     for name in by_name:
         assert name in shown.split("by name only:")[1], name
+
+
+def test_tables_in_a_log_or_a_pipe_are_wide_enough_to_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where stdout is no terminal Rich took 80 columns, and `bench-live`'s table of eleven
+    columns showed "0.…" in every cell of its log; a terminal keeps its own width, and
+    ``COLUMNS`` still rules."""
+    import io
+
+    from rich.table import Table
+
+    from tenantml.cli._out import LOG_WIDTH, stdout_console
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    log = io.StringIO()
+    console = stdout_console(file=log)
+    assert console.width == LOG_WIDTH
+    table = Table(*(f"column {k}" for k in range(11)))
+    table.add_row(*(f"{0.1234 + k:.4f}" for k in range(11)))
+    console.print(table)
+    assert all(f"{0.1234 + k:.4f}" in log.getvalue() for k in range(11))
+    monkeypatch.setenv("COLUMNS", "100")
+    assert stdout_console(file=io.StringIO()).width == 100
