@@ -468,6 +468,7 @@ class CostEstimator:
         self._off_arms = (
             None if self._off is None else [o[a] for o, a in zip(self._off, arms, strict=True)]
         )
+        self._b_arms = [self._b[a] for a in arms]  # (K_i,) per tenant, likewise
         self._sum_r = np.zeros(n)
         self._count = np.zeros(n, dtype=np.intp)
         self._gp: ArmPrior | None = None
@@ -540,7 +541,7 @@ class CostEstimator:
             out: FloatArray = self._a0[tenant] + off + self._posterior(tenant).mu
             return out
         mean, _ = self.log_scale(tenant)
-        additive: FloatArray = mean + off + self._b[self.arms[tenant]]
+        additive: FloatArray = mean + off + self._b_arms[tenant]
         return additive
 
     def expected(self, tenant: int) -> FloatArray:
@@ -554,7 +555,7 @@ class CostEstimator:
             return gp
         mean, var = self.log_scale(tenant)
         out: FloatArray = np.exp(
-            mean + off + self._b[self.arms[tenant]] + 0.5 * (var + self.prior.noise_var)
+            mean + off + self._b_arms[tenant] + 0.5 * (var + self.prior.noise_var)
         )
         return out
 

@@ -68,7 +68,7 @@ from trainers import (
     train,
     validation_size,
 )
-from trainers.zoo import COST_GROWTH, RELATIVE_COST, prior_quality
+from trainers.zoo import COST_GROWTH, GROWTH_MEASURED_UP_TO, RELATIVE_COST, prior_quality
 
 T = TypeVar("T")
 
@@ -461,7 +461,9 @@ def build_problem(
     # x_i is a fit's examples (`growth_sizes`), where a_i's size counts a cross-validated job's
     # folds: a fold's fit sees the tenant's examples, not 6.25 times them (bench-live's jobs,
     # `time_sklearn_arms.py --check-growth`: with the folds counted the growths predicted worse
-    # than none)
+    # than none); past the sizes the growths were measured at, like the examples (a power law
+    # fitted on 1,500-12,000 rows is not trusted at 100,000: boosting's would price it at a
+    # tenth of the linear, and its time limit with it)
     growth = np.array([COST_GROWTH.get(k, (1.0, 1000.0)) for k in models], float).reshape(m, 2)
     slope = growth[:, 0] - 1.0
     log_base = log_base - slope * (np.log(growth[:, 1]) - math.log(1000.0))
@@ -490,7 +492,7 @@ def build_problem(
     val_sizes = np.array(list(map(validation_size, examples, tabular)), dtype=float)
     # the cost model's size: the examples, times the folds' extra fits when cross-validated
     sizes = np.array(list(map(cost_size, examples, tabular)), dtype=float)
-    growth_sizes = np.array(examples, dtype=float)
+    growth_sizes = np.minimum(np.array(examples, dtype=float), GROWTH_MEASURED_UP_TO)
     cost = prior_costs(cost_prior, available, sizes, growth_sizes) if n and m else np.zeros((n, m))
     meta = ModelMeta(
         np.array([ZOO[k].year for k in models], float),

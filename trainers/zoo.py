@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cache
@@ -175,18 +176,27 @@ RELATIVE_COST.update(
     {k: _sklearn_costs()["seconds_per_1000"][k] for k in (*TABULAR_MODELS, *PIXEL_MODELS)}
 )
 
-#: How a model's training cost grows with the examples, ``(e, size)``: like ``examples^e``,
-#: ``RELATIVE_COST`` holding at ``size`` examples (`trainers.cost_size`). Measured for the
+#: How a model's training cost grows with the examples, ``(e, size)``: a fit's cost like
+#: ``examples^e``, ``RELATIVE_COST`` holding at ``size`` examples (a fit's, where
+#: `trainers.cost_size` counts a cross-validated job's folds). Measured for the
 #: scikit-learn arms (`SKLEARN_COST_FILE`'s ``size_exponent`` and ``reference_size``: a
 #: polynomial SVM's ``e`` is about 2, histogram boosting's far below 1); a torch model's epoch
-#: costs what its examples do, ``e = 1``.
+#: costs what its examples do, ``e = 1``, and so does an arm the file has not timed yet.
 COST_GROWTH: dict[str, tuple[float, float]] = {
     k: (
-        _sklearn_costs()["size_exponent"][k],
-        _sklearn_costs()["reference_size"]["pixels" if k in PIXEL_MODELS else "tabular"],
+        _sklearn_costs().get("size_exponent", {}).get(k, 1.0),
+        _sklearn_costs()
+        .get("reference_size", {})
+        .get("pixels" if k in PIXEL_MODELS else "tabular", 1000.0),
     )
     for k in (*TABULAR_MODELS, *PIXEL_MODELS)
 }
+
+#: The most examples `COST_GROWTH` was measured at: past them a tenant's costs grow like its
+#: examples (`tasks._service.build_problem`), not by a power law fitted below them.
+GROWTH_MEASURED_UP_TO: float = float(
+    max(_sklearn_costs()["measured_on"].get("growth", {}).get("rows", [math.inf]))
+)
 
 
 #: The catalogue's qualities on real data sets, the live GP prior's starting point: LCDB (248

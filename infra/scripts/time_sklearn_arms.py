@@ -34,7 +34,7 @@ mean offset removed (only ratios matter), and their RMS, over tabular and pixel 
 at each of ``GROWTH_ROWS`` examples (a seeded synthetic set, 20 features and four classes, for
 the tabular arms; 8x8 glyphs for the pixel arms; all holdout jobs), and the slope ``e`` of log
 seconds on log examples, least squares: a fit's cost grows like ``examples^e``. An SVM's or a
-1-NN's ``e`` is 1.5-2.2, a forest's about 1, histogram boosting's 0.2-0.3 (it bins the rows, and
+1-NN's ``e`` is 1.4-2.2, a forest's 0.7-1.1, histogram boosting's 0.2-0.3 (it bins the rows, and
 stops early). The service's prior predicts ``seconds_per_1000[arm] * size / 1000`` times
 ``(examples / reference_size)^(e - 1)`` (``tasks._service.build_problem``; ``size`` counts a
 cross-validated job's folds, a fold's fit sees about the examples), where ``reference_size`` is
@@ -77,7 +77,7 @@ from sklearn.datasets import load_breast_cancer, load_iris, load_wine, make_clas
 
 from store import ExampleStore, LocalBlobStore
 from store.schema import Schema, Tensor
-from trainers import TrainJob, cost_size, train
+from trainers import CV_MAX_EXAMPLES, TrainJob, cost_size, train
 from trainers.zoo import PIXEL_MODELS, TABULAR_MODELS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,14 +155,17 @@ def image_tasks() -> list[TimingTask]:
     return [_glyphs("glyphs-8x8", 1500, 8), _glyphs("glyphs-28x28", 1500, 28)]
 
 
-#: the examples each arm's growth is timed at (``--growth``): every one a holdout job
+#: the examples each arm's growth is timed at (``--growth``): every one a holdout job (more than
+#: `trainers.CV_MAX_EXAMPLES`: a cross-validated job fits its folds, 6.25 times the work)
 GROWTH_ROWS = (1500, 3000, 6000, 12000)
 
 
-def growth_tasks(rows: Sequence[int] = GROWTH_ROWS) -> tuple[list[TimingTask], list[TimingTask]]:
-    """(tabular, image) tasks of the same kind at each size in `rows` (module docstring)."""
-    tabular = [_synthetic(f"synthetic-{n}x20", n, (20,), 4, 8) for n in rows]
-    return tabular, [_glyphs(f"glyphs-8x8-{n}", n, 8) for n in rows]
+def growth_tasks(rows: Sequence[int], kind: str) -> list[TimingTask]:
+    """Tasks of one kind (``tabular`` or ``images``) at each size in `rows` (module
+    docstring)."""
+    if kind == "tabular":
+        return [_synthetic(f"synthetic-{n}x20", n, (20,), 4, 8) for n in rows]
+    return [_glyphs(f"glyphs-8x8-{n}", n, 8) for n in rows]
 
 
 def seconds_per_thousand(seconds: float, n_examples: int, tabular: bool) -> float:
@@ -302,6 +305,8 @@ def check_growth(
     tenant's mean error, predicted with the file `doc`'s growths and without, and the jobs
     (module docstring)."""
     table, exponent, ref = doc["seconds_per_1000"], doc["size_exponent"], doc["reference_size"]
+    # as the service does: past the measured sizes a tenant grows like its examples
+    up_to = max(doc.get("measured_on", {}).get("growth", {}).get("rows", [math.inf]))
     out: dict[str, tuple[float, float, int]] = {}
     for group in ("tabular", "pixels"):
         with_g: dict[str, list[float]] = {}
@@ -312,7 +317,7 @@ def check_growth(
                 for tenant, arm, cost in _job_costs(db):
                     if arm not in exponent or arm.startswith("pixels-") != (group == "pixels"):
                         continue
-                    x = math.log(sizes[tenant] / ref[group])  # a fit's examples (docstring)
+                    x = math.log(min(sizes[tenant], up_to) / ref[group])  # a fit's examples
                     e = math.log(max(cost, 1e-3)) - math.log(table[arm])
                     without.setdefault(f"{db}:{tenant}", []).append(e)
                     with_g.setdefault(f"{db}:{tenant}", []).append(e - (exponent[arm] - 1) * x)
@@ -372,8 +377,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     unknown = chosen - {*TABULAR_MODELS, *PIXEL_MODELS}
     if unknown:
         parser.error(f"unknown arms {sorted(unknown)}; valid: {[*TABULAR_MODELS, *PIXEL_MODELS]}")
-    if args.growth and len(set(args.growth_rows)) < 3:
-        parser.error(f"--growth-rows needs three or more distinct sizes, got {args.growth_rows}")
+    rows = args.growth_rows
+    if args.growth and (len(set(rows)) < 3 or min(rows) <= CV_MAX_EXAMPLES):
+        parser.error(
+            f"--growth-rows needs three or more distinct sizes above {CV_MAX_EXAMPLES} examples "
+            f"(holdout jobs: a cross-validated one fits its folds), got {rows}"
+        )
     old = json.loads(args.out.read_text()) if args.out.exists() else {}
     costs: dict[str, float] = old.get("seconds_per_1000", {})
     exponents: dict[str, float] = old.get("size_exponent", {})
@@ -384,15 +393,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tab_store = ExampleStore(LocalBlobStore(Path(tmp) / "t"))
         img_store = ExampleStore(LocalBlobStore(Path(tmp) / "i"))
+        machine = {
+            "machine": platform.machine(),
+            "processor": platform.processor() or "unknown",
+            "python": platform.python_version(),
+            "scikit-learn": sklearn.__version__,
+        }
         if args.growth:
-            grow_tab, grow_img = growth_tasks(args.growth_rows)
-            grown = time_growth(tab, grow_tab, tab_store, args.repeats)
-            grown |= time_growth(pix, grow_img, img_store, args.repeats)
+            grown = time_growth(tab, growth_tasks(rows, "tabular") if tab else [], tab_store,
+                                args.repeats)  # fmt: skip
+            grown |= time_growth(pix, growth_tasks(rows, "images") if pix else [], img_store,
+                                 args.repeats)  # fmt: skip
             _print_growth(grown)
             # a partial run updates the others' values
             exponents = (exponents if args.arms else {}) | {k: g.exponent for k, g in grown.items()}
-            measured_on["growth"] = {
-                "rows": list(args.growth_rows),
+            measured_on["growth"] = machine | {
+                "rows": list(rows),
                 "tabular_task": "synthetic, 20 features, 4 classes",
                 "image_task": "glyphs-8x8",
                 "repeats": args.repeats,
@@ -401,17 +417,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             new = time_arms(tab, tab_tasks, tab_store, args.repeats)
             new |= time_arms(pix, img_tasks, img_store, args.repeats)
             costs = (costs if args.arms else {}) | new
-            measured_on |= {
+            measured_on |= machine | {
                 "repeats": args.repeats,
                 "tabular_tasks": [t.name for t in tab_tasks],
                 "image_tasks": [t.name for t in img_tasks],
             }
-    measured_on |= {
-        "machine": platform.machine(),
-        "processor": platform.processor() or "unknown",
-        "python": platform.python_version(),
-        "scikit-learn": sklearn.__version__,
-    }
     doc = {
         "about": "seconds per 1,000 examples of a holdout job, per scikit-learn arm, at "
         "reference_size examples; a fit's cost grows like examples^size_exponent "

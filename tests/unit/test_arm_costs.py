@@ -65,13 +65,13 @@ def test_the_growth_run_keeps_the_costs_and_a_cost_run_keeps_the_growths(tmp_pat
     out = tmp_path / "costs.json"
     out.write_text(json.dumps({"seconds_per_1000": {"knn": 9.0}, "size_exponent": {"mlp": 1.4}}))
     script.main(
-        ["--growth", "--arms", "knn", "--growth-rows", "60", "90", "120", "--out", str(out)]
+        ["--growth", "--arms", "knn", "--growth-rows", "1100", "1300", "1600", "--out", str(out)]
     )
     doc = json.loads(out.read_text())
     assert doc["seconds_per_1000"] == {"knn": 9.0}
     assert set(doc["size_exponent"]) == {"mlp", "knn"} and doc["size_exponent"]["mlp"] == 1.4
     assert math.isfinite(doc["size_exponent"]["knn"])
-    assert doc["measured_on"]["growth"]["rows"] == [60, 90, 120]
+    assert doc["measured_on"]["growth"]["rows"] == [1100, 1300, 1600]
     # the examples the costs hold at: the geometric mean of the cost run's tasks' examples
     assert doc["reference_size"]["tabular"] == pytest.approx(
         math.exp(statistics.fmean(math.log(n) for n in (150, 178, 569, 800, 3000))), rel=1e-2
@@ -79,8 +79,10 @@ def test_the_growth_run_keeps_the_costs_and_a_cost_run_keeps_the_growths(tmp_pat
     script.main(["--arms", "knn", "--out", str(out)])
     again = json.loads(out.read_text())
     assert again["size_exponent"] == doc["size_exponent"] and again["seconds_per_1000"]["knn"] < 9
-    with pytest.raises(SystemExit):
-        script.main(["--growth", "--growth-rows", "60", "60", "90", "--out", str(out)])
+    for rows in (["1100", "1100", "1300"], ["600", "1100", "1300"]):  # a repeat; one with CV
+        with pytest.raises(SystemExit):
+            script.main(["--growth", "--growth-rows", *rows, "--out", str(out)])
+        assert json.loads(out.read_text()) == again  # refused before anything is written
 
 
 def test_cost_size_counts_the_folds_of_a_cross_validated_job() -> None:

@@ -818,14 +818,18 @@ def test_a_models_predicted_cost_grows_with_the_examples_as_measured() -> None:
     them (`trainers.zoo.COST_GROWTH`, measured by ``infra/scripts/time_sklearn_arms.py
     --growth``): before any job the SVM of a tenant of 12,000 rows is predicted
     ``8^(e_svm - e_forest)`` times dearer against its forest than at 1,500. A tenant at the size
-    RELATIVE_COST holds at is predicted RELATIVE_COST's ratio, and a cross-validated one of
-    400 rows grows from there by its examples, not by the 6.25 times them its folds' work
-    counts (a fold's fit sees about the examples)."""
+    RELATIVE_COST holds at is predicted RELATIVE_COST's ratio. A cross-validated tenant of
+    1,000 rows grows by its examples, not by the 6.25 times them its folds' work counts (a
+    fold's fit sees about the examples), and one of 48,000 like its examples past the 12,000
+    the growths were measured up to."""
     from trainers.zoo import COST_GROWTH, RELATIVE_COST
 
     svm, forest = "svm-poly-c4-r10", "random_forest"
     at = COST_GROWTH[svm][1]
-    tenants = [_tenant(f"t{n}", TAB, n=n) for n in (1500, 12000, round(at), 400)]
+    from trainers.zoo import GROWTH_MEASURED_UP_TO
+
+    assert GROWTH_MEASURED_UP_TO == 12000
+    tenants = [_tenant(f"t{n}", TAB, n=n) for n in (1500, 12000, round(at), 1000, 48000)]
     s = _state(tenants, [])
     k_svm, k_forest = s.catalogue.index(svm), s.catalogue.index(forest)
     ratio = s.problem.cost[:, k_svm] / s.problem.cost[:, k_forest]
@@ -833,7 +837,8 @@ def test_a_models_predicted_cost_grows_with_the_examples_as_measured() -> None:
     assert steeper > 0.5  # what the measurement says; the growths below follow it
     assert ratio[1] / ratio[0] == pytest.approx(8.0**steeper, rel=1e-6)
     assert ratio[2] == pytest.approx(RELATIVE_COST[svm] / RELATIVE_COST[forest], rel=1e-3)
-    assert ratio[3] / ratio[2] == pytest.approx((400 / round(at)) ** steeper, rel=1e-6)
+    assert ratio[3] / ratio[0] == pytest.approx((1000 / 1500) ** steeper, rel=1e-6)
+    assert ratio[4] == pytest.approx(ratio[1], rel=1e-9)
 
 
 def test_the_planner_learns_a_models_cost_from_the_other_tenants_jobs() -> None:
