@@ -41,6 +41,9 @@ def validate_problem(problem: Problem) -> Problem:
     if not np.all(np.isfinite(problem.weights) & (problem.weights >= 0)):
         bad = problem.weights[~(np.isfinite(problem.weights) & (problem.weights >= 0))][0]
         raise ValueError(f"tenant weight {bad!r} is invalid; weights must be finite and >= 0")
+    for name, sizes in (("sizes", problem.sizes), ("growth_sizes", problem.growth_sizes)):
+        if sizes is not None and sizes.shape != (n,):  # NaN: unknown, allowed
+            raise ValueError(f"{name} has shape {sizes.shape}; expected ({n},) (one per tenant)")
     if problem.val_sizes is not None:
         v = problem.val_sizes
         if v.shape != (n,):

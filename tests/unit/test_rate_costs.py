@@ -460,3 +460,15 @@ def test_a_models_growth_is_taken_from_the_growth_sizes_where_they_differ():
     # without growth sizes the work sizes serve both, as before
     same = CostEstimator(grown, [np.arange(2)] * 16, work)
     np.testing.assert_allclose(same.expected(0), prior_costs(grown, avail, work)[0], rtol=1e-9)
+
+
+def test_sizes_of_another_length_than_the_tenants_are_refused():
+    """One size for two tenants would broadcast to both in `prior_costs`: refused by name."""
+    from policy import validate_problem
+
+    avail = np.ones((2, 2), bool)
+    base = dict(tenants=["a", "b"], models=["m0", "m1"], available=avail, cost=np.ones((2, 2)))
+    validate_problem(Problem.create(**base, sizes=[100.0, np.nan], growth_sizes=[10.0, 20.0]))
+    for name in ("sizes", "growth_sizes"):
+        with pytest.raises(ValueError, match=rf"{name} has shape \(1,\); expected \(2,\)"):
+            validate_problem(Problem.create(**base, **{name: [100.0]}))
