@@ -352,7 +352,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--growth", action="store_true", help="measure each arm's growth with the data's size"
     )
     parser.add_argument(
-        "--growth-rows", type=int, nargs="+", default=list(GROWTH_ROWS), help=argparse.SUPPRESS
+        "--growth-rows",
+        type=int,
+        nargs="+",
+        default=list(GROWTH_ROWS),
+        help=f"examples to time each arm's growth at (default {list(GROWTH_ROWS)})",
     )
     parser.add_argument("--check-growth", nargs="+", type=Path, help="bench-live output dirs")
     args = parser.parse_args(argv)
