@@ -69,6 +69,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import sklearn
@@ -265,13 +266,12 @@ def check(dirs: Sequence[Path], table: dict[str, float]) -> dict[str, dict[str, 
     removed, from the jobs of the bench-live runs in `dirs` (module docstring)."""
     jobs = [
         (f"{db}:{tenant}", arm, math.log(max(cost, 1e-3)))
-        for d in dirs
-        for db in sorted(d.glob("seed-*/homes/*/mlflow.db"))
+        for db in _homes(dirs)
         for tenant, arm, cost in _job_costs(db)
         if arm in table
     ]
     if not jobs:
-        raise SystemExit(f"no scikit-learn jobs in {[str(d) for d in dirs]}/seed-*/homes/*")
+        raise _no_jobs(dirs)
     out: dict[str, dict[str, float]] = {}
     for group in ("tabular", "pixels"):
         rows = [j for j in jobs if j[1].startswith("pixels-") == (group == "pixels")]
@@ -298,34 +298,42 @@ def _tenant_sizes(home: Path) -> dict[str, int]:
     return {name: store.manifest(name).n_examples for name in store.tenants()}
 
 
-def check_growth(
-    dirs: Sequence[Path], doc: dict[str, dict[str, float]]
-) -> dict[str, tuple[float, float, int]]:
+def check_growth(dirs: Sequence[Path], doc: dict[str, Any]) -> dict[str, tuple[float, float, int]]:
     """Per group (tabular, pixels): the RMS of the bench-live jobs' log errors about their
     tenant's mean error, predicted with the file `doc`'s growths and without, and the jobs
     (module docstring)."""
     table, exponent, ref = doc["seconds_per_1000"], doc["size_exponent"], doc["reference_size"]
     # as the service does: past the measured sizes a tenant grows like its examples
     up_to = max(doc.get("measured_on", {}).get("growth", {}).get("rows", [math.inf]))
-    out: dict[str, tuple[float, float, int]] = {}
-    for group in ("tabular", "pixels"):
-        with_g: dict[str, list[float]] = {}
-        without: dict[str, list[float]] = {}
-        for d in dirs:
-            for db in sorted(d.glob("seed-*/homes/*/mlflow.db")):
-                sizes = _tenant_sizes(db.parent)
-                for tenant, arm, cost in _job_costs(db):
-                    if arm not in exponent or arm.startswith("pixels-") != (group == "pixels"):
-                        continue
-                    x = math.log(min(sizes[tenant], up_to) / ref[group])  # a fit's examples
-                    e = math.log(max(cost, 1e-3)) - math.log(table[arm])
-                    without.setdefault(f"{db}:{tenant}", []).append(e)
-                    with_g.setdefault(f"{db}:{tenant}", []).append(e - (exponent[arm] - 1) * x)
-        if without:
-            out[group] = (_rms_about_means(with_g), _rms_about_means(without), len(_flat(without)))
+    with_g: dict[str, dict[str, list[float]]] = {"tabular": {}, "pixels": {}}
+    without: dict[str, dict[str, list[float]]] = {"tabular": {}, "pixels": {}}
+    for db in _homes(dirs):
+        sizes = _tenant_sizes(db.parent)
+        for tenant, arm, cost in _job_costs(db):
+            if arm not in exponent:
+                continue
+            group = "pixels" if arm.startswith("pixels-") else "tabular"
+            x = math.log(min(sizes[tenant], up_to) / ref[group])  # a fit's examples
+            e = math.log(max(cost, 1e-3)) - math.log(table[arm])
+            without[group].setdefault(f"{db}:{tenant}", []).append(e)
+            with_g[group].setdefault(f"{db}:{tenant}", []).append(e - (exponent[arm] - 1) * x)
+    out = {
+        group: (_rms_about_means(with_g[group]), _rms_about_means(jobs), len(_flat(jobs)))
+        for group, jobs in without.items()
+        if jobs
+    }
     if not out:
-        raise SystemExit(f"no scikit-learn jobs in {[str(d) for d in dirs]}/seed-*/homes/*")
+        raise _no_jobs(dirs)
     return out
+
+
+def _homes(dirs: Sequence[Path]) -> list[Path]:
+    """The MLflow databases of the service homes of bench-live runs in `dirs`."""
+    return [db for d in dirs for db in sorted(d.glob("seed-*/homes/*/mlflow.db"))]
+
+
+def _no_jobs(dirs: Sequence[Path]) -> SystemExit:
+    return SystemExit(f"no scikit-learn jobs in {[str(d) for d in dirs]}/seed-*/homes/*")
 
 
 def _flat(groups: dict[str, list[float]]) -> list[float]:
@@ -369,11 +377,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"{group}: RMS of the arms' log errors {rms:.2f} ({len(errors)} arms)")
         return
     if args.check_growth:
-        for group, (grown, flat, jobs) in check_growth(
+        for group, (fitted, flat, jobs) in check_growth(
             args.check_growth, json.loads(args.out.read_text())
         ).items():
             print(
-                f"{group}: RMS of the jobs' log errors about their tenant's {grown:.3f} with the "
+                f"{group}: RMS of the jobs' log errors about their tenant's {fitted:.3f} with the "
                 f"growths, {flat:.3f} without ({jobs} jobs)"
             )
         return
