@@ -75,9 +75,10 @@ class Problem:
     ``weights`` (n,). ``prior`` is None for policies that need no GP (static baselines).
     ``cost_prior``: when set, costs are *predicted*: ``cost`` holds the predictions before any
     job ran and policies refine each tenant's costs from its observed ones
-    (:class:`policy.costs.CostEstimator`); ``sizes`` (n,): optional tenant data sizes for it;
-    ``growth_sizes`` (n,): the sizes each model's growth with size is taken from, where they
-    differ (None: ``sizes``; `policy.costs.refit_cost_prior`).
+    (:class:`policy.costs.CostEstimator`); ``sizes`` (n,) or (n, d): optional tenant data
+    sizes for it, one number or ``d`` covariates (rows, features, classes) per tenant;
+    ``growth_sizes`` (like ``sizes``): the sizes each model's growth with size is taken from,
+    where they differ (None: ``sizes``; `policy.costs.refit_cost_prior`).
     ``job_overhead``: what every job costs beyond its own training (a live service's dispatch,
     process and logging, in the cost unit; 0 in a replay), so a policy weighs a job's cost as
     ``job_overhead + c_ik``: a cost model ``exp(a_i + b_k)`` alone cannot hold a fixed part,

@@ -42,8 +42,11 @@ def validate_problem(problem: Problem) -> Problem:
         bad = problem.weights[~(np.isfinite(problem.weights) & (problem.weights >= 0))][0]
         raise ValueError(f"tenant weight {bad!r} is invalid; weights must be finite and >= 0")
     for name, sizes in (("sizes", problem.sizes), ("growth_sizes", problem.growth_sizes)):
-        if sizes is not None and sizes.shape != (n,):  # NaN: unknown, allowed
-            raise ValueError(f"{name} has shape {sizes.shape}; expected ({n},) (one per tenant)")
+        if sizes is not None and (sizes.ndim not in (1, 2) or sizes.shape[0] != n):  # NaN: unknown
+            raise ValueError(
+                f"{name} has shape {sizes.shape}; expected ({n},) or ({n}, d): one size, or d "
+                "size covariates (rows, features, ...), per tenant"
+            )
     if problem.val_sizes is not None:
         v = problem.val_sizes
         if v.shape != (n,):

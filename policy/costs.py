@@ -104,19 +104,46 @@ MIN_SLOPE_TENANTS = 3
 #: prior variance of a model's extra growth with log size ``g_k`` when no tenant of known size
 #: ran it: the typical model's cost grows like the rows, an SVM's like their square (+-0.5)
 UNSEEN_SLOPE_VAR = 0.25
+#: the ridge (in units of s^2) that holds a growth :func:`refit_cost_prior` does not learn at 0
+_PINNED = 1e12
+
+
+def _size_columns(sizes: FloatArray) -> FloatArray:
+    """``sizes`` as (n, d): a (n,) vector is one covariate, ``d = 1``."""
+    s = np.asarray(sizes, dtype=float)
+    if s.ndim not in (1, 2):
+        raise ValueError(f"tenant sizes must be (tenants,) or (tenants, covariates), got {s.shape}")
+    out: FloatArray = s[:, None] if s.ndim == 1 else s
+    return out
 
 
 def _log_sizes(sizes: FloatArray) -> tuple[np.ndarray, FloatArray]:
-    """(``known`` (n,) bool: a finite size > 0, ``log(size)`` (n,), 0 where unknown)."""
-    s = np.asarray(sizes, dtype=float)
-    known = np.isfinite(s) & (np.nan_to_num(s) > 0)
-    return known, np.log(np.where(known, s, 1.0))
+    """(``known`` (n,) bool: every covariate finite and > 0, ``log(size)`` (n, d), 0 where the
+    tenant is unknown). ``sizes`` (n,) or (n, d): one column per covariate (rows, features...)."""
+    s = _size_columns(sizes)
+    known: np.ndarray = np.asarray((np.isfinite(s) & (np.nan_to_num(s) > 0)).all(axis=1))
+    return known, np.log(np.where(known[:, None], s, 1.0))
 
 
-def _centred_log_sizes(sizes: FloatArray, mean_log_size: float) -> FloatArray:
-    """``x_i = log(size_i) - mean_log_size`` (n,), 0 where a size is unknown (NaN or <= 0)."""
+def _centred_log_sizes(sizes: FloatArray, mean_log_size: FloatArray | float) -> FloatArray:
+    """``x_i = log(size_i) - mean_log_size`` (n, d), 0 where a tenant's size is unknown."""
     known, ls = _log_sizes(sizes)
-    out: FloatArray = np.where(known, ls - mean_log_size, 0.0)
+    mean = np.atleast_1d(np.asarray(mean_log_size, dtype=float))
+    if ls.shape[1] != len(mean):
+        raise ValueError(
+            f"tenant sizes have {ls.shape[1]} covariate(s) per tenant; the cost prior was "
+            f"fitted on {len(mean)}"
+        )
+    out: FloatArray = np.where(known[:, None], ls - mean, 0.0)
+    return out
+
+
+def _model_columns(values: FloatArray | float, m: int, d: int) -> FloatArray:
+    """A per-model quantity (scalar, (M,) or (M, d)) as (M, d)."""
+    v = np.asarray(values, dtype=float)
+    if v.ndim == 1:
+        v = v[:, None]
+    out: FloatArray = np.broadcast_to(v, (m, d)).astype(float)
     return out
 
 
@@ -126,24 +153,27 @@ class CostPrior:
 
     ``log_base`` (M,): ``b_k``, NaN for models no training tenant ran (then ``b`` falls back
     to the mean of the known ``b``). ``intercept``, ``size_slope``: ``a0 = intercept +
-    size_slope * log(size)`` (slope 0 without sizes); a tenant of unknown size gets
-    ``log(size) = mean_log_size``, the training tenants' mean, i.e. ``a0 = mean(a)``.
+    size_slope . log(size)`` (slope 0 without sizes); a tenant of unknown size gets
+    ``log(size) = mean_log_size``, the training tenants' mean, i.e. ``a0 = mean(a)``. A size is
+    one number per tenant (``size_slope``, ``mean_log_size`` scalars) or ``d`` covariates (rows,
+    features, classes: each a (d,) vector, and ``model_slope`` (M, d)): one model's cost grows
+    with the rows, another's with the features too.
     ``tenant_var``: ``tau^2``; ``noise_var``: ``s^2``. ``cov`` (M, M): the empirical kernel's
     covariance of a tenant's log-cost residuals about ``a0_i + b_k`` (None: the additive model).
     ``base_var``: how far the true ``b_k`` may be from ``log_base`` (variance, log units; a
     scalar or (M,)), what :func:`refit_cost_prior` weighs new tenants' jobs against;
     ``tenants``: how many tenants ``cov`` was learnt from, its weight against new ones.
-    ``model_slope`` (M,): ``g_k`` (None: 0, one scale per tenant); ``slope_var`` (scalar or
-    (M,)): how far the true ``g_k`` may be from it, what :func:`refit_cost_prior` weighs new
-    tenants' jobs against (0: ``g`` is not refitted).
+    ``model_slope`` (M,) or (M, d): ``g_k`` (None: 0, one scale per tenant); ``slope_var``
+    (scalar, (M,) or (M, d)): how far the true ``g_k`` may be from it, what
+    :func:`refit_cost_prior` weighs new tenants' jobs against (0: ``g`` is not refitted).
     """
 
     log_base: FloatArray
     intercept: float
-    size_slope: float
+    size_slope: float | FloatArray
     tenant_var: float
     noise_var: float
-    mean_log_size: float = 0.0
+    mean_log_size: float | FloatArray = 0.0
     cov: FloatArray | None = None
     base_var: float | FloatArray = 1.0
     tenants: int = 0
@@ -166,22 +196,39 @@ class CostPrior:
         out: FloatArray = np.diag(self.cov) + TIMING_VAR
         return out
 
+    @property
+    def dims(self) -> int:
+        """``d``: the covariates a tenant's size has (1: one size; e.g. 3: rows, features and
+        classes, each with its own growth per model)."""
+        return int(np.size(self.mean_log_size))
+
+    def slopes(self) -> FloatArray:
+        """``g`` as (M, d) (zeros without slopes)."""
+        m = len(self.log_base)
+        if self.model_slope is None:
+            return np.zeros((m, self.dims))
+        return _model_columns(self.model_slope, m, self.dims)
+
     def size_offsets(self, sizes: FloatArray | None, n: int) -> FloatArray:
-        """``g_k x_i`` (n, M) for tenants with the given data sizes (None or NaN: 0)."""
+        """``g_k . x_i`` (n, M) for tenants with the given data sizes ((n,) or (n, d); None or
+        NaN: 0)."""
         m = len(self.log_base)
         if self.model_slope is None or sizes is None:
             return np.zeros((n, m))
-        out: FloatArray = _centred_log_sizes(sizes, self.mean_log_size)[:, None] * self.model_slope
+        out: FloatArray = _centred_log_sizes(sizes, self.mean_log_size) @ self.slopes().T
         return out
 
     def tenant_prior_mean(self, sizes: FloatArray | None, n: int) -> FloatArray:
-        """``a0`` (n,) for new tenants with the given data sizes (None or NaN: unknown)."""
-        if sizes is None:
-            ls = np.full(n, self.mean_log_size)
-        else:
-            known, log_size = _log_sizes(sizes)
-            ls = np.where(known, log_size, self.mean_log_size)
-        out: FloatArray = self.intercept + self.size_slope * ls
+        """``a0`` (n,) for new tenants with the given data sizes ((n,) or (n, d); None or NaN:
+        unknown, the training tenants' mean)."""
+        x = (
+            np.zeros((n, self.dims))
+            if sizes is None
+            else _centred_log_sizes(sizes, self.mean_log_size)
+        )
+        mean = np.atleast_1d(np.asarray(self.mean_log_size, dtype=float))
+        slope = np.broadcast_to(np.atleast_1d(np.asarray(self.size_slope, dtype=float)), mean.shape)
+        out: FloatArray = self.intercept + float(slope @ mean) + x @ slope
         return out
 
     def base(self) -> FloatArray:
@@ -202,12 +249,13 @@ def fit_cost_prior(
     """Fit ``log c_jk = a_j + b_k + g_k x_j + eps`` on ``train_cost`` (n_train, M); NaN = not
     observed.
 
-    ``train_sizes`` (n_train,): optional data sizes (NaN = unknown); ``a_j`` is then regressed
-    on their log over the tenants whose size is known, and ``g`` learnt with the rest by
-    alternating least squares (with fewer than 3 known sizes, or all equal: ``g = 0``, one
-    scale per tenant). ``kernel="empirical"`` also learns the covariance of the residuals
-    about ``a0_j + b_k + g_k x_j`` (module docstring); a missing cell's residual is imputed with
-    its tenant's mean residual, ``a_j - a0_j``.
+    ``train_sizes`` (n_train,) or (n_train, d): optional data sizes, or ``d`` size covariates
+    per tenant (rows, features, classes; NaN = unknown); ``a_j`` is then regressed on their
+    logs over the tenants whose size is known, and ``g`` ((M,), or (M, d)) learnt with the rest
+    by alternating least squares (with fewer than ``d + 2`` known sizes, or one covariate
+    constant: ``g = 0``, one scale per tenant). ``kernel="empirical"`` also learns the
+    covariance of the residuals about ``a0_j + b_k + g_k . x_j`` (module docstring); a missing
+    cell's residual is imputed with its tenant's mean residual, ``a_j - a0_j``.
     Raises ``ValueError`` if no finite positive cost is given.
     """
     if kernel not in ("additive", "empirical"):
@@ -224,47 +272,55 @@ def fit_cost_prior(
     n_obs_row = obs.sum(axis=1)
     n_obs_col = obs.sum(axis=0)
     sizes_kept = None if train_sizes is None else np.asarray(train_sizes, dtype=float)[rows]
-    known, ls = np.zeros(len(c), dtype=bool), np.zeros(len(c))
+    vector = sizes_kept is not None and sizes_kept.ndim == 2  # d covariates, not one size
+    known, ls = np.zeros(len(c), dtype=bool), np.zeros((len(c), 1))
     if sizes_kept is not None:
         known, ls = _log_sizes(sizes_kept)
-    with_sizes = known.sum() >= 3 and float(np.var(ls[known])) > 0
-    mean_ls = float(ls[known].mean()) if with_sizes else 0.0
-    x = np.where(known, ls - mean_ls, 0.0) if with_sizes else np.zeros(len(c))
-    # g_k is told by the tenants of known size that ran model k, through the spread of their
-    # sizes about their mean (b_k takes the level): fewer than MIN_SLOPE_TENANTS, or one size
-    # among them, and g_k stays 0 (the typical growth)
+    d = ls.shape[1]
+    with_sizes = known.sum() >= d + 2 and bool((np.var(ls[known], axis=0) > 0).all())
+    mean_ls = ls[known].mean(axis=0) if with_sizes else np.zeros(d)
+    x = np.where(known[:, None], ls - mean_ls, 0.0) if with_sizes else np.zeros((len(c), d))
+    # g_k (d,) is told by the tenants of known size that ran model k, through the spread of
+    # their sizes about their mean (b_k takes the level): fewer than MIN_SLOPE_TENANTS + d - 1,
+    # or sizes that do not span the d covariates among them, and g_k stays 0 (the typical growth)
     told = obs & known[:, None]
     n_told = told.sum(axis=0)
-    x_bar = (x[:, None] * told).sum(axis=0) / np.maximum(n_told, 1)
-    dx = np.where(told, x[:, None] - x_bar[None, :], 0.0)  # (n, M)
-    sxx = (dx**2).sum(axis=0)
-    slope_known = with_sizes & (n_told >= MIN_SLOPE_TENANTS) & (sxx > 1e-9)
+    x_bar = np.einsum("jk,jd->kd", told, x) / np.maximum(n_told, 1)[:, None]  # (M, d)
+    dx = np.where(told[:, :, None], x[:, None, :] - x_bar[None], 0.0)  # (n, M, d)
+    sxx = np.einsum("jkd,jke->kde", dx, dx)  # (M, d, d)
+    spans = np.linalg.eigvalsh(sxx).min(axis=1) > 1e-9
+    slope_known = with_sizes & (n_told >= MIN_SLOPE_TENANTS + d - 1) & spans
+    sxx_safe = np.where(slope_known[:, None, None], sxx, np.eye(d))
     a = np.zeros(len(c))
     b = np.zeros(c.shape[1])
-    g = np.zeros(c.shape[1])
+    g = np.zeros((c.shape[1], d))
     for _ in range(sweeps):  # alternating least squares over the observed cells
-        y_g = y - x[:, None] * g[None, :] if slope_known.any() else y
+        y_g = y - x @ g.T if slope_known.any() else y
         b = np.where(n_obs_col > 0, ((y_g - a[:, None]) * obs).sum(0) / np.maximum(n_obs_col, 1), 0)
         a = ((y_g - b[None, :]) * obs).sum(1) / n_obs_row
         shift = float(a.mean())  # identifiability: centre a, move the level into b
         a -= shift
         b = b + shift
-        if slope_known.any():  # each model's slope of y - a on x; centred: the typical is in a0
-            sxy = (dx * (y - a[:, None])).sum(axis=0)
-            g = np.where(slope_known, sxy / np.where(slope_known, sxx, 1.0), 0.0)
-            g = np.where(slope_known, g - g[slope_known].mean(), 0.0)
-    resid = (y - a[:, None] - b[None, :] - x[:, None] * g[None, :])[obs]
+        if (
+            slope_known.any()
+        ):  # each model's regression of y - a on x; centred: the typical is in a0
+            sxy = np.einsum("jkd,jk->kd", dx, y - a[:, None])
+            g = np.where(slope_known[:, None], np.linalg.solve(sxx_safe, sxy[..., None])[..., 0], 0)
+            g = np.where(slope_known[:, None], g - g[slope_known].mean(axis=0), 0.0)
+    resid = (y - a[:, None] - b[None, :] - x @ g.T)[obs]
     # free parameters: a, b, the known g, less the level of a and the common shift of g (which
     # a's own size trend takes)
     n_g = int(slope_known.sum())
-    n_fit = len(a) + int((n_obs_col > 0).sum()) - 1 + max(n_g - 1, 0)
+    n_fit = len(a) + int((n_obs_col > 0).sum()) - 1 + d * max(n_g - 1, 0)
     dof = max(int(obs.sum()) - n_fit, 1)
     noise_var = max(float(resid @ resid) / dof, VAR_FLOOR)
-    intercept, slope = 0.0, 0.0
+    intercept, slope = 0.0, np.zeros(d)
     a_res = a
-    if with_sizes:
-        slope, intercept = (float(v) for v in np.polyfit(ls[known], a[known], 1))
-        a_res = a[known] - (intercept + slope * ls[known])
+    if with_sizes:  # a0 = intercept + slope . log(size), least squares over the known tenants
+        design = np.column_stack([np.ones(int(known.sum())), ls[known]])
+        coef = np.linalg.lstsq(design, a[known], rcond=None)[0]
+        intercept, slope = float(coef[0]), coef[1:]
+        a_res = a[known] - design @ coef
     # between-tenant spread, less the estimation noise of each a_j (method of moments)
     tenant_var = float(np.var(a_res)) - float(np.mean(noise_var / n_obs_row))
     tenant_var = max(tenant_var, VAR_FLOOR)
@@ -272,12 +328,24 @@ def fit_cost_prior(
     # b_k's estimation variance; a model no tenant ran takes the spread of the known b around it
     spread = float(np.var(b[n_obs_col > 0])) if (n_obs_col > 0).any() else 1.0
     base_var = np.where(n_obs_col > 0, noise_var / np.maximum(n_obs_col, 1), max(spread, 1.0))
-    prior = CostPrior(log_base, intercept, slope, tenant_var, noise_var, mean_ls, None, base_var)
+    prior = CostPrior(
+        log_base,
+        intercept,
+        slope if vector else float(slope[0]),
+        tenant_var,
+        noise_var,
+        mean_ls if vector else float(mean_ls[0]),
+        None,
+        base_var,
+    )
     if slope_known.any():  # g_k's estimation variance; one the sizes do not tell: UNSEEN_SLOPE_VAR
-        slope_var = np.where(
-            slope_known, noise_var / np.where(slope_known, sxx, 1.0), UNSEEN_SLOPE_VAR
+        inv_diag = np.diagonal(np.linalg.inv(sxx_safe), axis1=1, axis2=2)  # (M, d)
+        slope_var = np.where(slope_known[:, None], noise_var * inv_diag, UNSEEN_SLOPE_VAR)
+        prior = replace(
+            prior,
+            model_slope=g if vector else g[:, 0],
+            slope_var=slope_var if vector else slope_var[:, 0],
         )
-        prior = replace(prior, model_slope=g, slope_var=slope_var)
     if kernel == "additive":
         return prior
     a0 = prior.tenant_prior_mean(sizes_kept, len(a))  # what a new tenant's scale is believed
@@ -337,38 +405,51 @@ def refit_cost_prior(
     s2 = base.noise_var
     ridge_a = s2 / base.tenant_var
     ridge_b = s2 / np.broadcast_to(np.asarray(base.base_var, float), (m,))
-    slope_var = np.broadcast_to(np.asarray(base.slope_var, float), (m,))
-    learn_g = own_growth is not None and bool((slope_var > 0).any())
-    x = np.zeros(len(obs))
+    d = base.dims
+    slope_var = _model_columns(base.slope_var, m, d)  # (M, d)
+    learn = slope_var > 0
+    learn_g = own_growth is not None and bool(learn.any())
+    x = np.zeros((len(obs), d))
     if own_growth is not None and learn_g:
         x = _centred_log_sizes(own_growth, base.mean_log_size)
-    x2_col = (x[:, None] ** 2 * obs).sum(axis=0)
-    x1_col = (x[:, None] * obs).sum(axis=0)
+    xtx = np.einsum("jk,jd,je->kde", obs, x, x)  # (M, d, d) over each model's observed tenants
+    x1_col = np.einsum("jk,jd->kd", obs, x)  # (M, d)
     n_row, n_col = obs.sum(axis=1), obs.sum(axis=0)
-    da, db, dg = np.zeros(len(obs)), np.zeros(m), np.zeros(m)
+    # dg_k's ridge s^2 / slope_var_kd; a covariate not learnt (slope_var 0) is pinned at 0
+    ridge_g = np.where(learn, s2 / np.where(learn, slope_var, 1.0), _PINNED)
+    eye = np.eye(d)
+    da, db, dg = np.zeros(len(obs)), np.zeros(m), np.zeros((m, d))
     for _ in range(sweeps):
-        r_g = r - x[:, None] * dg[None, :] if learn_g else r
+        r_g = r - x @ dg.T if learn_g else r
         da = ((r_g - db[None, :]) * obs).sum(axis=1) / (n_row + ridge_a)
         db = ((r_g - da[:, None]) * obs).sum(axis=0) / (n_col + ridge_b)
         if learn_g:
-            e = (r - da[:, None] - db[None, :]) * obs * x[:, None]
-            with np.errstate(divide="ignore"):
-                ridge_g = np.where(slope_var > 0, s2 / slope_var, np.inf)
-            dg = np.where(slope_var > 0, e.sum(axis=0) / (x2_col + ridge_g), 0.0)
-    deviation = np.where(obs, r - db[None, :] - x[:, None] * dg[None, :], da[:, None])
+            e = (r - da[:, None] - db[None, :]) * obs
+            rhs = np.einsum("jk,jd->kd", e, x)
+            dg = np.linalg.solve(xtx + ridge_g[:, :, None] * eye, rhs[..., None])[..., 0]
+            dg = np.where(learn, dg, 0.0)
+    deviation = np.where(obs, r - db[None, :] - x @ dg.T, da[:, None])
     c0, n0, n = base.covariance(), base.tenants, len(obs)
     cov = (n0 * c0 + n * shrunk_cov(deviation, c0)) / (n0 + n)
     prec_b = 1.0 / np.broadcast_to(np.asarray(base.base_var, float), (m,)) + n_col / s2
     base_var = 1.0 / prec_b
     out = replace(base, log_base=b0 + db, cov=cov, base_var=base_var, tenants=n0 + n)
-    if learn_g:  # the marginals of (db_k, dg_k)'s 2 x 2 posterior precision
-        g0 = np.zeros(m) if base.model_slope is None else base.model_slope
-        learnt = slope_var > 0
-        prec_g = np.where(learnt, 1.0 / np.where(learnt, slope_var, 1.0) + x2_col / s2, 1.0)
-        det = prec_b * prec_g - (x1_col / s2) ** 2
-        var_b = np.where(learnt, prec_g / det, base_var)
-        var_g = np.where(learnt, prec_b / det, 0.0)
-        out = replace(out, model_slope=g0 + dg, slope_var=var_g, base_var=var_b)
+    if learn_g:  # the marginals of (db_k, dg_k)'s (1 + d) x (1 + d) posterior precision
+        prec = np.zeros((m, d + 1, d + 1))
+        prec[:, 0, 0] = prec_b
+        prec[:, 0, 1:] = prec[:, 1:, 0] = x1_col / s2
+        prec[:, 1:, 1:] = xtx / s2 + (ridge_g / s2)[:, :, None] * eye
+        marginal = np.diagonal(np.linalg.inv(prec), axis1=1, axis2=2)  # (M, 1 + d)
+        var_b = np.where(learn.any(axis=1), marginal[:, 0], base_var)
+        var_g = np.where(learn, marginal[:, 1:], 0.0)
+        g = base.slopes() + dg
+        one = np.ndim(base.mean_log_size) == 0  # the base's shapes: (M,) for one size
+        out = replace(
+            out,
+            model_slope=g[:, 0] if one else g,
+            slope_var=var_g[:, 0] if one else var_g,
+            base_var=var_b,
+        )
     return out
 
 

@@ -1,5 +1,6 @@
 """The joint ``rate`` picker (policy/rate.py) and the predicted-cost model (policy/costs.py)."""
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -261,15 +262,27 @@ def test_cost_prior_with_some_sizes_unknown_uses_the_mean_scale():
 def test_bench_reads_tenant_sizes(tmp_path):
     from tenantml.bench.datasets import BenchInputError, load_dataset, read_tenant_sizes
 
-    t = load_dataset("lcdb")
-    assert t.sizes is not None and np.isfinite(t.sizes).sum() > 150
+    t = load_dataset("lcdb")  # rows, features and classes: three covariates per tenant
+    assert t.sizes is not None and t.sizes.shape == (len(t.tenants), 3)
+    assert np.isfinite(t.sizes).all(axis=1).sum() > 150
+    i = t.tenants.index("openml-3")  # kr-vs-kp: 2,588 training rows, 74 binarised features
+    np.testing.assert_array_equal(t.sizes[i], [2588, 74, 2])
     bad = tmp_path / "s.csv"
     bad.write_text("tenant,size\nopenml-3,-4\n")
     with pytest.raises(BenchInputError, match="line 2: size -4.0; must be finite and > 0"):
         read_tenant_sizes(bad, t.tenants)
-    bad.write_text("name,rows\n")
+    bad.write_text("name,weight\n")
     with pytest.raises(BenchInputError, match="expected tenant,size"):
         read_tenant_sizes(bad, t.tenants)
+    two = tmp_path / "two.csv"  # covariates win over size; an unlisted tenant is unknown
+    two.write_text("tenant,size,features,rows\nopenml-3,9,10,500\n")
+    got = read_tenant_sizes(two, t.tenants)
+    assert got.shape == (len(t.tenants), 2)
+    np.testing.assert_array_equal(got[i], [500, 10])  # in SIZE_COVARIATES' order
+    assert np.isnan(got[t.tenants.index("openml-6")]).all()
+    two.write_text("tenant,rows,features\nopenml-3,500,0\n")
+    with pytest.raises(BenchInputError, match="line 2: features 0.0; must be finite and > 0"):
+        read_tenant_sizes(two, t.tenants)
 
 
 def test_ablation_variants_are_built_by_name_but_not_run_by_default():
@@ -394,6 +407,52 @@ def test_cost_prior_learns_how_fast_each_models_cost_grows_with_size():
     assert fit_cost_prior(c[:150]).model_slope is None
 
 
+def _covariate_costs(n, seed, s=0.05):
+    """Three models over tenants of d = 2 covariates (rows, features): model 0's cost grows
+    with the rows, model 1's with the rows squared, model 2's with the features too:
+    log c_ik = b_k + h_k . log(size_i) + eps. Returns (costs (n, 3), sizes (n, 2), h (3, 2))."""
+    rng = np.random.default_rng(seed)
+    ls = np.column_stack([rng.uniform(5, 10, n), rng.uniform(1, 5, n)])
+    h = np.array([[1.0, 0.0], [2.0, 0.0], [1.0, 1.0]])
+    b = np.array([-6.0, -9.0, -7.0])
+    log_c = b[None, :] + ls @ h.T + rng.normal(0, s, (n, 3))
+    return np.exp(log_c), np.exp(ls), h
+
+
+def test_each_model_grows_with_each_size_covariate_at_its_own_rate():
+    """With rows and features as two covariates (LCDB's tenants carry rows, features and
+    classes), the fit learns each model's growth in each, ``g`` (M, d) about the typical
+    ``size_slope`` (d,), and predicts a new tenant's costs before any job within the noise;
+    one size (rows x features) cannot: model 2 grows with the features, model 1 does not."""
+    c, sizes, h = _covariate_costs(200, 4)
+    p = fit_cost_prior(c[:150], sizes[:150])
+    assert p.dims == 2 and p.model_slope is not None and p.model_slope.shape == (3, 2)
+    np.testing.assert_allclose(p.size_slope, h.mean(axis=0), atol=0.05)
+    np.testing.assert_allclose(p.model_slope, h - h.mean(axis=0), atol=0.05)
+    assert np.asarray(p.slope_var).shape == (3, 2) and np.all(np.asarray(p.slope_var) < 1e-3)
+    avail = np.ones((50, 3), bool)
+    err = np.log(prior_costs(p, avail, sizes[150:]) / c[150:])
+    one = sizes.prod(axis=1)
+    p1 = fit_cost_prior(c[:150], one[:150])
+    err1 = np.log(prior_costs(p1, avail, one[150:]) / c[150:])
+    assert np.sqrt(np.mean(err**2)) < 0.1 < 0.3 < np.sqrt(np.mean(err1**2))
+    # the estimator and a refit take the same covariates; another count is refused by name
+    est = CostEstimator(p, [np.arange(3)] * 50, sizes[150:])
+    median = np.vstack([est.log_median(i) for i in range(50)])
+    assert np.sqrt(np.mean((median - np.log(c[150:])) ** 2)) < 0.1
+    with pytest.raises(ValueError, match="1 covariate.*fitted on 2"):
+        CostEstimator(p, [np.arange(3)] * 50, one[150:])
+    # a base that lets the growths move learns them from its own tenants' jobs
+    base = replace(p, model_slope=None, slope_var=0.25, tenants=0)
+    refit = refit_cost_prior(base, c[150:], sizes[150:])
+    assert refit.model_slope is not None and refit.model_slope.shape == (3, 2)
+    np.testing.assert_allclose(refit.model_slope, h - h.mean(axis=0), atol=0.1)
+    assert np.asarray(refit.slope_var).shape == (3, 2)
+    assert np.all(np.asarray(refit.slope_var) < 0.25)
+    pinned = refit_cost_prior(replace(base, slope_var=np.array([[0.25, 0.0]] * 3)), c, sizes)
+    assert pinned.model_slope is not None and np.all(pinned.model_slope[:, 1] == 0.0)
+
+
 def test_a_growth_the_sizes_cannot_tell_stays_the_typical_one_and_says_so():
     """A model one tenant of known size ran (its b_k takes that one cost whatever g_k is), and
     one that tenants of a single size ran: g_k = 0 with the wide UNSEEN_SLOPE_VAR, not a
@@ -472,3 +531,9 @@ def test_sizes_of_another_length_than_the_tenants_are_refused():
     for name in ("sizes", "growth_sizes"):
         with pytest.raises(ValueError, match=rf"{name} has shape \(1,\); expected \(2,\)"):
             validate_problem(Problem.create(**base, **{name: [100.0]}))
+    # or d covariates per tenant (rows, features, classes), one row each
+    validate_problem(Problem.create(**base, sizes=[[100.0, 5.0, 2.0], [np.nan] * 3]))
+    for bad in ([[100.0, 5.0, 2.0]], [[[100.0]], [[50.0]]]):
+        shape = re.escape(str(np.shape(bad)))
+        with pytest.raises(ValueError, match=rf"sizes has shape {shape}; expected \(2,\) or"):
+            validate_problem(Problem.create(**base, sizes=bad))
