@@ -15,8 +15,10 @@ Derivations (values are copied, only reshaped):
   (``runtime_matrix.csv``); model names are the pipeline dict literals.
 - ``lcdb``: ``lcdb_accuracy_final_long.csv``, the row of the largest training size per
   (data set, learner): quality = ``score_test_mean``, cost = ``traintime_mean`` seconds;
-  ``lcdb.tenants.csv``: size = largest ``size_train`` x ``NumberOfFeaturesAfterBinarization``
-  (``lcdb_datasets_meta.csv``), for the predicted-cost model.
+  ``lcdb.tenants.csv``, for the predicted-cost model: ``rows`` = largest ``size_train``,
+  ``features`` = ``NumberOfFeaturesAfterBinarization``, ``classes`` = ``NumberOfClasses``
+  (``lcdb_datasets_meta.csv``), and ``size`` = rows x features (the one-number size a file of
+  ``tenant,size`` gives).
 """
 
 from __future__ import annotations
@@ -82,11 +84,18 @@ def lcdb(src: Path) -> None:
     )
     long["tenant"] = [f"openml-{t}" for t in long.openmlid]
     _write(long.dropna(subset=["quality"]), "lcdb")
-    # tenant data sizes for the cost model: training examples x features after binarisation
+    # tenant sizes for the cost model: training examples, features after binarisation, classes
     meta = pd.read_csv(src / "lcdb" / "lcdb_datasets_meta.csv").set_index("openmlid")
     n_train = fin.groupby("openmlid").size_train.max()
-    size = (n_train * meta.NumberOfFeaturesAfterBinarization.reindex(n_train.index)).dropna()
-    sizes = pd.DataFrame({"tenant": [f"openml-{t}" for t in size.index], "size": size.values})
+    sizes = pd.DataFrame(
+        {
+            "rows": n_train,
+            "features": meta.NumberOfFeaturesAfterBinarization.reindex(n_train.index),
+            "classes": meta.NumberOfClasses.reindex(n_train.index),
+        }
+    ).dropna()
+    sizes.insert(0, "size", sizes.rows * sizes.features)
+    sizes.insert(0, "tenant", [f"openml-{t}" for t in sizes.index])
     sizes.to_csv(OUT / "lcdb.tenants.csv", index=False, float_format="%.0f")
     print(f"lcdb.tenants.csv: {len(sizes)} tenant sizes")
 

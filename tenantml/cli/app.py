@@ -127,7 +127,11 @@ def bench(
     data: Annotated[Path | None, typer.Option(help="long CSV: tenant,model,quality,cost")] = None,
     models_meta: Annotated[Path | None, typer.Option(help="CSV: model,year,citations")] = None,
     tenant_sizes: Annotated[
-        Path | None, typer.Option(help="CSV: tenant,size (data sizes for --costs predicted)")
+        Path | None,
+        typer.Option(
+            help="CSV: tenant,size or tenant,rows[,features][,classes] "
+            "(data sizes for --costs predicted)"
+        ),
     ] = None,
     tenant_weights: Annotated[
         Path | None,
