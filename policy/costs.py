@@ -10,13 +10,27 @@ and, for tenant ``i``, the costs of its own finished jobs. We model
 - ``g_k`` (M,): how much faster than the typical model model ``k``'s log cost grows with the
   tenant's log data size, ``x_i = log(size_i) - mean log size`` (0 where unknown); centred over
   the models, so the typical growth stays in ``a0``'s slope. An SVM's cost grows with the square
-  of the rows, a linear model's with the rows: one scale per tenant cannot say both;
+  of the rows, a linear model's with the rows: one scale per tenant cannot say both. A size may
+  be ``d`` covariates (rows, features, classes), ``x_i`` (d,) and ``g_k`` (d,), ``g_k . x_i``:
+  a forest's cost grows with the features, k-NN's training does not, boosting's with the
+  classes; one number (rows x features) cannot say that either;
 - ``a_i``: tenant ``i``'s log scale (data size, input shape); ``a0_i`` is its prior mean, from
   a linear fit on ``log(size)`` where tenant sizes are known, else the training tenants' mean;
 - ``tau^2``: spread of ``a`` between tenants; ``s^2``: residual variance.
 
-(``g`` joined in stop 63; before, ``g = 0``. ``infra/scripts/cost_prediction.py lcdb``, the
-only built-in table with sizes, before and after, additive / empirical kernel: 1.71 / 1.52 ->
+(The covariates joined in stop 65, LCDB's rows, features and classes and Oboe's rows and
+features (``tenantml/data/*.tenants.csv``); ``infra/scripts/cost_prediction.py``, empirical
+kernel, after 1 / 3 / 5 jobs: lcdb 1.45 / 1.19 / 1.07 -> 1.14 / 1.01 / 0.95 (with rows for all
+its data sets; 51 had no size before), oboe 1.07 / 0.77 / 0.64 -> 0.78 / 0.64 / 0.55 (no sizes
+before); a covariate not known is taken at the mean. (Tried and left: widening such a tenant's
+kernel by what its lacking covariates leave open, ``L diag(var) L^T`` with each model's
+loading ``L`` on them, so that its first jobs tell its features; the held-out LCDB tenants
+lacking one predicted worse, 1.82 / 1.59 -> 1.85 / 1.67 after 1 / 3 jobs. Those data sets are
+harder to predict whatever is known: 1.82 against 0.95 after one job.) The live service gives
+one covariate, a fit's examples: its arms' growths in features and classes are not measured.
+``g`` joined in stop 63; before, ``g = 0``. ``infra/scripts/cost_prediction.py lcdb``, then
+the only built-in table with sizes (one per data set), before and after, additive / empirical
+kernel: 1.71 / 1.52 ->
 1.65 / 1.45 after 1 job, 1.51 / 1.23 -> 1.44 / 1.19 after 3, 1.44 / 1.08 -> 1.38 / 1.07 after
 5. The live service's hand-set base, `tasks._service.build_problem`, has had measured ``g``
 since stop 64: each scikit-learn arm timed at four sizes, ``infra/scripts/time_sklearn_arms.py
@@ -47,9 +61,10 @@ for EI per second) and conditions each tenant on its jobs with :class:`policy.gp
 Measured by ``infra/scripts/cost_prediction.py`` (20% of a table's tenants held out, k of a
 held-out tenant's jobs seen, the others predicted; RMS error of the log median prediction):
 Oboe's runtimes (418 data sets x 219 configurations) 1.20 additive / 0.77 empirical after 3
-jobs, 1.15 / 0.64 after 5; LCDB's fit times 1.44 / 1.19 and 1.38 / 1.07; the ease.ml matrix
-(8 tenants: too few to learn from) the same with both. The standardised errors' s.d. is
-0.88-0.98 with the empirical kernel.
+jobs, 1.15 / 0.64 after 5 without sizes, 0.78 / 0.64 and 0.75 / 0.55 with their rows and
+features; LCDB's fit times 1.44 / 1.19 and 1.38 / 1.07 with one size, 1.12 / 1.01 and 1.11 /
+0.95 with rows, features and classes; the ease.ml matrix (8 tenants: too few to learn from) the
+same with both. The standardised errors' s.d. is 0.88-0.98 with the empirical kernel.
 
 Learning across tenants, online (:func:`refit_cost_prior`, :class:`OnlineCostPrior`): a
 scheduler starts from a base prior (the live service's hand-set one over its catalogue, the
@@ -118,15 +133,16 @@ def _size_columns(sizes: FloatArray) -> FloatArray:
 
 
 def _log_sizes(sizes: FloatArray) -> tuple[np.ndarray, FloatArray]:
-    """(``known`` (n,) bool: every covariate finite and > 0, ``log(size)`` (n, d), 0 where the
-    tenant is unknown). ``sizes`` (n,) or (n, d): one column per covariate (rows, features...)."""
+    """(``known`` (n, d) bool: a covariate finite and > 0, ``log(size)`` (n, d), 0 where
+    unknown). ``sizes`` (n,) or (n, d): one column per covariate (rows, features...)."""
     s = _size_columns(sizes)
-    known: np.ndarray = np.asarray((np.isfinite(s) & (np.nan_to_num(s) > 0)).all(axis=1))
-    return known, np.log(np.where(known[:, None], s, 1.0))
+    known: np.ndarray = np.asarray(np.isfinite(s) & (np.nan_to_num(s) > 0))
+    return known, np.log(np.where(known, s, 1.0))
 
 
 def _centred_log_sizes(sizes: FloatArray, mean_log_size: FloatArray | float) -> FloatArray:
-    """``x_i = log(size_i) - mean_log_size`` (n, d), 0 where a tenant's size is unknown."""
+    """``x_i = log(size_i) - mean_log_size`` (n, d), 0 where a covariate is unknown (a tenant
+    whose features are not known is taken at the mean features, its rows still count)."""
     known, ls = _log_sizes(sizes)
     mean = np.atleast_1d(np.asarray(mean_log_size, dtype=float))
     if ls.shape[1] != len(mean):
@@ -134,7 +150,7 @@ def _centred_log_sizes(sizes: FloatArray, mean_log_size: FloatArray | float) -> 
             f"tenant sizes have {ls.shape[1]} covariate(s) per tenant; the cost prior was "
             f"fitted on {len(mean)}"
         )
-    out: FloatArray = np.where(known[:, None], ls - mean, 0.0)
+    out: FloatArray = np.where(known, ls - mean, 0.0)
     return out
 
 
@@ -273,13 +289,14 @@ def fit_cost_prior(
     n_obs_col = obs.sum(axis=0)
     sizes_kept = None if train_sizes is None else np.asarray(train_sizes, dtype=float)[rows]
     vector = sizes_kept is not None and sizes_kept.ndim == 2  # d covariates, not one size
-    known, ls = np.zeros(len(c), dtype=bool), np.zeros((len(c), 1))
+    known_at, ls = np.zeros((len(c), 1), dtype=bool), np.zeros((len(c), 1))
     if sizes_kept is not None:
-        known, ls = _log_sizes(sizes_kept)
+        known_at, ls = _log_sizes(sizes_kept)
+    known: np.ndarray = np.asarray(known_at.all(axis=1))  # every covariate known: regressed
     d = ls.shape[1]
     with_sizes = known.sum() >= d + 2 and bool((np.var(ls[known], axis=0) > 0).all())
     mean_ls = ls[known].mean(axis=0) if with_sizes else np.zeros(d)
-    x = np.where(known[:, None], ls - mean_ls, 0.0) if with_sizes else np.zeros((len(c), d))
+    x = np.where(known_at, ls - mean_ls, 0.0) if with_sizes else np.zeros((len(c), d))
     # g_k (d,) is told by the tenants of known size that ran model k, through the spread of
     # their sizes about their mean (b_k takes the level): fewer than MIN_SLOPE_TENANTS + d - 1,
     # or sizes that do not span the d covariates among them, and g_k stays 0 (the typical growth)
@@ -315,7 +332,7 @@ def fit_cost_prior(
     dof = max(int(obs.sum()) - n_fit, 1)
     noise_var = max(float(resid @ resid) / dof, VAR_FLOOR)
     intercept, slope = 0.0, np.zeros(d)
-    a_res = a
+    a_res: FloatArray = a
     if with_sizes:  # a0 = intercept + slope . log(size), least squares over the known tenants
         design = np.column_stack([np.ones(int(known.sum())), ls[known]])
         coef = np.linalg.lstsq(design, a[known], rcond=None)[0]

@@ -264,9 +264,13 @@ def test_bench_reads_tenant_sizes(tmp_path):
 
     t = load_dataset("lcdb")  # rows, features and classes: three covariates per tenant
     assert t.sizes is not None and t.sizes.shape == (len(t.tenants), 3)
-    assert np.isfinite(t.sizes).all(axis=1).sum() > 150
+    assert np.isfinite(t.sizes).all(axis=1).sum() > 150  # the rest lack classes, or features
+    assert np.isfinite(t.sizes[:, 0]).all()  # every data set's rows are known
     i = t.tenants.index("openml-3")  # kr-vs-kp: 2,588 training rows, 74 binarised features
     np.testing.assert_array_equal(t.sizes[i], [2588, 74, 2])
+    oboe = load_dataset("oboe")  # instances and features, no classes
+    assert oboe.sizes is not None and oboe.sizes.shape == (len(oboe.tenants), 2)
+    np.testing.assert_array_equal(oboe.sizes[oboe.tenants.index("openml-3")], [3196, 74])
     bad = tmp_path / "s.csv"
     bad.write_text("tenant,size\nopenml-3,-4\n")
     with pytest.raises(BenchInputError, match="line 2: size -4.0; must be finite and > 0"):
@@ -283,6 +287,8 @@ def test_bench_reads_tenant_sizes(tmp_path):
     two.write_text("tenant,rows,features\nopenml-3,500,0\n")
     with pytest.raises(BenchInputError, match="line 2: features 0.0; must be finite and > 0"):
         read_tenant_sizes(two, t.tenants)
+    two.write_text("tenant,rows,features\nopenml-3,500,\n")  # an empty cell: not known
+    np.testing.assert_array_equal(read_tenant_sizes(two, t.tenants)[i], [500, np.nan])
 
 
 def test_ablation_variants_are_built_by_name_but_not_run_by_default():
@@ -442,6 +448,21 @@ def test_each_model_grows_with_each_size_covariate_at_its_own_rate():
     assert np.sqrt(np.mean((median - np.log(c[150:])) ** 2)) < 0.1
     with pytest.raises(ValueError, match="1 covariate.*fitted on 2"):
         CostEstimator(p, [np.arange(3)] * 50, one[150:])
+    # a covariate not known is taken at the training tenants' mean; the others still count
+    part = sizes[150:].copy()
+    part[:, 1] = np.nan
+    at_mean = sizes[150:].copy()
+    at_mean[:, 1] = np.exp(np.asarray(p.mean_log_size)[1])
+    np.testing.assert_allclose(
+        prior_costs(p, avail, part), prior_costs(p, avail, at_mean), rtol=1e-9
+    )
+    assert not np.allclose(prior_costs(p, avail, part)[0], prior_costs(p, avail, part)[1])
+    # training tenants with a covariate unknown: the growths are learnt from the others
+    train = sizes[:150].copy()
+    train[:30, 1] = np.nan
+    q = fit_cost_prior(c[:150], train)
+    assert q.model_slope is not None
+    np.testing.assert_allclose(q.model_slope, h - h.mean(axis=0), atol=0.05)
     # a base that lets the growths move learns them from its own tenants' jobs
     base = replace(p, model_slope=None, slope_var=0.25, tenants=0)
     refit = refit_cost_prior(base, c[150:], sizes[150:])
