@@ -202,13 +202,23 @@ def read_models_meta(path: str | Path, models: tuple[str, ...]) -> ModelMeta:
 
 
 def _tenant_values(
-    path: str | Path, tenants: tuple[str, ...], column: str, unlisted: float, strict: bool
+    path: str | Path,
+    tenants: tuple[str, ...],
+    column: str,
+    unlisted: float,
+    strict: bool,
+    blank_unknown: bool = False,
 ) -> FloatArray:
     """``tenant,<column>`` with finite values > 0; tenants not listed get ``unlisted``; with
-    `strict` a row naming no tenant of `tenants` is refused (`_keyed_rows`)."""
+    `strict` a row naming no tenant of `tenants` is refused (`_keyed_rows`); with
+    `blank_unknown` an empty cell is NaN (not known), else refused."""
     values = np.full(len(tenants), unlisted)
     for i, where, row in _keyed_rows(path, "tenant", (column,), tenants, strict):
-        v = _parse_float((row[column] or "").strip(), column, where)
+        text = (row[column] or "").strip()
+        if blank_unknown and not text:
+            values[i] = np.nan
+            continue
+        v = _parse_float(text, column, where)
         if not (np.isfinite(v) and v > 0):
             raise BenchInputError(f"{where}: {column} {v!r}; must be finite and > 0")
         values[i] = v
@@ -224,7 +234,8 @@ SIZE_COVARIATES = ("rows", "features", "classes")
 def read_tenant_sizes(path: str | Path, tenants: tuple[str, ...]) -> FloatArray:
     """Read a tenant's size for the cost model: ``tenant,size`` (size > 0: how much data, e.g.
     examples x features), (n,); or, where the header has any of :data:`SIZE_COVARIATES`
-    (``rows``, ``features``, ``classes``), those columns, (n, d), and ``size`` is ignored.
+    (``rows``, ``features``, ``classes``), those columns, (n, d), and ``size`` is ignored; an
+    empty covariate cell is not known (the cost model takes the tenants' mean there).
     Tenants not listed stay NaN (unknown); rows of other tenants are skipped (one file may serve
     several data sets). Extra columns are ignored."""
     p = Path(path)
@@ -236,7 +247,7 @@ def read_tenant_sizes(path: str | Path, tenants: tuple[str, ...]) -> FloatArray:
     if not covariates:
         return _tenant_values(path, tenants, "size", np.nan, strict=False)
     out: FloatArray = np.column_stack(
-        [_tenant_values(path, tenants, c, np.nan, strict=False) for c in covariates]
+        [_tenant_values(path, tenants, c, np.nan, False, blank_unknown=True) for c in covariates]
     )
     return out
 
