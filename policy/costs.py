@@ -318,9 +318,8 @@ def fit_cost_prior(
         shift = float(a.mean())  # identifiability: centre a, move the level into b
         a -= shift
         b = b + shift
-        if (
-            slope_known.any()
-        ):  # each model's regression of y - a on x; centred: the typical is in a0
+        if slope_known.any():
+            # each model's regression of y - a on x; centred: the typical growth is in a0
             sxy = np.einsum("jkd,jk->kd", dx, y - a[:, None])
             g = np.where(slope_known[:, None], np.linalg.solve(sxx_safe, sxy[..., None])[..., 0], 0)
             g = np.where(slope_known[:, None], g - g[slope_known].mean(axis=0), 0.0)
