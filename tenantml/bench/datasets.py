@@ -226,8 +226,8 @@ def _tenant_values(
 
 
 #: the size covariates a tenant sizes file may give, in this order: each model's cost grows with
-#: each at its own rate (`policy.costs`; LCDB's fit times: log-RMSE 1.33 -> 0.98 after one job
-#: with all three against one size, docs/replay.md)
+#: each at its own rate (`policy.costs`; `infra/scripts/cost_prediction.py lcdb`, empirical
+#: kernel: log-RMSE after one job 1.45 with one size, 1.14 with all three; docs/replay.md)
 SIZE_COVARIATES = ("rows", "features", "classes")
 
 
