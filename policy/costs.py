@@ -294,7 +294,7 @@ def fit_cost_prior(
         known_at, ls = _log_sizes(sizes_kept)
     known: np.ndarray = np.asarray(known_at.all(axis=1))  # every covariate known: regressed
     d = ls.shape[1]
-    with_sizes = known.sum() >= d + 2 and bool((np.var(ls[known], axis=0) > 0).all())
+    with_sizes = known.sum() >= d + 2 and bool((np.var(ls[known], axis=0) > 1e-12).all())
     mean_ls = ls[known].mean(axis=0) if with_sizes else np.zeros(d)
     x = np.where(known_at, ls - mean_ls, 0.0) if with_sizes else np.zeros((len(c), d))
     # g_k (d,) is told by the tenants of known size that ran model k, through the spread of

@@ -457,6 +457,11 @@ def test_each_model_grows_with_each_size_covariate_at_its_own_rate():
         prior_costs(p, avail, part), prior_costs(p, avail, at_mean), rtol=1e-9
     )
     assert not np.allclose(prior_costs(p, avail, part)[0], prior_costs(p, avail, part)[1])
+    # a covariate that does not vary tells nothing (float rounding must not make it vary)
+    flat = sizes[:150].copy()
+    flat[:, 1] = 3.0
+    r = fit_cost_prior(c[:150], flat)
+    assert r.model_slope is None and np.all(np.asarray(r.size_slope) == 0.0)
     # training tenants with a covariate unknown: the growths are learnt from the others
     train = sizes[:150].copy()
     train[:30, 1] = np.nan
