@@ -235,7 +235,8 @@ def read_tenant_sizes(path: str | Path, tenants: tuple[str, ...]) -> FloatArray:
     """Read a tenant's size for the cost model: ``tenant,size`` (size > 0: how much data, e.g.
     examples x features), (n,); or, where the header has any of :data:`SIZE_COVARIATES`
     (``rows``, ``features``, ``classes``), those columns, (n, d), and ``size`` is ignored; an
-    empty covariate cell is not known (the cost model takes the tenants' mean there).
+    empty covariate cell is not known (the cost model takes the tenants' mean there), and a
+    covariate column empty for every tenant of `tenants` is left out.
     Tenants not listed stay NaN (unknown); rows of other tenants are skipped (one file may serve
     several data sets). Extra columns are ignored."""
     p = Path(path)
@@ -246,9 +247,13 @@ def read_tenant_sizes(path: str | Path, tenants: tuple[str, ...]) -> FloatArray:
     covariates = [c for c in SIZE_COVARIATES if c in header]
     if not covariates:
         return _tenant_values(path, tenants, "size", np.nan, strict=False)
-    out: FloatArray = np.column_stack(
-        [_tenant_values(path, tenants, c, np.nan, False, blank_unknown=True) for c in covariates]
-    )
+    columns = [
+        _tenant_values(path, tenants, c, np.nan, False, blank_unknown=True) for c in covariates
+    ]
+    # a covariate no listed tenant has (a regression table's empty `classes`) is left out: the
+    # cost model regresses on the tenants with every covariate known, and would have none
+    kept = [col for col in columns if np.isfinite(col).any()]
+    out: FloatArray = np.column_stack(kept) if kept else np.full(len(tenants), np.nan)
     return out
 
 

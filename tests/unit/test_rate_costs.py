@@ -287,8 +287,11 @@ def test_bench_reads_tenant_sizes(tmp_path):
     two.write_text("tenant,rows,features\nopenml-3,500,0\n")
     with pytest.raises(BenchInputError, match="line 2: features 0.0; must be finite and > 0"):
         read_tenant_sizes(two, t.tenants)
-    two.write_text("tenant,rows,features\nopenml-3,500,\n")  # an empty cell: not known
+    two.write_text("tenant,rows,features\nopenml-3,500,\nopenml-6,90,4\n")  # empty: not known
     np.testing.assert_array_equal(read_tenant_sizes(two, t.tenants)[i], [500, np.nan])
+    two.write_text("tenant,rows,classes\nopenml-3,500,\n")  # a column no tenant has: left out
+    got = read_tenant_sizes(two, t.tenants)
+    assert got.shape == (len(t.tenants), 1) and got[i, 0] == 500
 
 
 def test_ablation_variants_are_built_by_name_but_not_run_by_default():
