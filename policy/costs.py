@@ -115,6 +115,7 @@ LIVE_COST_KERNEL: CostKernel = "empirical"
 #: ``min_tenants``, :func:`policy.prior.learn_prior`); fewer give the additive model
 MIN_KERNEL_TENANTS = 4
 #: the least tenants of known size that ran a model for :func:`fit_cost_prior` to learn its ``g_k``
+#: (with ``d`` size covariates, ``MIN_SLOPE_TENANTS + d - 1``)
 MIN_SLOPE_TENANTS = 3
 #: prior variance of a model's extra growth with log size ``g_k`` when no tenant of known size
 #: ran it: the typical model's cost grows like the rows, an SVM's like their square (+-0.5)
@@ -382,7 +383,8 @@ def refit_cost_prior(
     sweeps: int = 20,
 ) -> CostPrior:
     """`base` refined by the jobs of a scheduler's own tenants: ``cost`` (n, M), NaN where not
-    run; ``sizes`` (n,) their data sizes; ``growth_sizes`` (n,) the sizes ``x_i`` is taken from
+    run; ``sizes`` (n,) or (n, d) their data sizes (the base's ``d`` covariates);
+    ``growth_sizes`` (like ``sizes``) the sizes ``x_i`` is taken from
     (None: ``sizes``; the live service's: a fit's examples, where ``sizes`` counts a
     cross-validated job's folds, `tasks._service.build_problem`). The costs the other tenants
     paid teach what one tenant's first jobs cannot: a model's own weight (``b_k``), its growth
@@ -393,9 +395,9 @@ def refit_cost_prior(
     dg_k x_i + e_ik`` with ``da_i ~ N(0, tau^2)``, ``db_k ~ N(0, base_var_k)``, ``dg_k ~ N(0,
     slope_var_k)`` (``slope_var = 0``: ``dg = 0``), ``e ~ N(0, s^2)``; the mode of ``(da, db,
     dg)`` by alternating ridge regressions gives ``b = b0 + db`` and ``g = g0 + dg`` (their
-    variances: ``1 / (1/base_var + n_k/s^2)``, and where ``g`` is learnt the marginals of the 2 x 2
-    posterior precision of ``(db_k, dg_k)``), and the tenants' deviations ``r_ik - db_k - dg_k
-    x_i`` (a missing cell: ``da_i``) a covariance ``S``,
+    variances: ``1 / (1/base_var + n_k/s^2)``, and where ``g`` is learnt the marginals of the
+    (1 + d) x (1 + d) posterior precision of ``(db_k, dg_k)``), and the tenants' deviations
+    ``r_ik - db_k - dg_k x_i`` (a missing cell: ``da_i``) a covariance ``S``,
     shrunk towards the base's ``C0`` (:func:`shrunk_cov`: with few tenants, ``C0``), then
     pooled with it by their tenants: ``(n0 C0 + n S) / (n0 + n)``, ``n0 = base.tenants`` (the
     posterior mean of an inverse-Wishart prior with ``n0`` degrees of freedom). A base fitted
