@@ -47,10 +47,20 @@ fit on the smaller ones, and from the linear law through them. Measured (``--gro
 ties (0.67 both), since an iterative solver's cost follows its convergence, not a power of the
 rows (logistic regression with saga: 0.22 s at 1,500 rows, 3.1 s at 3,000, 6.3 s at 12,000).
 
+``--growth`` also measures each arm's growth in an example's input values and in the classes
+(``--growth-of``: any of ``rows features classes``, default all): at `GROWTH_AT_ROWS` examples,
+the tabular arms on synthetic sets of `GROWTH_FEATURES` columns (four classes) and of
+`GROWTH_CLASSES` classes (20 columns), the pixel arms on glyphs of `GROWTH_SIDES` sides (ten
+letters) and of `GROWTH_CLASSES` letters (8x8). The file's ``feature_exponent`` and
+``class_exponent`` hold them, ``reference_features`` and ``reference_classes`` the geometric
+means of the cost run's tasks' (where ``seconds_per_1000`` holds); the service's prior
+(``build_problem``) multiplies a prediction by ``(features / reference)^e_f (classes /
+reference)^e_c``.
+
 ``--check-growth DIR ...`` compares, on the bench-live runs' jobs (their homes' stores give each
 tenant's examples), how well the table predicts a tenant's costs once the tenant's own level is
 known (the mean of its jobs' log errors): the RMS of the jobs' log errors about it, with the
-growths and without.
+growths and without, in the rows alone and in all three.
 
 Usage: ``.venv/bin/python infra/scripts/time_sklearn_arms.py [--repeats R] [--arms A ...]
 [--out PATH] [--growth]`` (about three minutes on this machine, one run per arm and task;
@@ -97,6 +107,15 @@ class TimingTask:
     def tabular(self) -> bool:
         return self.x.ndim == 2
 
+    @property
+    def features(self) -> int:
+        """An example's input values (a tabular row's columns, an image's pixels)."""
+        return math.prod(self.x.shape[1:])
+
+    @property
+    def classes(self) -> int:
+        return len(np.unique(self.y))
+
 
 def _bundled(name: str, loader: Callable[..., object]) -> TimingTask:
     d = loader()
@@ -126,22 +145,25 @@ def tabular_tasks() -> list[TimingTask]:
     ]
 
 
-def _glyphs(name: str, n: int, side: int) -> TimingTask:
-    """``n`` grey images (side x side) of the letters A-J, drawn with Pillow's built-in font at
-    seeded random sizes, positions and rotations: a handwriting-like task (mostly dark
-    background, strokes), whose pixels cost what real images' do (Gaussian pixels do not: k-NN
-    and logistic regression then cost several times less against forests than on digits)."""
+def _glyphs(name: str, n: int, side: int, classes: int = 10) -> TimingTask:
+    """``n`` grey images (side x side) of the first `classes` letters (A-J by default), drawn
+    with Pillow's built-in font at seeded random sizes, positions and rotations: a
+    handwriting-like task (mostly dark background, strokes), whose pixels cost what real
+    images' do (Gaussian pixels do not: k-NN and logistic regression then cost several times
+    less against forests than on digits)."""
     from PIL import Image, ImageDraw, ImageFont
 
     rng = np.random.default_rng(0)
-    y = np.arange(n) % 10
+    if not 2 <= classes <= len(LETTERS):
+        raise ValueError(f"glyphs have 2 to {len(LETTERS)} classes, got {classes}")
+    y = np.arange(n) % classes
     x = np.zeros((n, side, side, 1), np.float32)
     for k, label in enumerate(y):
         size = int(rng.integers(18, 26))
         img = Image.new("L", (32, 32))
         ImageDraw.Draw(img).text(
             (int(rng.integers(2, 10)), int(rng.integers(0, 6))),
-            "ABCDEFGHIJ"[label],
+            LETTERS[label],
             fill=int(rng.integers(160, 256)),
             font=ImageFont.load_default(size=size),
         )
@@ -150,6 +172,10 @@ def _glyphs(name: str, n: int, side: int) -> TimingTask:
         )
         x[k, :, :, 0] = np.asarray(img, np.float32)
     return TimingTask(name, x, y.astype(np.int64))
+
+
+#: the letters `_glyphs` draws, one class each
+LETTERS = "ABCDEFGHIJKLMNOP"
 
 
 def image_tasks() -> list[TimingTask]:
@@ -161,11 +187,45 @@ def image_tasks() -> list[TimingTask]:
 GROWTH_ROWS = (1500, 3000, 6000, 12000)
 
 
-def growth_tasks(rows: Sequence[int], kind: str) -> list[TimingTask]:
-    """Tasks of one kind (``tabular`` or ``images``) at each size in `rows` (module
-    docstring)."""
+#: the input values (a tabular row's columns; an image's pixels, as its sides ``sqrt`` of them)
+#: and the classes each arm's growth in them is timed at (``--growth``), at `GROWTH_AT_ROWS`
+#: examples and the rows' task's other settings; both span bench-live's real tenants (5-19
+#: columns, 2-6 classes) and their digits and MNIST-like images (64 and 784 pixels, 10 classes)
+GROWTH_FEATURES = (10, 20, 40, 80)
+GROWTH_SIDES = (8, 12, 20, 28)
+GROWTH_CLASSES = (2, 4, 8, 16)
+GROWTH_AT_ROWS = 3000
+#: what a tenant's size is: ``--growth`` measures each arm's growth in each of them
+COVARIATES = ("rows", "features", "classes")
+#: where `trainers/sklearn_costs.json` keeps each covariate's exponents and reference sizes
+EXPONENT_KEYS = {
+    "rows": "size_exponent",
+    "features": "feature_exponent",
+    "classes": "class_exponent",
+}
+REFERENCE_KEYS = {
+    "rows": "reference_size",
+    "features": "reference_features",
+    "classes": "reference_classes",
+}
+
+
+def growth_tasks(rows: Sequence[int], kind: str, covariate: str = "rows") -> list[TimingTask]:
+    """Tasks of one kind (``tabular`` or ``images``) at each size of one `covariate`: the rows
+    in `rows`, or `GROWTH_FEATURES` (`GROWTH_SIDES`) or `GROWTH_CLASSES` (module docstring)."""
+    if covariate not in COVARIATES:
+        raise ValueError(f"covariate must be one of {COVARIATES}, got {covariate!r}")
+    n = GROWTH_AT_ROWS
     if kind == "tabular":
+        if covariate == "features":
+            return [_synthetic(f"synthetic-{n}x{f}", n, (f,), 4, 8) for f in GROWTH_FEATURES]
+        if covariate == "classes":
+            return [_synthetic(f"synthetic-{n}x20-c{c}", n, (20,), c, 8) for c in GROWTH_CLASSES]
         return [_synthetic(f"synthetic-{n}x20", n, (20,), 4, 8) for n in rows]
+    if covariate == "features":
+        return [_glyphs(f"glyphs-{s}x{s}-{n}", n, s) for s in GROWTH_SIDES]
+    if covariate == "classes":
+        return [_glyphs(f"glyphs-8x8-{n}-c{c}", n, 8, c) for c in GROWTH_CLASSES]
     return [_glyphs(f"glyphs-8x8-{n}", n, 8) for n in rows]
 
 
@@ -174,17 +234,23 @@ def seconds_per_thousand(seconds: float, n_examples: int, tabular: bool) -> floa
     return seconds * 1000.0 / cost_size(n_examples, tabular)
 
 
-def reference_size(tasks: Sequence[TimingTask]) -> float:
-    """The geometric mean of the tasks' examples: where a geometric mean over them of seconds
-    per 1,000 examples (`seconds_per_thousand`) holds if a fit's cost grows like a power of its
-    examples (a cross-validated job's folds each fit about them)."""
-    return math.exp(statistics.fmean(math.log(len(t.y)) for t in tasks))
+def reference_size(tasks: Sequence[TimingTask], covariate: str = "rows") -> float:
+    """The geometric mean of the tasks' examples (or features, or classes): where a geometric
+    mean over them of seconds per 1,000 examples (`seconds_per_thousand`) holds if a fit's cost
+    grows like a power of its examples (a cross-validated job's folds each fit about them), of
+    its features and of its classes."""
+    size: dict[str, Callable[[TimingTask], int]] = {
+        "rows": lambda t: len(t.y),
+        "features": lambda t: t.features,
+        "classes": lambda t: t.classes,
+    }
+    return math.exp(statistics.fmean(math.log(size[covariate](t)) for t in tasks))
 
 
 def _register(tasks: Sequence[TimingTask], store: ExampleStore) -> None:
     for task in tasks:
         shape = task.x.shape[1:]
-        store.create_tenant(task.name, Schema(input=Tensor(*shape), output=Tensor(10)))
+        store.create_tenant(task.name, Schema(input=Tensor(*shape), output=Tensor(task.classes)))
         store.feed(task.name, task.x, [str(v) for v in task.y])
 
 
@@ -235,11 +301,15 @@ def fit_growth(sizes: Sequence[float], seconds: Sequence[float]) -> Growth:
 
 
 def time_growth(
-    arms: Sequence[str], tasks: Sequence[TimingTask], store: ExampleStore, repeats: int = 1
+    arms: Sequence[str],
+    tasks: Sequence[TimingTask],
+    store: ExampleStore,
+    repeats: int = 1,
+    covariate: str = "rows",
 ) -> dict[str, Growth]:
-    """Per arm, its `Growth` over `tasks` (one kind of task at several sizes)."""
+    """Per arm, its `Growth` over `tasks` (one kind of task at several sizes of `covariate`)."""
     _register(tasks, store)
-    sizes = [float(len(t.y)) for t in tasks]
+    sizes = [reference_size([t], covariate) for t in tasks]
     out = {}
     for arm in arms:
         out[arm] = fit_growth(sizes, [_seconds(arm, t, store, repeats) for t in tasks])
@@ -292,31 +362,58 @@ def check(dirs: Sequence[Path], table: dict[str, float]) -> dict[str, dict[str, 
     return out
 
 
-def _tenant_sizes(home: Path) -> dict[str, int]:
-    """Each tenant's examples in a service home's store (its latest snapshot)."""
+def _tenant_sizes(home: Path) -> dict[str, tuple[int, int, int]]:
+    """Each tenant's (examples, input values, classes) in a service home's store (its latest
+    snapshot; the schema's input and output sizes, as the service's cost prior takes them)."""
     store = ExampleStore(LocalBlobStore(home / "store"))
-    return {name: store.manifest(name).n_examples for name in store.tenants()}
+    out = {}
+    for name in store.tenants():
+        schema = store.schema(name)
+        out[name] = (store.manifest(name).n_examples, schema.input.size, schema.output.size)
+    return out
 
 
-def check_growth(dirs: Sequence[Path], doc: dict[str, Any]) -> dict[str, tuple[float, float, int]]:
+def _measured_up_to(doc: dict[str, Any], group: str) -> tuple[float, float, float]:
+    """The largest (rows, features, classes) the file `doc`'s growths were measured at, for
+    the tabular or the pixel arms (past them the service takes the typical growth)."""
+    growth = doc.get("measured_on", {}).get("growth", {})
+    features = growth.get("features", []) if group == "tabular" else [
+        side * side for side in growth.get("image_sides", [])
+    ]  # fmt: skip
+    return (
+        max(growth.get("rows", [math.inf])),
+        max(features, default=math.inf),
+        max(growth.get("classes", [math.inf])),
+    )
+
+
+def check_growth(
+    dirs: Sequence[Path], doc: dict[str, Any], covariates: Sequence[str] = COVARIATES
+) -> dict[str, tuple[float, float, int]]:
     """Per group (tabular, pixels): the RMS of the bench-live jobs' log errors about their
-    tenant's mean error, predicted with the file `doc`'s growths and without, and the jobs
-    (module docstring)."""
-    table, exponent, ref = doc["seconds_per_1000"], doc["size_exponent"], doc["reference_size"]
-    # as the service does: past the measured sizes a tenant grows like its examples
-    up_to = max(doc.get("measured_on", {}).get("growth", {}).get("rows", [math.inf]))
+    tenant's mean error, predicted with the file `doc`'s growths in `covariates` (those it
+    has) and without, and the jobs (module docstring)."""
+    table = doc["seconds_per_1000"]
+    used = [c for c in covariates if EXPONENT_KEYS[c] in doc]
     with_g: dict[str, dict[str, list[float]]] = {"tabular": {}, "pixels": {}}
     without: dict[str, dict[str, list[float]]] = {"tabular": {}, "pixels": {}}
     for db in _homes(dirs):
         sizes = _tenant_sizes(db.parent)
         for tenant, arm, cost in _job_costs(db):
-            if arm not in exponent:
+            if arm not in table or arm not in doc[EXPONENT_KEYS["rows"]]:
                 continue
             group = "pixels" if arm.startswith("pixels-") else "tabular"
-            x = math.log(min(sizes[tenant], up_to) / ref[group])  # a fit's examples
+            # as the service does: past the measured sizes a tenant grows like the typical
+            # arm, which its own level takes up; a fit's examples, not its folds' work
+            up_to = _measured_up_to(doc, group)
+            grown = 0.0
+            for c in used:
+                k = COVARIATES.index(c)
+                x = math.log(min(sizes[tenant][k], up_to[k]) / doc[REFERENCE_KEYS[c]][group])
+                grown += (doc[EXPONENT_KEYS[c]][arm] - (c == "rows")) * x
             e = math.log(max(cost, 1e-3)) - math.log(table[arm])
             without[group].setdefault(f"{db}:{tenant}", []).append(e)
-            with_g[group].setdefault(f"{db}:{tenant}", []).append(e - (exponent[arm] - 1) * x)
+            with_g[group].setdefault(f"{db}:{tenant}", []).append(e - grown)
     out = {
         group: (_rms_about_means(with_g[group]), _rms_about_means(jobs), len(_flat(jobs)))
         for group, jobs in without.items()
@@ -366,6 +463,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=list(GROWTH_ROWS),
         help=f"examples to time each arm's growth at (default {list(GROWTH_ROWS)})",
     )
+    parser.add_argument(
+        "--growth-of",
+        nargs="+",
+        choices=COVARIATES,
+        default=list(COVARIATES),
+        help="with --growth: the covariates to measure each arm's growth in (default: all); "
+        "the file keeps the others' values",
+    )
     parser.add_argument("--check-growth", nargs="+", type=Path, help="bench-live output dirs")
     args = parser.parse_args(argv)
     if args.check:
@@ -377,13 +482,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"{group}: RMS of the arms' log errors {rms:.2f} ({len(errors)} arms)")
         return
     if args.check_growth:
-        for group, (fitted, flat, jobs) in check_growth(
-            args.check_growth, json.loads(args.out.read_text())
-        ).items():
-            print(
-                f"{group}: RMS of the jobs' log errors about their tenant's {fitted:.3f} with the "
-                f"growths, {flat:.3f} without ({jobs} jobs)"
-            )
+        doc = json.loads(args.out.read_text())
+        for covariates in (("rows",), COVARIATES):
+            for group, (fitted, flat, jobs) in check_growth(
+                args.check_growth, doc, covariates
+            ).items():
+                print(
+                    f"{group}: RMS of the jobs' log errors about their tenant's {fitted:.3f} with "
+                    f"the growths in the {', '.join(covariates)}, {flat:.3f} without ({jobs} jobs)"
+                )
         return
     chosen = set(args.arms or [*TABULAR_MODELS, *PIXEL_MODELS])
     unknown = chosen - {*TABULAR_MODELS, *PIXEL_MODELS}
@@ -397,7 +504,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
     old = json.loads(args.out.read_text()) if args.out.exists() else {}
     costs: dict[str, float] = old.get("seconds_per_1000", {})
-    exponents: dict[str, float] = old.get("size_exponent", {})
+    exponents = {c: old.get(EXPONENT_KEYS[c], {}) for c in COVARIATES}
     measured_on = old.get("measured_on", {})
     tab = [a for a in TABULAR_MODELS if a in chosen]
     pix = [a for a in PIXEL_MODELS if a in chosen]
@@ -412,19 +519,32 @@ def main(argv: Sequence[str] | None = None) -> None:
             "scikit-learn": sklearn.__version__,
         }
         if args.growth:
-            grown = time_growth(tab, growth_tasks(rows, "tabular") if tab else [], tab_store,
-                                args.repeats)  # fmt: skip
-            grown |= time_growth(pix, growth_tasks(rows, "images") if pix else [], img_store,
-                                 args.repeats)  # fmt: skip
-            _print_growth(grown)
-            # a partial run updates the others' values
-            exponents = (exponents if args.arms else {}) | {k: g.exponent for k, g in grown.items()}
-            measured_on["growth"] = machine | {
-                "rows": list(rows),
-                "tabular_task": "synthetic, 20 features, 4 classes",
-                "image_task": "glyphs-8x8",
-                "repeats": args.repeats,
-            }
+            for covariate in args.growth_of:
+                print(f"growth in the {covariate}:", flush=True)
+                grown: dict[str, Growth] = {}
+                for arms, kind, store in ((tab, "tabular", tab_store), (pix, "images", img_store)):
+                    if arms:
+                        tasks = growth_tasks(rows, kind, covariate)
+                        grown |= time_growth(arms, tasks, store, args.repeats, covariate)
+                _print_growth(grown)
+                # a partial run updates the others' values
+                exponents[covariate] = (exponents[covariate] if args.arms else {}) | {
+                    k: g.exponent for k, g in grown.items()
+                }
+            measured_on["growth"] = (
+                measured_on.get("growth", {})
+                | machine
+                | {
+                    "rows": list(rows),
+                    "features": list(GROWTH_FEATURES),
+                    "image_sides": list(GROWTH_SIDES),
+                    "classes": list(GROWTH_CLASSES),
+                    "features_and_classes_at_rows": GROWTH_AT_ROWS,
+                    "tabular_task": "synthetic, 20 features, 4 classes",
+                    "image_task": "glyphs-8x8, 10 letters",
+                    "repeats": args.repeats,
+                }
+            )
         else:
             new = time_arms(tab, tab_tasks, tab_store, args.repeats)
             new |= time_arms(pix, img_tasks, img_store, args.repeats)
@@ -436,14 +556,23 @@ def main(argv: Sequence[str] | None = None) -> None:
             }
     doc = {
         "about": "seconds per 1,000 examples of a holdout job, per scikit-learn arm, at "
-        "reference_size examples; a fit's cost grows like examples^size_exponent "
+        "reference_size examples, reference_features input values and reference_classes "
+        "classes; a fit's cost grows like examples^size_exponent * "
+        "features^feature_exponent * classes^class_exponent "
         "(infra/scripts/time_sklearn_arms.py)",
         "measured_on": measured_on,
         "seconds_per_1000": {k: _round(v) for k, v in sorted(costs.items())},
-        "size_exponent": {k: _round(v) for k, v in sorted(exponents.items())},
-        "reference_size": {
-            "tabular": _round(reference_size(tab_tasks)),
-            "pixels": _round(reference_size(img_tasks)),
+        **{
+            EXPONENT_KEYS[c]: {k: _round(v) for k, v in sorted(exponents[c].items())}
+            for c in COVARIATES
+            if exponents[c]
+        },
+        **{
+            REFERENCE_KEYS[c]: {
+                "tabular": _round(reference_size(tab_tasks, c)),
+                "pixels": _round(reference_size(img_tasks, c)),
+            }
+            for c in COVARIATES
         },
     }
     args.out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
