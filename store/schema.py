@@ -24,6 +24,7 @@ A bare `Tensor` stands for a data type with that one field and no recursive fiel
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -109,6 +110,12 @@ class DataType:
     def is_sequence(self) -> bool:
         """One recursive pointer (``next``): an object is a sequence of its tensor fields."""
         return len(self.recursive) == 1
+
+    @property
+    def size(self) -> int:
+        """The values one object holds (one step of a sequence): its tensors' elements summed,
+        e.g. 784 for ``Tensor(28, 28, 1)``, a classifier's classes for its output."""
+        return sum(math.prod(f.shape) for f in self.fields)
 
     @property
     def single(self) -> Tensor | None:

@@ -40,7 +40,8 @@ def test_every_sklearn_arm_has_a_measured_growth_and_the_prior_uses_it() -> None
     assert set(exponents) == {*TABULAR_MODELS, *PIXEL_MODELS}
     for arm, e in exponents.items():
         assert math.isfinite(e) and -0.5 < e < 3.5, arm
-        assert COST_GROWTH[arm] == (e, at["pixels" if arm.startswith("pixels-") else "tabular"])
+        group = "pixels" if arm.startswith("pixels-") else "tabular"
+        assert COST_GROWTH[arm].exponents[0] == e and COST_GROWTH[arm].at[0] == at[group]
     # a kernel SVM's cost grows faster than the rows, histogram boosting's (binned, stopped
     # early) slower than a forest's
     assert exponents["svm-poly-c4-r10"] > 1.5
@@ -83,6 +84,48 @@ def test_the_growth_run_keeps_the_costs_and_a_cost_run_keeps_the_growths(tmp_pat
         with pytest.raises(SystemExit):
             script.main(["--growth", "--growth-rows", *rows, "--out", str(out)])
         assert json.loads(out.read_text()) == again  # refused before anything is written
+
+
+def test_every_sklearn_arm_has_a_measured_growth_in_the_features_and_classes() -> None:
+    doc = json.loads(SHIPPED.read_text())
+    for c, key in ((1, "feature_exponent"), (2, "class_exponent")):
+        assert set(doc[key]) == {*TABULAR_MODELS, *PIXEL_MODELS}
+        for arm, e in doc[key].items():
+            assert math.isfinite(e) and -1.0 < e < 3.5, (key, arm)
+            assert COST_GROWTH[arm].exponents[c] == e
+    # where RELATIVE_COST holds: the cost run's tasks' geometric means (four to 50 columns, two
+    # to four classes; 8x8 and 28x28 glyphs of ten letters)
+    assert doc["reference_features"] == {"tabular": 17.3, "pixels": 224.0}
+    assert doc["reference_classes"] == {"tabular": 2.7, "pixels": 10.0}
+    assert COST_GROWTH["knn"].at == (516.0, 17.3, 2.7)
+
+
+def test_the_growth_in_the_features_and_classes_is_timed_on_tasks_of_each_size(
+    tmp_path: Path,
+) -> None:
+    script = load_script("time_sklearn_arms")
+    tasks = script.growth_tasks([1600, 3200, 6400], "tabular", "features")
+    assert [t.features for t in tasks] == list(script.GROWTH_FEATURES)
+    assert {len(t.y) for t in tasks} == {script.GROWTH_AT_ROWS}
+    tasks = script.growth_tasks([1600, 3200, 6400], "images", "classes")
+    assert [t.classes for t in tasks] == list(script.GROWTH_CLASSES)
+    assert [t.features for t in script.growth_tasks([1600], "images", "features")] == [
+        side * side for side in script.GROWTH_SIDES
+    ]
+    with pytest.raises(ValueError, match="covariate must be one of"):
+        script.growth_tasks([1600], "tabular", "colour")
+    # a run of the features' and classes' growths keeps the rows' and the costs
+    out = tmp_path / "costs.json"
+    out.write_text(json.dumps({"seconds_per_1000": {"knn": 9.0}, "size_exponent": {"knn": 1.4}}))
+    script.main(["--growth", "--growth-of", "features", "classes", "--arms", "knn", "--out",
+                 str(out)])  # fmt: skip
+    doc = json.loads(out.read_text())
+    assert doc["size_exponent"] == {"knn": 1.4} and doc["seconds_per_1000"] == {"knn": 9.0}
+    assert set(doc["feature_exponent"]) == set(doc["class_exponent"]) == {"knn"}
+    assert doc["measured_on"]["growth"]["classes"] == list(script.GROWTH_CLASSES)
+    assert doc["reference_features"]["tabular"] == pytest.approx(
+        math.exp(statistics.fmean(math.log(f) for f in (4, 13, 30, 50, 20))), rel=1e-2
+    )
 
 
 def test_cost_size_counts_the_folds_of_a_cross_validated_job() -> None:
@@ -156,10 +199,12 @@ def test_the_check_fits_the_arms_ratios_from_bench_live_jobs(
 def test_the_growth_check_scores_the_table_on_bench_live_jobs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two tenants of 1,500 and 12,000 rows (holdout jobs) in a run's home: the SVM's cost
-    grows like the square of the rows and the k-NN's like the rows, as the table says. With the
-    growths every job is predicted exactly once its tenant's level is known; without, the SVM
-    and the k-NN miss by -+x_t / 2 about it, x_t the tenant's log size less the reference's."""
+    """Two tenants of 1,500 and 12,000 rows (holdout jobs) and 2 and 16 columns in a run's
+    home: the SVM's cost grows like the square of the rows and like the columns, the k-NN's
+    like the rows and not with the columns, as the table says. With the growths every job is
+    predicted exactly once its tenant's level is known; without, the SVM and the k-NN miss by
+    -+(x_t + f_t) / 2 about it, x_t the tenant's log rows less the reference's, f_t its log
+    columns less theirs; with the rows' growth only, by -+f_t / 2."""
     import mlflow
     import numpy as np
 
@@ -171,30 +216,36 @@ def test_the_growth_check_scores_the_table_on_bench_live_jobs(
     doc = {
         "seconds_per_1000": table,
         "size_exponent": {"knn": 1.0, "svm": 2.0},
+        "feature_exponent": {"knn": 0.0, "svm": 1.0},
+        "class_exponent": {"knn": 0.0, "svm": 0.0},
         "reference_size": {"tabular": 2000.0, "pixels": 1500.0},
+        "reference_features": {"tabular": 4.0, "pixels": 64.0},
+        "reference_classes": {"tabular": 2.0, "pixels": 10.0},
     }
     home = tmp_path / "seed-0" / "homes" / "live"
     store = ExampleStore(LocalBlobStore(home / "store"))
     uri = f"sqlite:///{home / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # as in the check's test above
     client = mlflow.MlflowClient(uri)
-    for tenant, rows, scale in (("a", 1500, 3.0), ("b", 12000, 0.5)):
-        store.create_tenant(tenant, Schema(input=Tensor(2), output=Tensor(2)))
-        store.feed(tenant, np.zeros((rows, 2), np.float32), ["0", "1"] * (rows // 2))
+    for tenant, rows, columns, scale in (("a", 1500, 2, 3.0), ("b", 12000, 16, 0.5)):
+        store.create_tenant(tenant, Schema(input=Tensor(columns), output=Tensor(2)))
+        store.feed(tenant, np.zeros((rows, columns), np.float32), ["0", "1"] * (rows // 2))
         exp = ensure_tenant_experiment(client, tenant, "{}", [])
         for k, arm in enumerate(table):
             size = cost_size(rows, True)
             cost = (
                 scale * table[arm] * size / 1000 * (size / 2000) ** (doc["size_exponent"][arm] - 1)
-            )
+            ) * (columns / 4) ** doc["feature_exponent"][arm]
             job = JobRun.start(client, exp, tenant=tenant, job_id=f"{arm}-{k}", candidate=arm,
                                snapshot=1, policy="rate", tick=k)  # fmt: skip
             job.log_metrics({"cost_s": cost})
             job.end(ok=True)
     script = load_script("time_sklearn_arms")
     grown, flat, jobs = script.check_growth([tmp_path], doc)["tabular"]
-    x = np.log(np.array([1500.0, 12000.0]) / 2000)
+    x, f = np.log(np.array([1500.0, 12000.0]) / 2000), np.log(np.array([2.0, 16.0]) / 4)
     assert grown == pytest.approx(0.0, abs=1e-9) and jobs == 4
-    assert flat == pytest.approx(math.sqrt(np.mean(x**2)) / 2)
+    assert flat == pytest.approx(math.sqrt(np.mean((x + f) ** 2)) / 2)
+    rows_only, _, _ = script.check_growth([tmp_path], doc, ["rows"])["tabular"]
+    assert rows_only == pytest.approx(math.sqrt(np.mean(f**2)) / 2)
     with pytest.raises(SystemExit, match="no scikit-learn jobs"):
         script.check_growth([tmp_path / "elsewhere"], doc)

@@ -92,3 +92,10 @@ def test_round_trip(inp: DataType, out: DataType) -> None:
     assert Schema.parse(str(s)) == s
     spaced = str(s).replace(", ", " ,\n  ").replace("[", "[ ")
     assert Schema.parse(spaced) == s
+
+
+def test_a_data_types_size_is_its_tensors_values_summed() -> None:
+    """What the cost prior takes as a tenant's features (input) and classes (output)."""
+    assert DataType([Tensor(28, 28, 1)]).size == 784
+    assert Schema(input=Tensor(12), output=Tensor(9)).output.size == 9
+    assert DataType([Tensor(3, name="a"), Tensor(2, 2, name="b")], ["next"]).size == 7
