@@ -68,14 +68,7 @@ from trainers import (
     train,
     validation_size,
 )
-from trainers.zoo import (
-    COST_GROWTH,
-    GROWTH_MEASURED_UP_TO,
-    RELATIVE_COST,
-    TYPICAL_GROWTH,
-    UNMEASURED_GROWTH,
-    prior_quality,
-)
+from trainers.zoo import COST_GROWTH, GROWTH_MEASURED_UP_TO, RELATIVE_COST, prior_quality
 
 T = TypeVar("T")
 
@@ -462,32 +455,25 @@ def build_problem(
     log_base = log_base - np.where(one_fit, math.log(epochs_grid), 0.0)
     if usd_per_s is not None and m:  # costs in expected dollars: seconds x USD per second
         log_base = log_base + np.log(np.asarray(usd_per_s, float))
-    # a model's cost grows like rows^e_r * features^e_f * classes^e_c (`COST_GROWTH`: measured
-    # for the scikit-learn arms; a network's epoch like its rows): a tenant's scale a0_i takes
-    # `TYPICAL_GROWTH` s (1 in the rows), each model its difference g_k = e_k - s on x_i, the
-    # tenant's log sizes about `mean`, and b_k moves from where RELATIVE_COST holds (`at`) to
-    # there. a_i's rows count a cross-validated job's folds (`cost_size`); x_i's are a fit's
-    # examples (`growth_sizes`): a fold's fit sees the tenant's examples, not 6.25 times them
-    # (bench-live's jobs, `time_sklearn_arms.py --check-growth`: with the folds counted the
-    # growths predicted worse than none). Past the sizes the growths were measured at, like s
-    # (a power law fitted on 1,500-12,000 rows is not trusted at 100,000: boosting's would
-    # price it at a tenth of the linear, and its time limit with it)
-    growth = [COST_GROWTH.get(k, UNMEASURED_GROWTH) for k in models]
-    exponents = np.array([g.exponents for g in growth], float).reshape(m, 3)
-    log_at = np.log(np.array([g.at for g in growth], float).reshape(m, 3))
-    typical = np.array(TYPICAL_GROWTH)
-    slope = exponents - typical
-    # x_i about 1,000 rows, one input value and one class: b_k moves there from `at`
-    mean = np.log([1000.0, 1.0, 1.0])
-    log_base = log_base + slope[:, 0] * (mean[0] - log_at[:, 0])
-    log_base = log_base - (exponents[:, 1:] * log_at[:, 1:]).sum(axis=1)
+    # a model's cost grows like examples^e (`COST_GROWTH`: measured for the scikit-learn arms,
+    # 1 for a network's epoch), not like the examples: g_k = e_k - 1 on top of a_i's slope 1,
+    # about the size RELATIVE_COST holds at (b_k moved there from mean_log_size's 1,000). Its
+    # x_i is a fit's examples (`growth_sizes`), where a_i's size counts a cross-validated job's
+    # folds: a fold's fit sees the tenant's examples, not 6.25 times them (bench-live's jobs,
+    # `time_sklearn_arms.py --check-growth`: with the folds counted the growths predicted worse
+    # than none); past the sizes the growths were measured at, like the examples (a power law
+    # fitted on 1,500-12,000 rows is not trusted at 100,000: boosting's would price it at a
+    # tenth of the linear, and its time limit with it)
+    growth = np.array([COST_GROWTH.get(k, (1.0, 1000.0)) for k in models], float).reshape(m, 2)
+    slope = growth[:, 0] - 1.0
+    log_base = log_base - slope * (np.log(growth[:, 1]) - math.log(1000.0))
     cost_prior = CostPrior(
         log_base=log_base,
         intercept=math.log(epochs_grid / 1000.0),
-        size_slope=typical,
+        size_slope=1.0,
         tenant_var=1.0,
         noise_var=0.5,
-        mean_log_size=mean,
+        mean_log_size=math.log(1000.0),
         model_slope=slope if slope.any() else None,
         # how far a model's true weight may be from RELATIVE_COST's: against `bench-live
         # real`'s jobs (3,384 in 30 service runs) the arms' mean log errors have an RMS of 0.60 over
@@ -504,13 +490,9 @@ def build_problem(
     # (`policy.rate`: a better model is served only when it measures better); all of them for
     # a small tabular tenant (cross-validated), else the validation share
     val_sizes = np.array(list(map(validation_size, examples, tabular)), dtype=float)
-    # the cost model's sizes: (the examples, times the folds' extra fits when cross-validated;
-    # an example's input values; the classes)
-    shape = np.array([(t.schema.input.size, t.schema.output.size) for t in tenants], float)
-    shape = shape.reshape(n, 2)
-    sizes = np.column_stack([list(map(cost_size, examples, tabular)), shape])
-    up_to = np.array([GROWTH_MEASURED_UP_TO["tabular" if t else "pixels"] for t in tabular])
-    growth_sizes = np.minimum(np.column_stack([examples, shape]), up_to.reshape(n, 3))
+    # the cost model's size: the examples, times the folds' extra fits when cross-validated
+    sizes = np.array(list(map(cost_size, examples, tabular)), dtype=float)
+    growth_sizes = np.minimum(np.array(examples, dtype=float), GROWTH_MEASURED_UP_TO)
     cost = prior_costs(cost_prior, available, sizes, growth_sizes) if n and m else np.zeros((n, m))
     meta = ModelMeta(
         np.array([ZOO[k].year for k in models], float),

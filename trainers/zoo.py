@@ -22,17 +22,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 __all__ = [
-    "COST_COVARIATES",
-    "COST_GROWTH",
-    "GROWTH_MEASURED_UP_TO",
     "PIXEL_MODELS",
     "RELATIVE_COST",
     "SKLEARN_COST_FILE",
     "TABULAR_MODELS",
-    "TYPICAL_GROWTH",
-    "UNMEASURED_GROWTH",
     "ZOO",
-    "CostGrowth",
     "ModelSpec",
     "prior_quality",
 ]
@@ -182,81 +176,27 @@ RELATIVE_COST.update(
     {k: _sklearn_costs()["seconds_per_1000"][k] for k in (*TABULAR_MODELS, *PIXEL_MODELS)}
 )
 
-#: What a tenant's size is, for the cost prior (`tasks._service.build_problem`): a fit's rows,
-#: an example's input values (a row's columns, an image's pixels) and the classes.
-COST_COVARIATES = ("rows", "features", "classes")
-_EXPONENT_KEYS = ("size_exponent", "feature_exponent", "class_exponent")
-_REFERENCE_KEYS = ("reference_size", "reference_features", "reference_classes")
-
-
-@dataclass(frozen=True)
-class CostGrowth:
-    """How a model's training cost grows with a tenant's data, a power law in each of
-    `COST_COVARIATES`: like ``rows^e[0] * features^e[1] * classes^e[2]``, ``e =
-    exponents``, `RELATIVE_COST` holding at ``at`` (rows, features, classes; the rows are a
-    fit's, where `trainers.cost_size` counts a cross-validated job's folds)."""
-
-    exponents: tuple[float, float, float]
-    at: tuple[float, float, float]
-
-
-#: A model whose growth is not measured (a torch network): an epoch costs what its examples
-#: do, ``e = 1`` in the rows, and the tenant's learnt scale is all it knows of the rest (``e =
-#: 0`` in the features and classes; a network's input is resized to its own smallest side).
-UNMEASURED_GROWTH = CostGrowth((1.0, 0.0, 0.0), (1000.0, 1.0, 1.0))
-
-
-def _measured_growth(arm: str) -> CostGrowth:
-    doc, group = _sklearn_costs(), "pixels" if arm in PIXEL_MODELS else "tabular"
-    e = [
-        doc.get(key, {}).get(arm, UNMEASURED_GROWTH.exponents[c])
-        for c, key in enumerate(_EXPONENT_KEYS)
-    ]
-    at = [
-        doc.get(key, {}).get(group, UNMEASURED_GROWTH.at[c])
-        for c, key in enumerate(_REFERENCE_KEYS)
-    ]
-    return CostGrowth((e[0], e[1], e[2]), (at[0], at[1], at[2]))
-
-
-#: Each scikit-learn arm's `CostGrowth`, measured (`SKLEARN_COST_FILE`'s ``size_exponent``,
-#: ``feature_exponent``, ``class_exponent`` and their ``reference_*``: a polynomial SVM's rows
-#: exponent is about 2, histogram boosting's far below 1; classic gradient boosting fits a tree
-#: per class); a model not listed grows as `UNMEASURED_GROWTH`.
-COST_GROWTH: dict[str, CostGrowth] = {
-    k: _measured_growth(k) for k in (*TABULAR_MODELS, *PIXEL_MODELS)
-}
-
-
-def _typical_growth() -> tuple[float, float, float]:
-    values = [[g.exponents[c] for g in COST_GROWTH.values()] for c in range(3)]
-    return (1.0, float(np.median(values[1])), float(np.median(values[2])))
-
-
-#: The growth a tenant's scale takes (the cost prior's ``size_slope``): like its rows, and like
-#: the measured arms' median in the features and in the classes. Each model's own growth is
-#: its difference from it; past `GROWTH_MEASURED_UP_TO` the tenant's costs grow like this.
-TYPICAL_GROWTH: tuple[float, float, float] = _typical_growth()
-
-
-def _measured_up_to(kind: str) -> tuple[float, float, float]:
-    growth = _sklearn_costs()["measured_on"].get("growth", {})
-    features = growth.get("features" if kind == "tabular" else "image_sides", [])
-    if kind != "tabular":
-        features = [side * side for side in features]
-    return (
-        float(max(growth.get("rows", [math.inf]))),
-        float(max(features, default=math.inf)),
-        float(max(growth.get("classes", [math.inf]))),
+#: How a model's training cost grows with the examples, ``(e, size)``: a fit's cost like
+#: ``examples^e``, ``RELATIVE_COST`` holding at ``size`` examples (a fit's, where
+#: `trainers.cost_size` counts a cross-validated job's folds). Measured for the
+#: scikit-learn arms (`SKLEARN_COST_FILE`'s ``size_exponent`` and ``reference_size``: a
+#: polynomial SVM's ``e`` is about 2, histogram boosting's far below 1); a torch model's epoch
+#: costs what its examples do, ``e = 1``, and so does an arm the file has not timed yet.
+COST_GROWTH: dict[str, tuple[float, float]] = {
+    k: (
+        _sklearn_costs().get("size_exponent", {}).get(k, 1.0),
+        _sklearn_costs()
+        .get("reference_size", {})
+        .get("pixels" if k in PIXEL_MODELS else "tabular", 1000.0),
     )
-
-
-#: The largest (rows, features, classes) `COST_GROWTH` was measured at, on tabular tenants and
-#: on image tenants (``pixels``): past them a tenant's costs grow like `TYPICAL_GROWTH`
-#: (`tasks._service.build_problem`), not by a power law fitted below them.
-GROWTH_MEASURED_UP_TO: dict[str, tuple[float, float, float]] = {
-    kind: _measured_up_to(kind) for kind in ("tabular", "pixels")
+    for k in (*TABULAR_MODELS, *PIXEL_MODELS)
 }
+
+#: The most examples `COST_GROWTH` was measured at: past them a tenant's costs grow like its
+#: examples (`tasks._service.build_problem`), not by a power law fitted below them.
+GROWTH_MEASURED_UP_TO: float = float(
+    max(_sklearn_costs()["measured_on"].get("growth", {}).get("rows", [math.inf]))
+)
 
 
 #: The catalogue's qualities on real data sets, the live GP prior's starting point: LCDB (248

@@ -53,9 +53,10 @@ the tabular arms on synthetic sets of `GROWTH_FEATURES` columns (four classes) a
 `GROWTH_CLASSES` classes (20 columns), the pixel arms on glyphs of `GROWTH_SIDES` sides (ten
 letters) and of `GROWTH_CLASSES` letters (8x8). The file's ``feature_exponent`` and
 ``class_exponent`` hold them, ``reference_features`` and ``reference_classes`` the geometric
-means of the cost run's tasks' (where ``seconds_per_1000`` holds); the service's prior
-(``build_problem``) multiplies a prediction by ``(features / reference)^e_f (classes /
-reference)^e_c``.
+means of the cost run's tasks' (where ``seconds_per_1000`` holds): a fit's cost grows like
+``(features / reference)^e_f (classes / reference)^e_c`` on top of the rows'. The service's
+prior leaves them out: with them, bench-live's jobs' costs were predicted better and its
+test-regret AUC was worse (docs/live.md, "Its growth in the features and the classes").
 
 ``--check-growth DIR ...`` compares, on the bench-live runs' jobs (their homes' stores give each
 tenant's examples), how well the table predicts a tenant's costs once the tenant's own level is
@@ -63,9 +64,10 @@ known (the mean of its jobs' log errors): the RMS of the jobs' log errors about 
 growths and without, in the rows alone and in all three.
 
 Usage: ``.venv/bin/python infra/scripts/time_sklearn_arms.py [--repeats R] [--arms A ...]
-[--out PATH] [--growth]`` (about three minutes on this machine, one run per arm and task;
-``--growth`` about ten); ``--arms`` re-measures only those and keeps the file's other values,
-and each mode keeps what the other measured.
+[--out PATH] [--growth [--growth-of C ...]]`` (about three minutes on this machine, one run
+per arm and task; ``--growth`` about ten per repeat in the rows, five in the features and
+classes); ``--arms`` re-measures only those and keeps the file's other values, and each mode
+keeps what the other measured.
 """
 
 from __future__ import annotations
@@ -410,7 +412,8 @@ def check_growth(
             for c in used:
                 k = COVARIATES.index(c)
                 x = math.log(min(sizes[tenant][k], up_to[k]) / doc[REFERENCE_KEYS[c]][group])
-                grown += (doc[EXPONENT_KEYS[c]][arm] - (c == "rows")) * x
+                typical = 1.0 if c == "rows" else 0.0  # the tenant's level takes the rest
+                grown += (doc[EXPONENT_KEYS[c]][arm] - typical) * x
             e = math.log(max(cost, 1e-3)) - math.log(table[arm])
             without[group].setdefault(f"{db}:{tenant}", []).append(e)
             with_g[group].setdefault(f"{db}:{tenant}", []).append(e - grown)

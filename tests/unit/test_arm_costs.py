@@ -40,8 +40,7 @@ def test_every_sklearn_arm_has_a_measured_growth_and_the_prior_uses_it() -> None
     assert set(exponents) == {*TABULAR_MODELS, *PIXEL_MODELS}
     for arm, e in exponents.items():
         assert math.isfinite(e) and -0.5 < e < 3.5, arm
-        group = "pixels" if arm.startswith("pixels-") else "tabular"
-        assert COST_GROWTH[arm].exponents[0] == e and COST_GROWTH[arm].at[0] == at[group]
+        assert COST_GROWTH[arm] == (e, at["pixels" if arm.startswith("pixels-") else "tabular"])
     # a kernel SVM's cost grows faster than the rows, histogram boosting's (binned, stopped
     # early) slower than a forest's
     assert exponents["svm-poly-c4-r10"] > 1.5
@@ -87,17 +86,20 @@ def test_the_growth_run_keeps_the_costs_and_a_cost_run_keeps_the_growths(tmp_pat
 
 
 def test_every_sklearn_arm_has_a_measured_growth_in_the_features_and_classes() -> None:
+    """Measured, and left out of the live service's prior (docs/live.md: its bench-live A/B)."""
     doc = json.loads(SHIPPED.read_text())
-    for c, key in ((1, "feature_exponent"), (2, "class_exponent")):
+    for key in ("feature_exponent", "class_exponent"):
         assert set(doc[key]) == {*TABULAR_MODELS, *PIXEL_MODELS}
         for arm, e in doc[key].items():
             assert math.isfinite(e) and -1.0 < e < 3.5, (key, arm)
-            assert COST_GROWTH[arm].exponents[c] == e
+    # a forest's split search reads sqrt(columns) of them, a k-NN's fit does not; classic
+    # boosting fits a tree per class
+    assert doc["feature_exponent"]["random_forest"] - doc["feature_exponent"]["knn"] > 0.3
+    assert doc["class_exponent"]["gradient_boosting"] > 0.5
     # where RELATIVE_COST holds: the cost run's tasks' geometric means (four to 50 columns, two
     # to four classes; 8x8 and 28x28 glyphs of ten letters)
     assert doc["reference_features"] == {"tabular": 17.3, "pixels": 224.0}
     assert doc["reference_classes"] == {"tabular": 2.7, "pixels": 10.0}
-    assert COST_GROWTH["knn"].at == (516.0, 17.3, 2.7)
 
 
 def test_the_growth_in_the_features_and_classes_is_timed_on_tasks_of_each_size(
