@@ -30,7 +30,7 @@ harder to predict whatever is known: 1.82 against 0.95 after one job.) The live 
 one covariate, a fit's examples. Its arms' growths in features and classes are measured (stop
 66, ``time_sklearn_arms.py --growth``) and left out: with them its jobs' costs were predicted
 better (mean absolute log error 0.754 -> 0.657 over 20 bench-live splits) but its test-regret
-AUC was worse (+0.0049 +- 0.0023), mostly on MNIST (docs/live.md).
+AUC was worse (+0.0049 +- 0.0023), mostly on MNIST, served later (docs/live.md).
 ``g`` joined in stop 63; before, ``g = 0``. ``infra/scripts/cost_prediction.py lcdb``, then
 the only built-in table with sizes (one per data set), before and after, additive / empirical
 kernel: 1.71 / 1.52 ->
