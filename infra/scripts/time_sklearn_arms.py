@@ -191,8 +191,8 @@ GROWTH_ROWS = (1500, 3000, 6000, 12000)
 
 #: the input values (a tabular row's columns; an image's pixels, as its sides ``sqrt`` of them)
 #: and the classes each arm's growth in them is timed at (``--growth``), at `GROWTH_AT_ROWS`
-#: examples and the rows' task's other settings; both span bench-live's real tenants (5-19
-#: columns, 2-6 classes) and their digits and MNIST-like images (64 and 784 pixels, 10 classes)
+#: examples and the rows' task's other settings: about bench-live's real tenants (5-19
+#: columns, 2-6 classes) and its digits and MNIST (64 and 784 pixels, 10 classes)
 GROWTH_FEATURES = (10, 20, 40, 80)
 GROWTH_SIDES = (8, 12, 20, 28)
 GROWTH_CLASSES = (2, 4, 8, 16)
@@ -217,18 +217,22 @@ def growth_tasks(rows: Sequence[int], kind: str, covariate: str = "rows") -> lis
     in `rows`, or `GROWTH_FEATURES` (`GROWTH_SIDES`) or `GROWTH_CLASSES` (module docstring)."""
     if covariate not in COVARIATES:
         raise ValueError(f"covariate must be one of {COVARIATES}, got {covariate!r}")
-    n = GROWTH_AT_ROWS
+    # names carry the covariate: one store holds every covariate's tasks, and a task fed twice
+    # under one name would hold its examples twice (3,000 x 20 is a rows and a features task)
+    n, to = GROWTH_AT_ROWS, covariate
     if kind == "tabular":
         if covariate == "features":
-            return [_synthetic(f"synthetic-{n}x{f}", n, (f,), 4, 8) for f in GROWTH_FEATURES]
+            return [_synthetic(f"{to}-synthetic-{n}x{f}", n, (f,), 4, 8) for f in GROWTH_FEATURES]
         if covariate == "classes":
-            return [_synthetic(f"synthetic-{n}x20-c{c}", n, (20,), c, 8) for c in GROWTH_CLASSES]
-        return [_synthetic(f"synthetic-{n}x20", n, (20,), 4, 8) for n in rows]
+            return [
+                _synthetic(f"{to}-synthetic-{n}x20-c{c}", n, (20,), c, 8) for c in GROWTH_CLASSES
+            ]
+        return [_synthetic(f"{to}-synthetic-{n}x20", n, (20,), 4, 8) for n in rows]
     if covariate == "features":
-        return [_glyphs(f"glyphs-{s}x{s}-{n}", n, s) for s in GROWTH_SIDES]
+        return [_glyphs(f"{to}-glyphs-{s}x{s}-{n}", n, s) for s in GROWTH_SIDES]
     if covariate == "classes":
-        return [_glyphs(f"glyphs-8x8-{n}-c{c}", n, 8, c) for c in GROWTH_CLASSES]
-    return [_glyphs(f"glyphs-8x8-{n}", n, 8) for n in rows]
+        return [_glyphs(f"{to}-glyphs-8x8-{n}-c{c}", n, 8, c) for c in GROWTH_CLASSES]
+    return [_glyphs(f"{to}-glyphs-8x8-{n}", n, 8) for n in rows]
 
 
 def seconds_per_thousand(seconds: float, n_examples: int, tabular: bool) -> float:
@@ -366,7 +370,7 @@ def check(dirs: Sequence[Path], table: dict[str, float]) -> dict[str, dict[str, 
 
 def _tenant_sizes(home: Path) -> dict[str, tuple[int, int, int]]:
     """Each tenant's (examples, input values, classes) in a service home's store (its latest
-    snapshot; the schema's input and output sizes, as the service's cost prior takes them)."""
+    snapshot; the schema's input and output sizes)."""
     store = ExampleStore(LocalBlobStore(home / "store"))
     out = {}
     for name in store.tenants():
@@ -377,7 +381,7 @@ def _tenant_sizes(home: Path) -> dict[str, tuple[int, int, int]]:
 
 def _measured_up_to(doc: dict[str, Any], group: str) -> tuple[float, float, float]:
     """The largest (rows, features, classes) the file `doc`'s growths were measured at, for
-    the tabular or the pixel arms (past them the service takes the typical growth)."""
+    the tabular or the pixel arms (past them a power law fitted below is not trusted)."""
     growth = doc.get("measured_on", {}).get("growth", {})
     features = growth.get("features", []) if group == "tabular" else [
         side * side for side in growth.get("image_sides", [])
@@ -405,15 +409,18 @@ def check_growth(
             if arm not in table or arm not in doc[EXPONENT_KEYS["rows"]]:
                 continue
             group = "pixels" if arm.startswith("pixels-") else "tabular"
-            # as the service does: past the measured sizes a tenant grows like the typical
-            # arm, which its own level takes up; a fit's examples, not its folds' work
+            # as the service does in the rows: past the measured sizes every arm grows alike
+            # (the tenant's level takes it up); a fit's examples, not its folds' work. Only
+            # differences between a tenant's arms count (its mean error is taken out), so the
+            # rows' slope 1 subtracted is the service's tenant scale, with no effect here
             up_to = _measured_up_to(doc, group)
             grown = 0.0
             for c in used:
                 k = COVARIATES.index(c)
                 x = math.log(min(sizes[tenant][k], up_to[k]) / doc[REFERENCE_KEYS[c]][group])
-                typical = 1.0 if c == "rows" else 0.0  # the tenant's level takes the rest
-                grown += (doc[EXPONENT_KEYS[c]][arm] - typical) * x
+                typical = 1.0 if c == "rows" else 0.0
+                # an arm a partial run has not measured in `c`: no growth of its own there
+                grown += (doc[EXPONENT_KEYS[c]].get(arm, typical) - typical) * x
             e = math.log(max(cost, 1e-3)) - math.log(table[arm])
             without[group].setdefault(f"{db}:{tenant}", []).append(e)
             with_g[group].setdefault(f"{db}:{tenant}", []).append(e - grown)
@@ -428,12 +435,20 @@ def check_growth(
 
 
 def _homes(dirs: Sequence[Path]) -> list[Path]:
-    """The MLflow databases of the service homes of bench-live runs in `dirs`."""
-    return [db for d in dirs for db in sorted(d.glob("seed-*/homes/*/mlflow.db"))]
+    """The MLflow databases of the service homes of bench-live runs in `dirs` (a run of
+    several splits keeps them in ``seed-*/homes``, a run of one in ``homes``)."""
+    return [
+        db
+        for d in dirs
+        for pattern in ("seed-*/homes/*/mlflow.db", "homes/*/mlflow.db")
+        for db in sorted(d.glob(pattern))
+    ]
 
 
 def _no_jobs(dirs: Sequence[Path]) -> SystemExit:
-    return SystemExit(f"no scikit-learn jobs in {[str(d) for d in dirs]}/seed-*/homes/*")
+    return SystemExit(
+        f"no scikit-learn jobs in {[str(d) for d in dirs]}/homes/* or their seed-*/homes/*"
+    )
 
 
 def _flat(groups: dict[str, list[float]]) -> list[float]:
@@ -499,8 +514,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     unknown = chosen - {*TABULAR_MODELS, *PIXEL_MODELS}
     if unknown:
         parser.error(f"unknown arms {sorted(unknown)}; valid: {[*TABULAR_MODELS, *PIXEL_MODELS]}")
-    rows = args.growth_rows
-    if args.growth and (len(set(rows)) < 3 or min(rows) <= CV_MAX_EXAMPLES):
+    rows, growth_of = args.growth_rows, list(dict.fromkeys(args.growth_of))
+    if args.growth and "rows" in growth_of and (len(set(rows)) < 3 or min(rows) <= CV_MAX_EXAMPLES):
         parser.error(
             f"--growth-rows needs three or more distinct sizes above {CV_MAX_EXAMPLES} examples "
             f"(holdout jobs: a cross-validated one fits its folds), got {rows}"
@@ -522,7 +537,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "scikit-learn": sklearn.__version__,
         }
         if args.growth:
-            for covariate in args.growth_of:
+            for covariate in growth_of:
                 print(f"growth in the {covariate}:", flush=True)
                 grown: dict[str, Growth] = {}
                 for arms, kind, store in ((tab, "tabular", tab_store), (pix, "images", img_store)):
@@ -534,19 +549,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 exponents[covariate] = (exponents[covariate] if args.arms else {}) | {
                     k: g.exponent for k, g in grown.items()
                 }
-            measured_on["growth"] = (
-                measured_on.get("growth", {})
-                | machine
-                | {
-                    "rows": list(rows),
-                    "features": list(GROWTH_FEATURES),
-                    "image_sides": list(GROWTH_SIDES),
-                    "classes": list(GROWTH_CLASSES),
-                    "features_and_classes_at_rows": GROWTH_AT_ROWS,
-                    "tabular_task": "synthetic, 20 features, 4 classes",
-                    "image_task": "glyphs-8x8, 10 letters",
-                    "repeats": args.repeats,
-                }
+            measured_on["growth"] = _growth_record(
+                measured_on.get("growth", {}), growth_of, rows, machine | {"repeats": args.repeats}
             )
         else:
             new = time_arms(tab, tab_tasks, tab_store, args.repeats)
@@ -580,6 +584,31 @@ def main(argv: Sequence[str] | None = None) -> None:
     }
     args.out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     print(f"wrote {args.out}")
+
+
+def _growth_record(
+    old: dict[str, Any], measured: Sequence[str], rows: Sequence[int], run: dict[str, Any]
+) -> dict[str, Any]:
+    """``measured_on["growth"]`` after a ``--growth`` run of the covariates `measured` (`run`:
+    its machine and repeats): each covariate's sizes, and the run that measured them, change
+    only when it was measured. The rows' run is recorded at the top level, where the service
+    reads the most rows measured (`trainers.zoo.GROWTH_MEASURED_UP_TO`)."""
+    out = dict(old)
+    if "rows" in measured:
+        out |= run | {
+            "rows": list(rows),
+            "tabular_task": "synthetic, 20 features, 4 classes",
+            "image_task": "glyphs-8x8, 10 letters",
+        }
+    if "features" in measured:
+        out |= {
+            "features": list(GROWTH_FEATURES),
+            "image_sides": list(GROWTH_SIDES),
+            "features_run": run | {"rows": GROWTH_AT_ROWS},
+        }
+    if "classes" in measured:
+        out |= {"classes": list(GROWTH_CLASSES), "classes_run": run | {"rows": GROWTH_AT_ROWS}}
+    return out
 
 
 def _print_growth(grown: dict[str, Growth]) -> None:

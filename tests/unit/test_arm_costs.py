@@ -65,7 +65,19 @@ def test_the_growth_run_keeps_the_costs_and_a_cost_run_keeps_the_growths(tmp_pat
     out = tmp_path / "costs.json"
     out.write_text(json.dumps({"seconds_per_1000": {"knn": 9.0}, "size_exponent": {"mlp": 1.4}}))
     script.main(
-        ["--growth", "--arms", "knn", "--growth-rows", "1100", "1300", "1600", "--out", str(out)]
+        [
+            "--growth",
+            "--growth-of",
+            "rows",
+            "--arms",
+            "knn",
+            "--growth-rows",
+            "1100",
+            "1300",
+            "1600",
+            "--out",
+            str(out),
+        ]
     )
     doc = json.loads(out.read_text())
     assert doc["seconds_per_1000"] == {"knn": 9.0}
@@ -116,15 +128,28 @@ def test_the_growth_in_the_features_and_classes_is_timed_on_tasks_of_each_size(
     ]
     with pytest.raises(ValueError, match="covariate must be one of"):
         script.growth_tasks([1600], "tabular", "colour")
-    # a run of the features' and classes' growths keeps the rows' and the costs
+    # one store holds every covariate's tasks: none may share a name (it would be fed twice)
+    for kind in ("tabular", "images"):
+        names = [t.name for c in script.COVARIATES for t in script.growth_tasks([3000], kind, c)]
+        assert len(set(names)) == len(names)
+    # a run of the features' and classes' growths keeps the rows' and the costs, the other
+    # arms' growths, and the record of the rows' run
     out = tmp_path / "costs.json"
-    out.write_text(json.dumps({"seconds_per_1000": {"knn": 9.0}, "size_exponent": {"knn": 1.4}}))
-    script.main(["--growth", "--growth-of", "features", "classes", "--arms", "knn", "--out",
-                 str(out)])  # fmt: skip
+    rows_run = {"rows": [1500, 3000, 6000], "repeats": 5, "python": "3.0"}
+    out.write_text(json.dumps({
+        "seconds_per_1000": {"knn": 9.0}, "size_exponent": {"knn": 1.4},
+        "feature_exponent": {"mlp": 0.3}, "measured_on": {"growth": rows_run},
+    }))  # fmt: skip
+    script.main(["--growth", "--growth-of", "features", "classes", "classes", "--arms", "knn",
+                 "--growth-rows", "1", "--out", str(out)])  # fmt: skip
     doc = json.loads(out.read_text())
     assert doc["size_exponent"] == {"knn": 1.4} and doc["seconds_per_1000"] == {"knn": 9.0}
-    assert set(doc["feature_exponent"]) == set(doc["class_exponent"]) == {"knn"}
-    assert doc["measured_on"]["growth"]["classes"] == list(script.GROWTH_CLASSES)
+    assert set(doc["feature_exponent"]) == {"knn", "mlp"} and doc["feature_exponent"]["mlp"] == 0.3
+    assert set(doc["class_exponent"]) == {"knn"}
+    growth = doc["measured_on"]["growth"]
+    assert {k: growth[k] for k in rows_run} == rows_run
+    assert growth["classes"] == list(script.GROWTH_CLASSES)
+    assert growth["features_run"]["repeats"] == 1 and growth["classes_run"]["rows"] == 3000
     assert doc["reference_features"]["tabular"] == pytest.approx(
         math.exp(statistics.fmean(math.log(f) for f in (4, 13, 30, 50, 20))), rel=1e-2
     )
@@ -201,12 +226,14 @@ def test_the_check_fits_the_arms_ratios_from_bench_live_jobs(
 def test_the_growth_check_scores_the_table_on_bench_live_jobs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two tenants of 1,500 and 12,000 rows (holdout jobs) and 2 and 16 columns in a run's
-    home: the SVM's cost grows like the square of the rows and like the columns, the k-NN's
-    like the rows and not with the columns, as the table says. With the growths every job is
-    predicted exactly once its tenant's level is known; without, the SVM and the k-NN miss by
-    -+(x_t + f_t) / 2 about it, x_t the tenant's log rows less the reference's, f_t its log
-    columns less theirs; with the rows' growth only, by -+f_t / 2."""
+    """Two tenants of 1,500 and 12,000 rows (holdout jobs), 2 and 16 columns and 2 and 4
+    classes in a run's home: the SVM's cost grows like the square of the rows, like the
+    columns up to the 8 measured and like the root of the classes, the k-NN's like the rows
+    alone, as the table says. With the growths every job is predicted exactly once its
+    tenant's level is known; without, the SVM and the k-NN miss by -+(x_t + f_t + c_t / 2) / 2
+    about it, x_t the tenant's log rows less the reference's, f_t its log columns (at most 8)
+    less theirs, c_t its log classes less theirs; with the rows' growth only, by -+(f_t + c_t /
+    2) / 2. A run of one split keeps its home in ``homes``, of several in ``seed-*/homes``."""
     import mlflow
     import numpy as np
 
@@ -219,35 +246,50 @@ def test_the_growth_check_scores_the_table_on_bench_live_jobs(
         "seconds_per_1000": table,
         "size_exponent": {"knn": 1.0, "svm": 2.0},
         "feature_exponent": {"knn": 0.0, "svm": 1.0},
-        "class_exponent": {"knn": 0.0, "svm": 0.0},
+        "class_exponent": {"knn": 0.0, "svm": 0.5},
         "reference_size": {"tabular": 2000.0, "pixels": 1500.0},
         "reference_features": {"tabular": 4.0, "pixels": 64.0},
         "reference_classes": {"tabular": 2.0, "pixels": 10.0},
+        "measured_on": {"growth": {"rows": [12000], "features": [2, 8], "classes": [2, 4]}},
     }
     home = tmp_path / "seed-0" / "homes" / "live"
     store = ExampleStore(LocalBlobStore(home / "store"))
     uri = f"sqlite:///{home / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # as in the check's test above
     client = mlflow.MlflowClient(uri)
-    for tenant, rows, columns, scale in (("a", 1500, 2, 3.0), ("b", 12000, 16, 0.5)):
-        store.create_tenant(tenant, Schema(input=Tensor(columns), output=Tensor(2)))
+    for tenant, rows, columns, classes, scale in (("a", 1500, 2, 2, 3.0), ("b", 12000, 16, 4, 0.5)):
+        store.create_tenant(tenant, Schema(input=Tensor(columns), output=Tensor(classes)))
         store.feed(tenant, np.zeros((rows, columns), np.float32), ["0", "1"] * (rows // 2))
         exp = ensure_tenant_experiment(client, tenant, "{}", [])
         for k, arm in enumerate(table):
             size = cost_size(rows, True)
             cost = (
-                scale * table[arm] * size / 1000 * (size / 2000) ** (doc["size_exponent"][arm] - 1)
-            ) * (columns / 4) ** doc["feature_exponent"][arm]
+                (
+                    scale
+                    * table[arm]
+                    * size
+                    / 1000
+                    * (size / 2000) ** (doc["size_exponent"][arm] - 1)
+                )
+                * (min(columns, 8) / 4) ** doc["feature_exponent"][arm]
+                * (classes / 2) ** doc["class_exponent"][arm]
+            )
             job = JobRun.start(client, exp, tenant=tenant, job_id=f"{arm}-{k}", candidate=arm,
                                snapshot=1, policy="rate", tick=k)  # fmt: skip
             job.log_metrics({"cost_s": cost})
             job.end(ok=True)
     script = load_script("time_sklearn_arms")
     grown, flat, jobs = script.check_growth([tmp_path], doc)["tabular"]
-    x, f = np.log(np.array([1500.0, 12000.0]) / 2000), np.log(np.array([2.0, 16.0]) / 4)
+    x, f = np.log(np.array([1500.0, 12000.0]) / 2000), np.log(np.array([2.0, 8.0]) / 4)
+    c = np.log(np.array([2.0, 4.0]) / 2) / 2
     assert grown == pytest.approx(0.0, abs=1e-9) and jobs == 4
-    assert flat == pytest.approx(math.sqrt(np.mean((x + f) ** 2)) / 2)
+    assert flat == pytest.approx(math.sqrt(np.mean((x + f + c) ** 2)) / 2)
     rows_only, _, _ = script.check_growth([tmp_path], doc, ["rows"])["tabular"]
-    assert rows_only == pytest.approx(math.sqrt(np.mean(f**2)) / 2)
+    assert rows_only == pytest.approx(math.sqrt(np.mean((f + c) ** 2)) / 2)
+    # the same home as a run of one split keeps it
+    single = tmp_path / "single"
+    (single / "homes").mkdir(parents=True)
+    home.rename(single / "homes" / "live")
+    assert script.check_growth([single], doc)["tabular"][2] == 4
     with pytest.raises(SystemExit, match="no scikit-learn jobs"):
         script.check_growth([tmp_path / "elsewhere"], doc)
