@@ -178,6 +178,12 @@ def _keyed_rows(
                 f"expected {','.join((key, *columns))}"
             )
         for line, row in enumerate(reader, start=2):
+            if None in row.values():  # csv's filler for the cells a short row lacks
+                cells = sum(v is not None for k, v in row.items() if k is not None)
+                raise BenchInputError(
+                    f"{p}: line {line} has {cells} cell(s); the header has "
+                    f"{len(reader.fieldnames or ())} (leave a cell empty, not out)"
+                )
             name = (row[key] or "").strip()
             i = index.get(name)
             if i is not None:
@@ -245,6 +251,11 @@ def read_tenant_sizes(path: str | Path, tenants: tuple[str, ...]) -> FloatArray:
         with open(p, newline="") as fh:
             header = next(csv.reader(fh), [])
     covariates = [c for c in SIZE_COVARIATES if c in header]
+    if p.exists() and not covariates and not {"tenant", "size"} <= set(header):
+        raise BenchInputError(
+            f"{p}: header {','.join(header)!r}; expected tenant,size or tenant with any of "
+            f"{','.join(SIZE_COVARIATES)} (lower case)"
+        )
     if not covariates:
         return _tenant_values(path, tenants, "size", np.nan, strict=False)
     columns = [

@@ -292,6 +292,12 @@ def test_bench_reads_tenant_sizes(tmp_path):
     two.write_text("tenant,rows,classes\nopenml-3,500,\n")  # a column no tenant has: left out
     got = read_tenant_sizes(two, t.tenants)
     assert got.shape == (len(t.tenants), 1) and got[i, 0] == 500
+    two.write_text("tenant,Rows\nopenml-3,500\n")  # the covariates are named in the error
+    with pytest.raises(BenchInputError, match="expected tenant,size or tenant with any of rows"):
+        read_tenant_sizes(two, t.tenants)
+    two.write_text("tenant,rows,features\nopenml-3,500\n")  # a short row: refused, not NaN
+    with pytest.raises(BenchInputError, match="line 2 has 2 cell.s.; the header has 3"):
+        read_tenant_sizes(two, t.tenants)
 
 
 def test_ablation_variants_are_built_by_name_but_not_run_by_default():
