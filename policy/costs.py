@@ -227,6 +227,11 @@ class CostPrior:
         m = len(self.log_base)
         if self.model_slope is None:
             return np.zeros((m, self.dims))
+        if np.ndim(self.model_slope) == 1 and self.dims > 1:
+            raise ValueError(
+                f"model_slope has one growth per model, shape {np.shape(self.model_slope)}; "
+                f"with {self.dims} size covariates give ({m}, {self.dims}), one per covariate"
+            )
         return _model_columns(self.model_slope, m, self.dims)
 
     def size_offsets(self, sizes: FloatArray | None, n: int) -> FloatArray:

@@ -457,6 +457,9 @@ def test_each_model_grows_with_each_size_covariate_at_its_own_rate():
     assert np.sqrt(np.mean((median - np.log(c[150:])) ** 2)) < 0.1
     with pytest.raises(ValueError, match="1 covariate.*fitted on 2"):
         CostEstimator(p, [np.arange(3)] * 50, one[150:])
+    # a hand-built prior of two covariates with one growth per model: which covariate?
+    with pytest.raises(ValueError, match=r"one growth per model.*give \(3, 2\)"):
+        prior_costs(replace(p, model_slope=np.zeros(3)), avail, sizes[150:])
     # a covariate not known is taken at the training tenants' mean; the others still count
     part = sizes[150:].copy()
     part[:, 1] = np.nan
