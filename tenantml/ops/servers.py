@@ -390,11 +390,28 @@ def up(
 AUTOMATIONS = ROOT / "infra" / "prefect-automations.yaml"
 
 
+#: the temporary directory of a warm socket whose path under a long home would be too long
+WARM_SOCKET_DIR_PREFIX = "tenantml-warm-"
+
+
+def _remove_warm_socket_dir(run: _Launcher) -> None:
+    """Remove the temporary directory `_start_warm` made for the warm socket of a long home
+    (found in the recorded ``--socket`` argument; a socket under the home is left to it)."""
+    cmd = run.commands().get("warm", {}).get("cmd", [])
+    if "--socket" not in cmd[:-1]:
+        return
+    folder = Path(cmd[cmd.index("--socket") + 1]).parent
+    if folder.name.startswith(WARM_SOCKET_DIR_PREFIX) and folder.parent == Path(
+        tempfile.gettempdir()
+    ):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def _start_warm(run: _Launcher, env: dict[str, str], timeout: float) -> str:
     """Start the warm process flow runs fork from; its socket path once it listens."""
     path = run.dir / "warm.sock"
-    if len(str(path)) > 100:  # a Unix socket's path is at most 107 bytes
-        path = Path(tempfile.mkdtemp(prefix="tenantml-warm-")) / "warm.sock"
+    if len(str(path)) > 100:  # a Unix socket's path is at most 107 bytes; `down` removes it
+        path = Path(tempfile.mkdtemp(prefix=WARM_SOCKET_DIR_PREFIX)) / "warm.sock"
     path.unlink(missing_ok=True)
     cmd = [PYTHON, "-m", "tenantml.ops.warm", "serve", "--socket", str(path)]
     pid = run.start("warm", cmd, env)
@@ -625,6 +642,7 @@ def down(home: Path) -> list[str]:
             if name == "warm":  # its forked runs, in its group, end on that SIGTERM too
                 _wait_for_group(run.pids()[name])
             stopped.append(name)
+    _remove_warm_socket_dir(run)
     run.pids().clear()
     run._save_pids()
     (home / "servers.json").unlink(missing_ok=True)

@@ -167,3 +167,30 @@ def _gone(pid: int, within_s: float = 10.0) -> None:
             return
         time.sleep(0.05)
     pytest.fail(f"the child {pid} outlived its client")
+
+
+def test_down_removes_the_temporary_folder_of_a_long_homes_warm_socket(tmp_path: Path) -> None:
+    """A home whose socket path would pass a Unix socket's 107 bytes gets its warm socket in a
+    temporary folder (`_start_warm`); `down` removes that folder, and nothing else."""
+    import json
+    import tempfile
+
+    from tenantml.ops.servers import WARM_SOCKET_DIR_PREFIX, down
+
+    def home_with_socket(home: Path, socket: Path) -> None:
+        (home / "servers").mkdir(parents=True)
+        cmd = [sys.executable, "-m", "tenantml.ops.warm", "serve", "--socket", str(socket)]
+        commands = {"warm": {"cmd": cmd, "env": {}}}
+        (home / "servers" / "commands.json").write_text(json.dumps(commands))
+
+    long_home = tmp_path / ("h" * 120)
+    folder = Path(tempfile.mkdtemp(prefix=WARM_SOCKET_DIR_PREFIX))
+    (folder / "warm.sock").touch()
+    home_with_socket(long_home, folder / "warm.sock")
+    assert down(long_home) == [] and not folder.exists()
+    # a folder `up` did not make (named alike, elsewhere) is left alone
+    short_home, other = tmp_path / "short", tmp_path / f"{WARM_SOCKET_DIR_PREFIX}mine"
+    other.mkdir()
+    home_with_socket(short_home, other / "warm.sock")
+    down(short_home)
+    assert other.exists()
