@@ -68,7 +68,13 @@ from trainers import (
     train,
     validation_size,
 )
-from trainers.zoo import COST_GROWTH, GROWTH_MEASURED_UP_TO, RELATIVE_COST, prior_quality
+from trainers.zoo import (
+    COST_GROWTH,
+    GROWTH_MEASURED_UP_TO,
+    RELATIVE_COST,
+    UNMEASURED_GROWTH,
+    prior_quality,
+)
 
 T = TypeVar("T")
 
@@ -464,7 +470,7 @@ def build_problem(
     # than none); past the sizes the growths were measured at, like the examples (a power law
     # fitted on 1,500-12,000 rows is not trusted at 100,000: boosting's would price it at a
     # tenth of the linear, and its time limit with it)
-    growth = np.array([COST_GROWTH.get(k, (1.0, 1000.0)) for k in models], float).reshape(m, 2)
+    growth = np.array([COST_GROWTH.get(k, UNMEASURED_GROWTH) for k in models], float).reshape(m, 2)
     slope = growth[:, 0] - 1.0
     log_base = log_base - slope * (np.log(growth[:, 1]) - math.log(1000.0))
     cost_prior = CostPrior(

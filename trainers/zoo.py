@@ -181,13 +181,15 @@ RELATIVE_COST.update(
 #: `trainers.cost_size` counts a cross-validated job's folds). Measured for the
 #: scikit-learn arms (`SKLEARN_COST_FILE`'s ``size_exponent`` and ``reference_size``: a
 #: polynomial SVM's ``e`` is about 2, histogram boosting's far below 1); a torch model's epoch
-#: costs what its examples do, ``e = 1``, and so does an arm the file has not timed yet.
+#: costs what its examples do, ``e = 1``, and so does an arm the file has not timed yet
+#: (`UNMEASURED_GROWTH`).
+UNMEASURED_GROWTH: tuple[float, float] = (1.0, 1000.0)
 COST_GROWTH: dict[str, tuple[float, float]] = {
     k: (
-        _sklearn_costs().get("size_exponent", {}).get(k, 1.0),
+        _sklearn_costs().get("size_exponent", {}).get(k, UNMEASURED_GROWTH[0]),
         _sklearn_costs()
         .get("reference_size", {})
-        .get("pixels" if k in PIXEL_MODELS else "tabular", 1000.0),
+        .get("pixels" if k in PIXEL_MODELS else "tabular", UNMEASURED_GROWTH[1]),
     )
     for k in (*TABULAR_MODELS, *PIXEL_MODELS)
 }
