@@ -118,6 +118,10 @@ class TimingTask:
     def classes(self) -> int:
         return len(np.unique(self.y))
 
+    def size(self, covariate: str) -> int:
+        """Its examples, features or classes (`COVARIATES`)."""
+        return {"rows": len(self.y), "features": self.features, "classes": self.classes}[covariate]
+
 
 def _bundled(name: str, loader: Callable[..., object]) -> TimingTask:
     d = loader()
@@ -245,12 +249,7 @@ def reference_size(tasks: Sequence[TimingTask], covariate: str = "rows") -> floa
     mean over them of seconds per 1,000 examples (`seconds_per_thousand`) holds if a fit's cost
     grows like a power of its examples (a cross-validated job's folds each fit about them), of
     its features and of its classes."""
-    size: dict[str, Callable[[TimingTask], int]] = {
-        "rows": lambda t: len(t.y),
-        "features": lambda t: t.features,
-        "classes": lambda t: t.classes,
-    }
-    return math.exp(statistics.fmean(math.log(size[covariate](t)) for t in tasks))
+    return math.exp(statistics.fmean(math.log(t.size(covariate)) for t in tasks))
 
 
 def _register(tasks: Sequence[TimingTask], store: ExampleStore) -> None:
@@ -315,7 +314,7 @@ def time_growth(
 ) -> dict[str, Growth]:
     """Per arm, its `Growth` over `tasks` (one kind of task at several sizes of `covariate`)."""
     _register(tasks, store)
-    sizes = [reference_size([t], covariate) for t in tasks]
+    sizes = [float(t.size(covariate)) for t in tasks]
     out = {}
     for arm in arms:
         out[arm] = fit_growth(sizes, [_seconds(arm, t, store, repeats) for t in tasks])
