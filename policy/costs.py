@@ -200,6 +200,17 @@ class CostPrior:
     model_slope: FloatArray | None = None
     slope_var: float | FloatArray = 0.0
 
+    def __post_init__(self) -> None:
+        # (M,) on a prior of several covariates would be broadcast to each: a growth in the
+        # features and classes too, that nobody gave
+        m, d = len(self.log_base), self.dims
+        allowed = [(m, d), (m,)] if d == 1 else [(m, d)]
+        if self.model_slope is not None and np.shape(self.model_slope) not in allowed:
+            raise ValueError(
+                f"model_slope has shape {np.shape(self.model_slope)}: one growth per model and "
+                f"size covariate; give {' or '.join(map(str, allowed))}"
+            )
+
     def covariance(self) -> FloatArray:
         """(M, M) latent covariance of a new tenant's log costs about ``a0_i + b_k + g_k x_i``:
         ``cov``, or the additive model's ``tau^2 J + s^2 I``."""
@@ -227,11 +238,6 @@ class CostPrior:
         m = len(self.log_base)
         if self.model_slope is None:
             return np.zeros((m, self.dims))
-        if np.ndim(self.model_slope) == 1 and self.dims > 1:
-            raise ValueError(
-                f"model_slope has one growth per model, shape {np.shape(self.model_slope)}; "
-                f"with {self.dims} size covariates give ({m}, {self.dims}), one per covariate"
-            )
         return _model_columns(self.model_slope, m, self.dims)
 
     def size_offsets(self, sizes: FloatArray | None, n: int) -> FloatArray:
