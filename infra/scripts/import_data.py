@@ -72,8 +72,8 @@ def delgado(src: Path) -> None:
 def oboe(src: Path) -> None:
     err = pd.read_csv(src / "oboe_openml" / "error_matrix.csv", index_col=0)
     rt = pd.read_csv(src / "oboe_openml" / "runtime_matrix.csv", index_col=0)
-    q = (1.0 - err).stack().rename("quality")
-    c = rt.stack().rename("cost")
+    q = pd.Series((1.0 - err).stack(), name="quality")
+    c = pd.Series(rt.stack(), name="cost")
     long = pd.concat([q, c], axis=1).reset_index()
     long.columns = ["tenant", "model", "quality", "cost"]
     long["tenant"] = [f"openml-{t}" for t in long.tenant]
