@@ -131,9 +131,10 @@ class SystemRun:
         return sum(self.accuracy(tenant, a) * (b - a) for a, b in itertools.pairwise(cuts))
 
     def best(self, tenant: LiveTenant) -> float:
-        """``max_t A(t)`` over the budget, t in [0, 1]: every step counts, however short."""
+        """``max_t A(t)`` over the budget, t in [0, 1]: every step counts, however short, but
+        not one that another step at the same time replaced before it was served."""
         steps = self.steps.get(tenant.name, [])
-        return max([tenant.chance, *(acc for at, acc in steps if at <= 1.0)])
+        return max([tenant.chance, *(self.accuracy(tenant, at) for at, _ in steps if at <= 1.0)])
 
 
 def _read_csv_tenant(path: Path, label_column: str | None) -> tuple[NDArray[Any], list[str]]:
@@ -501,9 +502,28 @@ def run_flaml(
             at = min(max(q, (time.monotonic() - fit_start) / share), 1.0)
             predicted = np.asarray(automl.predict(x_test)).astype(str)
             points.append((at, float(np.mean(predicted == tenant.y_test))))
-        # by time only: fits that both ended past the share sit at 1.0, the later one last
-        steps[tenant.name] = sorted(points, key=lambda p: p[0])
+        steps[tenant.name] = anytime_steps(points)
     return SystemRun(FLAML, steps, {}, 0, time.time() - start)
+
+
+def anytime_steps(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """FLAML's anytime curve from its nested fits: `points` (t, test accuracy), one per quarter
+    in the quarters' order, t when that fit ended. At t the peer serves the fit of the largest
+    budget that has ended by t (an anytime run of the share has searched at least that far), so
+    a smaller budget's fit that ended later (its retrain overran) is never served after a larger
+    one, and of fits ending at the same t the largest budget's is served."""
+    steps: list[tuple[float, float]] = []
+    served = -1
+    by_time = sorted(range(len(points)), key=lambda q: points[q][0])  # stable: ties by budget
+    for q in by_time:
+        if q > served:
+            served = q
+            at, acc = points[q]
+            if steps and steps[-1][0] == at:
+                steps[-1] = (at, acc)  # replaced at the same t: never served
+            else:
+                steps.append((at, acc))
+    return steps
 
 
 def summarize(
@@ -563,7 +583,7 @@ def summarize(
             entry["test_regret_from_first_job"] = aligned[r.system]
         if r.loss_estimates:
             pairs = [
-                (r.loss_estimates[t.name], float(realised[i]))
+                (_estimate_over_chance(r, t), float(realised[i]))
                 for i, t in enumerate(tenants)
                 if t.name in r.loss_estimates
             ]
@@ -586,6 +606,17 @@ def summarize(
             for j, g in enumerate(grid)
         ]
     return summary, rows
+
+
+def _estimate_over_chance(run: SystemRun, tenant: LiveTenant) -> float:
+    """The service's loss estimate for `tenant` as bench-live realises it. The service counts a
+    tenant with no model as served nothing (its best 0: `infer` answers "no model yet"), so its
+    estimate is then the expected best accuracy; bench-live credits such a tenant the majority
+    label (`LiveTenant.chance`), so the loss it realises is measured from that share."""
+    estimate = run.loss_estimates[tenant.name]
+    if any(at <= 1.0 for at, _ in run.steps.get(tenant.name, [])):
+        return estimate
+    return max(estimate - tenant.chance, 0.0)
 
 
 def _rank_correlation(pairs: Sequence[tuple[float, float]]) -> float | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -553,7 +554,6 @@ def bench_live(
 ) -> None:
     """The service end to end (`tenantml run`, embedded) against FLAML per tenant on an equal
     share of the same wall clock: served test accuracy on held-out rows over time."""
-    import numpy as np
 
     from tenantml.bench.live import MachineNotReady, run_bench_live
 
@@ -587,12 +587,11 @@ def bench_live(
     for name, entry in summary["systems"].items():
         acc = entry["mean_test_accuracy"]
         cal = entry.get("loss_estimate")
-        firsts = [t * budget_s for t in entry["first_model_t"].values() if t is not None]
         table.add_row(
             name,
             *(f"{acc[q]:.3f}" for q in ("q25", "q50", "q75", "q100")),
             f"{entry['test_regret_auc']:.4f}",
-            f"{np.mean(firsts):.0f} s" if firsts else "none",
+            first_model_cell(entry["first_model_t"], budget_s),
             str(entry["jobs"]) if name != "flaml" else "-",
             f"{cal['mean_abs_error']:.3f} ({cal['realised_mean']:.3f})" if cal else "-",
             _rho(cal.get("rank_correlation") if cal else None),
@@ -607,6 +606,17 @@ _ESTIMATE_LEGEND = (
     "|est - real|: the loss estimates at the end against the realised test loss (0's: a "
     "constant 0 estimate's error); rho: Spearman's, estimates against realised losses"
 )
+
+
+def first_model_cell(first_model_t: Mapping[str, float | None], budget_s: float) -> str:
+    """bench-live's "first model" column: the mean of when the tenants were first served, in
+    seconds, and how many never were (they cannot be in the mean, and a system that left one
+    unserved must not read as the quicker)."""
+    firsts = [t * budget_s for t in first_model_t.values() if t is not None]
+    never = len(first_model_t) - len(firsts)
+    if not firsts:
+        return "none"
+    return f"{sum(firsts) / len(firsts):.0f} s" + (f", {never} never" if never else "")
 
 
 def _rho(value: float | dict[str, float] | None) -> str:

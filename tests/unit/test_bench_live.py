@@ -212,6 +212,53 @@ def test_the_regret_auc_integrates_the_served_steps_exactly() -> None:
     assert alone == auc["brief"]  # its own 1.0, between two grid points, is best_i
 
 
+def test_best_counts_no_step_replaced_at_the_same_time() -> None:
+    """Two steps at one time: the second is served from then on, the first never is, so it is
+    not ``max_t A(t)`` (two FLAML fits that both ended past the share sat at 1.0)."""
+    a = _tenant("a", ["p", "p", "x", "x"], ["p", "p", "x"])  # chance 1/2
+    run = SystemRun("s", {"a": [(0.5, 0.75), (1.0, 1.0), (1.0, 0.9)]}, {}, 0, 9.0)
+    assert run.accuracy(a, 1.0) == 0.9 and run.best(a) == 0.9
+
+
+def test_flamls_curve_serves_the_largest_budget_that_has_ended() -> None:
+    """The quarter's fit that ended later than the half's (its retrain overran) is never served
+    after the half's; of fits ending at the same time the larger budget's is served."""
+    from tenantml.bench.live import anytime_steps
+
+    assert anytime_steps([(0.3, 0.8), (0.5, 0.9), (0.8, 0.85), (1.0, 0.95)]) == [
+        (0.3, 0.8), (0.5, 0.9), (0.8, 0.85), (1.0, 0.95)
+    ]  # fmt: skip
+    # the quarter's ended at 0.7, after the half's (0.6): from 0.6 on the half's is served
+    assert anytime_steps([(0.7, 0.8), (0.6, 0.9), (0.9, 0.92), (1.0, 0.93)]) == [
+        (0.6, 0.9), (0.9, 0.92), (1.0, 0.93)
+    ]  # fmt: skip
+    # the three quarters' and the whole share's both past the share: the whole's at 1.0
+    assert anytime_steps([(0.3, 0.7), (0.6, 0.8), (1.0, 0.99), (1.0, 0.9)]) == [
+        (0.3, 0.7), (0.6, 0.8), (1.0, 0.9)
+    ]  # fmt: skip
+
+
+def test_an_estimate_for_a_tenant_never_served_is_taken_over_its_majority_label() -> None:
+    """The service's estimate for a tenant with no model counts from nothing served (its best
+    0); bench-live credits it the majority label, so the estimate is taken less that share."""
+    a = _tenant("a", ["p", "p", "x", "x"], ["p", "p", "x"])  # chance 1/2
+    b = _tenant("b", ["q", "x", "x", "x"], ["q", "q", "x"])  # chance 1/4
+    live = SystemRun("live", {"a": [(0.5, 1.0)], "b": []}, {"a": 0.0, "b": 0.9}, 1, 9.0)
+    peer = SystemRun("peer", {"a": [], "b": [(0.5, 1.0)]}, {}, 0, 9.0)
+    cal = summarize([a, b], [live, peer])[0]["systems"]["live"]["loss_estimate"]
+    # b realised 1.0 - 0.25; its estimate 0.9 of an expected best, 0.65 over the label
+    assert cal["predicted_mean"] == pytest.approx((0.0 + 0.65) / 2)
+    assert cal["mean_abs_error"] == pytest.approx(abs(0.65 - 0.75) / 2)
+
+
+def test_the_first_model_column_says_how_many_tenants_were_never_served() -> None:
+    from tenantml.cli.app import first_model_cell
+
+    assert first_model_cell({"a": 0.1, "b": 0.1, "c": None}, budget_s=100) == "10 s, 1 never"
+    assert first_model_cell({"a": 0.1, "b": 0.1, "c": 0.8}, budget_s=100) == "33 s"
+    assert first_model_cell({"a": None}, budget_s=100) == "none"
+
+
 def test_weights_weight_the_regret() -> None:
     """The same runs as above with b's weight 3: fast's regret before t = 0.5 is
     (1 x 0.25 + 3 x 0.75) / 4 = 0.625, from there on (1 x 0.25 + 3 x 0) / 4 = 0.0625."""
