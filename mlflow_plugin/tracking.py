@@ -70,6 +70,10 @@ PROCESS = "tenantml.process"
 # are spent): how its last run ended. A FAILED job without it failed while no scheduler watched
 # it (between a scheduler's death and the next one's start), and the next one sends it again.
 GAVE_UP = "tenantml.gave_up"
+# on a job run: how many schedulers died (no signal, no end of their run: a SIGKILL, the kernel's
+# OOM killer, a crash in native code) while the job trained in their own process; at
+# `tasks._loop.MAX_CRASHES` the next one gives it up rather than die on it again
+CRASHES = "tenantml.crashes"
 SEER_TRIAL = "tenantml.seer_trial"  # ``<job id>/<trial>`` of a SEER trial's nested run
 JOB_KIND, TRIAL_KIND = "job", "seer-trial"  # values of KIND on runs
 STARTING_KIND = "job-starting"  # KIND of a job's new run until its params are logged

@@ -76,11 +76,14 @@ from mlflow.tracking import MlflowClient
 
 from mlflow_plugin.registry import serving_key
 from mlflow_plugin.tracking import (
+    CRASHES,
     GAVE_UP,
+    PROCESS,
     SCHEDULER_EXPERIMENT,
     JobRecord,
     ensure_scheduler_experiment,
     process_state,
+    process_tag,
 )
 from store import ExampleStore
 from tasks._dispatch import DeploymentDispatcher, Dispatcher, Done, LocalDispatcher
@@ -545,6 +548,8 @@ def resume_orphans(svc: Service) -> Progress:
         for chained in spec.chain():
             if (chained.tenant, chained.job_id) not in finished:
                 _resumed(chained)
+    crashed = crashed_scheduler_process(svc.client) if state.running() else None
+    gave_up = False
     for job in state.running():
         if (job.tenant, job.job_id) in taken:
             continue
@@ -562,10 +567,15 @@ def resume_orphans(svc: Service) -> Progress:
             spec = _orphan_spec(svc, job, 0, last_tick)
             left[(job.tenant, job.job_id)] = (spec, time.monotonic())
             continue
+        if crashed is not None and job.process == crashed and _give_up_crashing(svc, job):
+            gave_up = True
+            continue
         spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
         if not (job.flow_run_id and _adopted(svc, spec, job.flow_run_id)):
             svc.dispatcher.submit(spec)
         _resumed(spec)
+    if gave_up:  # the policy sees those jobs FAILED (tried, no model), not pending
+        state = refresh(svc.client, svc.store, svc.settings.capacity_prices, svc.options.prior)
     # A job that failed while no scheduler watched it (its run's last attempt failed between
     # the earlier scheduler's death and this start): that scheduler would have sent it again
     # while it had attempts left, so this one does. Only one that ended since the earlier
@@ -597,6 +607,47 @@ def resume_orphans(svc: Service) -> Progress:
                         left=left)  # fmt: skip
     svc.stop.told = progress.told  # `Stopping` counts the jobs left going
     return progress
+
+
+#: A job that was training in a scheduler's own process (embedded: its jobs are that process's
+#: threads) each of the last `MAX_CRASHES` times a scheduler died without ending its run is
+#: given up: more likely it kills the process (memory, a crash in native code) than that
+#: something else killed it so often, and sent again it would take every later scheduler down
+#: with it. A stop by a signal ends the run (KILLED) and does not count.
+MAX_CRASHES = 3
+
+
+def crashed_scheduler_process(client: MlflowClient) -> str | None:
+    """The process (`process_tag`) of the latest scheduler in ``tenantml/scheduler`` if it died
+    without ending its run and has ended; None if it ended its run (done, failed, or stopped
+    by a signal), still runs, recorded no process, or none ran."""
+    exp = client.get_experiment_by_name(SCHEDULER_EXPERIMENT)
+    if exp is None:
+        return None
+    runs = client.search_runs(
+        [exp.experiment_id], max_results=1, order_by=["attributes.start_time DESC"]
+    )
+    if not runs or runs[0].info.status != "RUNNING":
+        return None
+    tag = runs[0].data.tags.get(PROCESS)
+    return tag if tag and process_state(tag) == "ended" else None
+
+
+def _give_up_crashing(svc: Service, job: JobRecord) -> bool:
+    """Count one more scheduler that died while `job` trained in its process (`CRASHES` on its
+    run); at `MAX_CRASHES`, end its run FAILED and given up (`GAVE_UP`), say so, and return
+    True: it is not sent again."""
+    crashes = int(svc.client.get_run(job.run_id).data.tags.get(CRASHES, "0")) + 1
+    svc.client.set_tag(job.run_id, CRASHES, str(crashes))
+    if crashes < MAX_CRASHES:
+        return False
+    detail = (f"the service died {crashes} times while it trained (out of memory, or a crash in "
+              "native code?): given up, counted as tried with no model")  # fmt: skip
+    svc.client.set_tag(job.run_id, GAVE_UP, detail)
+    svc.client.set_terminated(job.run_id, "FAILED")
+    print(f"giving up {job.tenant}/{job.job_id}: {detail}")
+    _emit(JobFinished(job.tenant, job.candidate, job.job_id, False, None, None, None, detail))
+    return True
 
 
 def previous_scheduler_start(client: MlflowClient) -> float | None:
@@ -644,6 +695,8 @@ def scheduler_run(svc: Service, progress: Progress) -> Iterator[mlflow.ActiveRun
             "mode": svc.settings.mode,
         }
         mlflow.log_params(params)
+        # whose death the next scheduler can tell from a stop (`crashed_scheduler_process`)
+        mlflow.set_tag(PROCESS, process_tag())
         yield run
         if svc.stop.requested:
             mlflow.end_run("KILLED")

@@ -290,6 +290,7 @@ def test_a_restarted_scheduler_adopts_a_held_chain_once(monkeypatch: pytest.Monk
     state = _state(_tenants(), [trained, training])
     monkeypatch.setattr(steps, "refresh", lambda *args, **kwargs: state)
     monkeypatch.setattr(steps, "redo_promotions", lambda svc, state: None)
+    monkeypatch.setattr(steps, "crashed_scheduler_process", lambda client: None)
 
     class Dispatcher:
         in_flight: list[JobSpec] = []
@@ -388,6 +389,7 @@ def test_a_restarted_scheduler_leaves_a_seer_run_job_to_its_live_process(
     state = _state(_tenants(), records)
     monkeypatch.setattr(steps, "refresh", lambda *args, **kwargs: state)
     monkeypatch.setattr(steps, "redo_promotions", lambda svc, state: None)
+    monkeypatch.setattr(steps, "crashed_scheduler_process", lambda client: None)
 
     d = _SendingDispatcher()
     from tasks._seer import SeerOptions
@@ -544,6 +546,95 @@ def test_a_job_whose_attempts_are_spent_is_marked_given_up(
     assert again.gave_up and progress.jobs_done == 1
     tags = tracking.get_run(rec.run_id).data.tags
     assert tags[GAVE_UP] == "FAILED: Flow run encountered an exception"
+
+
+def test_a_job_three_schedulers_died_while_it_trained_in_them_is_given_up(
+    tracking: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Embedded, a job trains in its scheduler's threads: one that kills the process (memory,
+    a crash in native code) took every later scheduler down with it, resumed each time. A
+    scheduler that died without ending its run (real MLflow) while the job trained in its
+    process counts against the job; at the third the next scheduler gives it up (FAILED, tried
+    with no model). A stop by a signal (the run ended KILLED) does not count, nor a death of
+    another process the job ran in (a worker's), nor a scheduler that still runs."""
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    import mlflow
+
+    import tasks._loop as steps
+    from mlflow_plugin import JobRun, job_records
+    from mlflow_plugin.tracking import (
+        CRASHES,
+        GAVE_UP,
+        PROCESS,
+        SCHEDULER_EXPERIMENT,
+        process_tag,
+    )
+
+    exp = tracking.create_experiment("crashing")
+    for job_id, cand in (("mlp-s1", "mlp"), ("knn-s1", "knn")):
+        job = JobRun.start(tracking, exp, tenant="a", job_id=job_id, candidate=cand,
+                           snapshot=1, policy="rate", tick=1)  # fmt: skip
+        mlflow.end_run()  # no longer this process's active run; left RUNNING, as a crash does
+        tracking.update_run(job.run_id, status="RUNNING")
+    runs = {r.job_id: r.run_id for r in job_records(tracking, [exp])}
+    schedulers = tracking.create_experiment(SCHEDULER_EXPERIMENT)
+
+    def ended_process() -> str:
+        proc = subprocess.Popen([sys.executable, "-c", "pass"])
+        tag = process_tag(proc.pid)
+        proc.wait()
+        return tag
+
+    def scheduler_ended(status: str | None) -> None:
+        """A scheduler ran mlp-s1 in its own process and ended so (None: died, run RUNNING);
+        knn-s1 ran in a worker's process, which died too."""
+        tag = ended_process()
+        run = tracking.create_run(schedulers, tags={PROCESS: tag})
+        if status is not None:
+            tracking.set_terminated(run.info.run_id, status)
+        tracking.set_tag(runs["mlp-s1"], PROCESS, tag)
+        tracking.set_tag(runs["knn-s1"], PROCESS, ended_process())
+
+    monkeypatch.setattr(
+        steps, "refresh", lambda *a, **k: _state(_tenants(), job_records(tracking, [exp]))
+    )
+    monkeypatch.setattr(steps, "redo_promotions", lambda svc, state: None)
+    d = _SendingDispatcher()
+    svc = SimpleNamespace(client=tracking, store=None, patience_s=1.0, slots=1, lock_dir=None,
+                          settings=SimpleNamespace(capacity_prices=None), policy="rate",
+                          options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=None),
+                          dispatcher=d, stop=steps.StopRequest())  # fmt: skip
+
+    def restart() -> tuple[list[str], list[Any]]:
+        d.sent.clear()
+        events: list[Any] = []
+        with steps.listen(events.append):
+            progress = steps.resume_orphans(svc)  # type: ignore[arg-type]
+        assert {r.job_id: r.status for r in progress.state.records}["knn-s1"] == "RUNNING"
+        return sorted(s.job_id for s in d.sent), events
+
+    def crashes(job_id: str) -> str | None:
+        return tracking.get_run(runs[job_id]).data.tags.get(CRASHES)
+
+    scheduler_ended("KILLED")  # Ctrl-C
+    assert restart()[0] == ["knn-s1", "mlp-s1"] and crashes("mlp-s1") is None
+    for n in (1, 2):
+        scheduler_ended(None)
+        assert restart()[0] == ["knn-s1", "mlp-s1"] and crashes("mlp-s1") == str(n)
+    scheduler_ended(None)
+    sent, events = restart()
+    assert sent == ["knn-s1"] and crashes("mlp-s1") == "3" and crashes("knn-s1") is None
+    mlp = tracking.get_run(runs["mlp-s1"])
+    assert mlp.info.status == "FAILED" and "died 3 times" in mlp.data.tags[GAVE_UP]
+    [gave_up] = [e for e in events if isinstance(e, steps.JobFinished)]
+    assert (gave_up.job_id, gave_up.ok) == ("mlp-s1", False)
+    assert "giving up a/mlp-s1: the service died 3 times" in capsys.readouterr().out
+    # a scheduler still running (this process) is not one that died
+    tracking.create_run(schedulers, tags={PROCESS: process_tag()})
+    assert steps.crashed_scheduler_process(tracking) is None
 
 
 def test_seer_jobs_are_not_chained() -> None:
