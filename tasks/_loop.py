@@ -76,9 +76,11 @@ from mlflow.tracking import MlflowClient
 
 from mlflow_plugin.registry import serving_key
 from mlflow_plugin.tracking import (
+    CRASHED_IN,
     CRASHES,
     GAVE_UP,
     PROCESS,
+    RESUMED_BY,
     SCHEDULER_EXPERIMENT,
     JobRecord,
     ensure_scheduler_experiment,
@@ -548,7 +550,10 @@ def resume_orphans(svc: Service) -> Progress:
         for chained in spec.chain():
             if (chained.tenant, chained.job_id) not in finished:
                 _resumed(chained)
-    crashed = crashed_scheduler_process(svc.client) if state.running() else None
+    # the jobs each process held: one alone in a scheduler's that died is its suspect
+    by_process: dict[str | None, int] = {}
+    for job in state.running():
+        by_process[job.process] = by_process.get(job.process, 0) + 1
     gave_up = False
     for job in state.running():
         if (job.tenant, job.job_id) in taken:
@@ -567,11 +572,14 @@ def resume_orphans(svc: Service) -> Progress:
             spec = _orphan_spec(svc, job, 0, last_tick)
             left[(job.tenant, job.job_id)] = (spec, time.monotonic())
             continue
-        if crashed is not None and job.process == crashed and _give_up_crashing(svc, job):
+        if _give_up_crashing(svc, job, alone=by_process[job.process] == 1):
             gave_up = True
             continue
         spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
         if not (job.flow_run_id and _adopted(svc, spec, job.flow_run_id)):
+            # if it trains in this process (embedded) and takes it down before this
+            # scheduler's run begins, the next one can still tell (`_died_scheduler`)
+            svc.client.set_tag(job.run_id, RESUMED_BY, process_tag())
             svc.dispatcher.submit(spec)
         _resumed(spec)
     if gave_up:  # the policy sees those jobs FAILED (tried, no model), not pending
@@ -609,40 +617,52 @@ def resume_orphans(svc: Service) -> Progress:
     return progress
 
 
-#: A job that was training in a scheduler's own process (embedded: its jobs are that process's
-#: threads) each of the last `MAX_CRASHES` times a scheduler died without ending its run is
-#: given up: more likely it kills the process (memory, a crash in native code) than that
-#: something else killed it so often, and sent again it would take every later scheduler down
-#: with it. A stop by a signal ends the run (KILLED) and does not count.
+#: A job that was training alone in a scheduler's own process (embedded: its jobs are that
+#: process's threads) `MAX_CRASHES` times when a scheduler died without ending its run is given
+#: up: more likely it kills the process (memory, a crash in native code) than that something
+#: else killed it so often, and sent again it would take every later scheduler down with it. A
+#: stop by a signal ends the run (KILLED) and does not count; nor does a death with several
+#: jobs training in the process (which of them killed it cannot be told).
 MAX_CRASHES = 3
 
 
-def crashed_scheduler_process(client: MlflowClient) -> str | None:
-    """The process (`process_tag`) of the latest scheduler in ``tenantml/scheduler`` if it died
-    without ending its run and has ended; None if it ended its run (done, failed, or stopped
-    by a signal), still runs, recorded no process, or none ran."""
+def _died_scheduler(client: MlflowClient, process: str | None, resumed_by: str | None) -> bool:
+    """Whether `process` (a job's latest attempt's, `process_tag`) was a scheduler's that died
+    without ending its run: it has ended, and its run in ``tenantml/scheduler`` was left
+    RUNNING, or it has no run there but had resumed the job in its own threads (`RESUMED_BY`):
+    it died resuming its jobs, before its run began. A worker's process is neither."""
+    if process is None or process_state(process) != "ended":
+        return False
     exp = client.get_experiment_by_name(SCHEDULER_EXPERIMENT)
-    if exp is None:
-        return None
-    runs = client.search_runs(
-        [exp.experiment_id], max_results=1, order_by=["attributes.start_time DESC"]
-    )
-    if not runs or runs[0].info.status != "RUNNING":
-        return None
-    tag = runs[0].data.tags.get(PROCESS)
-    return tag if tag and process_state(tag) == "ended" else None
+    quoted = process.replace("'", "")  # a tag has none; a filter string must not break on one
+    runs = [] if exp is None else client.search_runs(
+        [exp.experiment_id], filter_string=f"tags.`{PROCESS}` = '{quoted}'", max_results=1
+    )  # fmt: skip
+    if runs:
+        return bool(runs[0].info.status == "RUNNING")
+    return resumed_by == process
 
 
-def _give_up_crashing(svc: Service, job: JobRecord) -> bool:
-    """Count one more scheduler that died while `job` trained in its process (`CRASHES` on its
-    run); at `MAX_CRASHES`, end its run FAILED and given up (`GAVE_UP`), say so, and return
-    True: it is not sent again."""
-    crashes = int(svc.client.get_run(job.run_id).data.tags.get(CRASHES, "0")) + 1
-    svc.client.set_tag(job.run_id, CRASHES, str(crashes))
+def _give_up_crashing(svc: Service, job: JobRecord, alone: bool) -> bool:
+    """If `job` was training in a scheduler that died (`_died_scheduler`), `alone` in that
+    process, count the death against it (`CRASHES` on its run). Each dead process is weighed
+    once per job (`CRASHED_IN`), alone or not: a start that ends before the job trains again
+    leaves that process on the job's run, and its fellows may have moved on by then. At
+    `MAX_CRASHES`, end the job's run FAILED and given up (`GAVE_UP`), say so, and return True:
+    it is not sent again."""
+    tags = svc.client.get_run(job.run_id).data.tags
+    if not _died_scheduler(svc.client, job.process, tags.get(RESUMED_BY)):
+        return False
+    crashes = int(tags.get(CRASHES, "0"))
+    if tags.get(CRASHED_IN) != job.process:
+        svc.client.set_tag(job.run_id, CRASHED_IN, job.process or "")
+        if alone:
+            crashes += 1
+            svc.client.set_tag(job.run_id, CRASHES, str(crashes))
     if crashes < MAX_CRASHES:
         return False
-    detail = (f"the service died {crashes} times while it trained (out of memory, or a crash in "
-              "native code?): given up, counted as tried with no model")  # fmt: skip
+    detail = (f"the service died {crashes} times while it trained alone (out of memory, or a "
+              "crash in native code?): given up, counted as tried with no model")  # fmt: skip
     svc.client.set_tag(job.run_id, GAVE_UP, detail)
     svc.client.set_terminated(job.run_id, "FAILED")
     print(f"giving up {job.tenant}/{job.job_id}: {detail}")
@@ -695,7 +715,7 @@ def scheduler_run(svc: Service, progress: Progress) -> Iterator[mlflow.ActiveRun
             "mode": svc.settings.mode,
         }
         mlflow.log_params(params)
-        # whose death the next scheduler can tell from a stop (`crashed_scheduler_process`)
+        # whose death the next scheduler can tell from a stop (`_died_scheduler`)
         mlflow.set_tag(PROCESS, process_tag())
         yield run
         if svc.stop.requested:

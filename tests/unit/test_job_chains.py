@@ -290,7 +290,6 @@ def test_a_restarted_scheduler_adopts_a_held_chain_once(monkeypatch: pytest.Monk
     state = _state(_tenants(), [trained, training])
     monkeypatch.setattr(steps, "refresh", lambda *args, **kwargs: state)
     monkeypatch.setattr(steps, "redo_promotions", lambda svc, state: None)
-    monkeypatch.setattr(steps, "crashed_scheduler_process", lambda client: None)
 
     class Dispatcher:
         in_flight: list[JobSpec] = []
@@ -343,7 +342,11 @@ def _params_client(params: dict[str, dict[str, str]]) -> Any:
     from types import SimpleNamespace
 
     return SimpleNamespace(
-        get_run=lambda run_id: SimpleNamespace(data=SimpleNamespace(params=params.get(run_id, {})))
+        get_run=lambda run_id: SimpleNamespace(
+            data=SimpleNamespace(params=params.get(run_id, {}), tags={})
+        ),
+        set_tag=lambda run_id, key, value: None,
+        get_experiment_by_name=lambda name: None,  # no scheduler ever recorded
     )
 
 
@@ -389,7 +392,6 @@ def test_a_restarted_scheduler_leaves_a_seer_run_job_to_its_live_process(
     state = _state(_tenants(), records)
     monkeypatch.setattr(steps, "refresh", lambda *args, **kwargs: state)
     monkeypatch.setattr(steps, "redo_promotions", lambda svc, state: None)
-    monkeypatch.setattr(steps, "crashed_scheduler_process", lambda client: None)
 
     d = _SendingDispatcher()
     from tasks._seer import SeerOptions
@@ -548,15 +550,17 @@ def test_a_job_whose_attempts_are_spent_is_marked_given_up(
     assert tags[GAVE_UP] == "FAILED: Flow run encountered an exception"
 
 
-def test_a_job_three_schedulers_died_while_it_trained_in_them_is_given_up(
+def test_a_job_three_schedulers_died_while_it_trained_alone_in_them_is_given_up(
     tracking: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Embedded, a job trains in its scheduler's threads: one that kills the process (memory,
     a crash in native code) took every later scheduler down with it, resumed each time. A
-    scheduler that died without ending its run (real MLflow) while the job trained in its
-    process counts against the job; at the third the next scheduler gives it up (FAILED, tried
-    with no model). A stop by a signal (the run ended KILLED) does not count, nor a death of
-    another process the job ran in (a worker's), nor a scheduler that still runs."""
+    scheduler that died without ending its run (real MLflow) while the job trained alone in its
+    process counts against the job, once per scheduler; at the third the next scheduler gives
+    it up (FAILED, tried with no model). Not counted: a stop by a signal (the run ended
+    KILLED), a death with two jobs training in the process (which killed it?), a death of
+    another process the job ran in (a worker's), a scheduler that still runs. Counted too: a
+    start that died resuming the job in its own threads, before its run began."""
     import subprocess
     import sys
     from types import SimpleNamespace
@@ -569,6 +573,7 @@ def test_a_job_three_schedulers_died_while_it_trained_in_them_is_given_up(
         CRASHES,
         GAVE_UP,
         PROCESS,
+        RESUMED_BY,
         SCHEDULER_EXPERIMENT,
         process_tag,
     )
@@ -588,15 +593,16 @@ def test_a_job_three_schedulers_died_while_it_trained_in_them_is_given_up(
         proc.wait()
         return tag
 
-    def scheduler_ended(status: str | None) -> None:
-        """A scheduler ran mlp-s1 in its own process and ended so (None: died, run RUNNING);
-        knn-s1 ran in a worker's process, which died too."""
+    def scheduler_ended(status: str | None, together: bool = False) -> None:
+        """A scheduler trained mlp-s1 in its own process and ended so (None: died, its run
+        left RUNNING); knn-s1 trained in a worker's process, which died too, or `together`
+        in the scheduler's beside mlp-s1."""
         tag = ended_process()
         run = tracking.create_run(schedulers, tags={PROCESS: tag})
         if status is not None:
             tracking.set_terminated(run.info.run_id, status)
         tracking.set_tag(runs["mlp-s1"], PROCESS, tag)
-        tracking.set_tag(runs["knn-s1"], PROCESS, ended_process())
+        tracking.set_tag(runs["knn-s1"], PROCESS, tag if together else ended_process())
 
     monkeypatch.setattr(
         steps, "refresh", lambda *a, **k: _state(_tenants(), job_records(tracking, [exp]))
@@ -607,34 +613,52 @@ def test_a_job_three_schedulers_died_while_it_trained_in_them_is_given_up(
                           settings=SimpleNamespace(capacity_prices=None), policy="rate",
                           options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=None),
                           dispatcher=d, stop=steps.StopRequest())  # fmt: skip
+    progress: Any = None
 
     def restart() -> tuple[list[str], list[Any]]:
+        nonlocal progress
         d.sent.clear()
         events: list[Any] = []
         with steps.listen(events.append):
             progress = steps.resume_orphans(svc)  # type: ignore[arg-type]
-        assert {r.job_id: r.status for r in progress.state.records}["knn-s1"] == "RUNNING"
         return sorted(s.job_id for s in d.sent), events
 
-    def crashes(job_id: str) -> str | None:
-        return tracking.get_run(runs[job_id]).data.tags.get(CRASHES)
+    def crashes() -> tuple[str | None, str | None]:
+        return tuple(tracking.get_run(runs[j]).data.tags.get(CRASHES) for j in runs)  # type: ignore[return-value]
 
+    both = ["knn-s1", "mlp-s1"]
     scheduler_ended("KILLED")  # Ctrl-C
-    assert restart()[0] == ["knn-s1", "mlp-s1"] and crashes("mlp-s1") is None
-    for n in (1, 2):
-        scheduler_ended(None)
-        assert restart()[0] == ["knn-s1", "mlp-s1"] and crashes("mlp-s1") == str(n)
+    assert restart()[0] == both and crashes() == (None, None)
+    # each job sent again names the process that sent it: should it train in that process's
+    # threads and take it down before its scheduler run begins, the next start can tell
+    assert tracking.get_run(runs["mlp-s1"]).data.tags[RESUMED_BY] == process_tag()
+    scheduler_ended(None)
+    assert restart()[0] == both and crashes() == ("1", None)
+    # the next start ended before its own run began: that death is not counted again
+    assert restart()[0] == both and crashes() == ("1", None)
+    scheduler_ended(None, together=True)  # two jobs in the process: neither is the suspect
+    assert restart()[0] == both and crashes() == ("1", None)
+    # a start that sent mlp-s1 again in its own threads and died before its run began
+    tag = ended_process()
+    tracking.set_tag(runs["mlp-s1"], RESUMED_BY, tag)
+    tracking.set_tag(runs["mlp-s1"], PROCESS, tag)
+    assert restart()[0] == both and crashes() == ("2", None)
     scheduler_ended(None)
     sent, events = restart()
-    assert sent == ["knn-s1"] and crashes("mlp-s1") == "3" and crashes("knn-s1") is None
+    assert sent == ["knn-s1"] and crashes() == ("3", None)
     mlp = tracking.get_run(runs["mlp-s1"])
     assert mlp.info.status == "FAILED" and "died 3 times" in mlp.data.tags[GAVE_UP]
+    # the policy sees it tried (FAILED), not pending
+    assert {r.job_id: r.status for r in progress.state.records}["mlp-s1"] == "FAILED"
     [gave_up] = [e for e in events if isinstance(e, steps.JobFinished)]
     assert (gave_up.job_id, gave_up.ok) == ("mlp-s1", False)
     assert "giving up a/mlp-s1: the service died 3 times" in capsys.readouterr().out
-    # a scheduler still running (this process) is not one that died
-    tracking.create_run(schedulers, tags={PROCESS: process_tag()})
-    assert steps.crashed_scheduler_process(tracking) is None
+    # a scheduler records its process as its run begins; while it runs it has not died
+    svc.settings = SimpleNamespace(artifact_location=None, mode="embedded", capacity_prices=None)
+    svc.options = SimpleNamespace(prior="learnt", ticks=0, budget_s=None, max_epochs=1)
+    with steps.scheduler_run(svc, progress) as run:  # type: ignore[arg-type]
+        assert tracking.get_run(run.info.run_id).data.tags[PROCESS] == process_tag()
+        assert not steps._died_scheduler(tracking, process_tag(), process_tag())
 
 
 def test_seer_jobs_are_not_chained() -> None:
