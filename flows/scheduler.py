@@ -12,7 +12,9 @@ One scheduler per home (`tasks.scheduler_lock`): a second one started beside it 
 
 Restart safety: the state is rebuilt from MLflow at start. Jobs a previous scheduler left RUNNING
 are taken over (servers: its flow run is still going) or dispatched again with the same job id
-(they resume from their checkpoints); promotions a crash skipped are redone (idempotent).
+(they resume from their checkpoints), except one that three schedulers died training alone in
+their own process (given up: `tasks._loop.MAX_CRASHES`); promotions a crash skipped are redone
+(idempotent). The scheduler's MLflow run begins before it sends any job.
 
 A pass that fails because a server (MLflow, Prefect, S3) does not answer is waited out (bounded
 backoff, one log line per attempt) and done again. The steps live in `tasks` (`tasks._loop`).
@@ -25,6 +27,7 @@ resume on the next scheduler. The scheduler's MLflow run ends KILLED; it logs ``
 
 from __future__ import annotations
 
+import time
 from contextlib import ExitStack
 from typing import Any
 
@@ -49,6 +52,7 @@ from tasks import (
     scheduler_lock,
     scheduler_run,
     should_stop,
+    start_clock,
     stop_on_signals,
     tell_waiting,
     wait_out_outage,
@@ -95,8 +99,10 @@ def scheduler(
 
 def _serve(svc: Service) -> dict[str, Any]:
     """The loop of the module docstring, from the jobs an earlier scheduler left to the summary."""
-    progress = resume_orphans(svc)
-    with scheduler_run(svc, progress) as run, release_dispatcher(svc):
+    started = time.monotonic()
+    with scheduler_run(svc) as run, release_dispatcher(svc):
+        progress = resume_orphans(svc)
+        start_clock(svc, progress, started)
         while not svc.stop.requested:
             try:
                 record_finished_jobs(svc, progress)

@@ -75,8 +75,6 @@ GAVE_UP = "tenantml.gave_up"
 # `tasks._loop.MAX_CRASHES` the next one gives it up rather than die on it again
 CRASHES = "tenantml.crashes"
 CRASHED_IN = "tenantml.crashed_in"  # the dead scheduler's process counted last: once each
-# the process of the scheduler that last sent the job again at its start (`resume_orphans`)
-RESUMED_BY = "tenantml.resumed_by"
 SEER_TRIAL = "tenantml.seer_trial"  # ``<job id>/<trial>`` of a SEER trial's nested run
 JOB_KIND, TRIAL_KIND = "job", "seer-trial"  # values of KIND on runs
 STARTING_KIND = "job-starting"  # KIND of a job's new run until its params are logged

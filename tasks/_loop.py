@@ -9,12 +9,15 @@ Start-up:
 
 * `connect`: load the settings, resolve the options' defaults, open MLflow and the example store
   (both wait out server outages), build the `Planner` (the policy) and the `Dispatcher`;
+* `scheduler_run`: the scheduler's own MLflow run (experiment ``tenantml/scheduler``), begun
+  before it sends any job, with its process recorded (so a job that takes it down is seen);
 * `resume_orphans`: rebuild the state from MLflow, redo the promotions a crash skipped
   (`redo_promotions`, through the `record` task: idempotent), and take over the jobs a previous
   scheduler left going: the flow runs Prefect still holds are adopted (servers; some have no
   MLflow run yet), and jobs left RUNNING in MLflow otherwise are sent again with the same job id
-  (they resume from their checkpoints);
-* `scheduler_run`: the scheduler's own MLflow run (experiment ``tenantml/scheduler``).
+  (they resume from their checkpoints), but one that three schedulers died training alone is
+  given up (`MAX_CRASHES`);
+* `start_clock`: the run's clock and the earlier schedulers' loss history.
 
 Each pass:
 
@@ -80,7 +83,6 @@ from mlflow_plugin.tracking import (
     CRASHES,
     GAVE_UP,
     PROCESS,
-    RESUMED_BY,
     SCHEDULER_EXPERIMENT,
     JobRecord,
     ensure_scheduler_experiment,
@@ -140,6 +142,7 @@ __all__ = [
     "resume_orphans",
     "scheduler_run",
     "should_stop",
+    "start_clock",
     "tell_waiting",
     "Waiting",
     "stop_on_signals",
@@ -577,9 +580,6 @@ def resume_orphans(svc: Service) -> Progress:
             continue
         spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
         if not (job.flow_run_id and _adopted(svc, spec, job.flow_run_id)):
-            # if it trains in this process (embedded) and takes it down before this
-            # scheduler's run begins, the next one can still tell (`_died_scheduler`)
-            svc.client.set_tag(job.run_id, RESUMED_BY, process_tag())
             svc.dispatcher.submit(spec)
         _resumed(spec)
     if gave_up:  # the policy sees those jobs FAILED (tried, no model), not pending
@@ -599,7 +599,7 @@ def resume_orphans(svc: Service) -> Progress:
         and job.policy != BY_HAND
         and (job.tenant, job.job_id) not in taken
     ]
-    since = previous_scheduler_start(svc.client) if failed else None
+    since = previous_scheduler_start(svc.client, svc.stop.run_id) if failed else None
     for job in failed:
         if (
             since is None
@@ -626,11 +626,11 @@ def resume_orphans(svc: Service) -> Progress:
 MAX_CRASHES = 3
 
 
-def _died_scheduler(client: MlflowClient, process: str | None, resumed_by: str | None) -> bool:
+def _died_scheduler(client: MlflowClient, process: str | None) -> bool:
     """Whether `process` (a job's latest attempt's, `process_tag`) was a scheduler's that died
-    without ending its run: it has ended, and its run in ``tenantml/scheduler`` was left
-    RUNNING, or it has no run there but had resumed the job in its own threads (`RESUMED_BY`):
-    it died resuming its jobs, before its run began. A worker's process is neither."""
+    without ending its run: it has ended, and its run in ``tenantml/scheduler`` (every
+    scheduler's begins before it sends a job: `scheduler_run`) was left RUNNING. A worker's
+    process has no run there."""
     if process is None or process_state(process) != "ended":
         return False
     exp = client.get_experiment_by_name(SCHEDULER_EXPERIMENT)
@@ -638,9 +638,7 @@ def _died_scheduler(client: MlflowClient, process: str | None, resumed_by: str |
     runs = [] if exp is None else client.search_runs(
         [exp.experiment_id], filter_string=f"tags.`{PROCESS}` = '{quoted}'", max_results=1
     )  # fmt: skip
-    if runs:
-        return bool(runs[0].info.status == "RUNNING")
-    return resumed_by == process
+    return bool(runs and runs[0].info.status == "RUNNING")
 
 
 def _give_up_crashing(svc: Service, job: JobRecord, alone: bool) -> bool:
@@ -650,9 +648,9 @@ def _give_up_crashing(svc: Service, job: JobRecord, alone: bool) -> bool:
     leaves that process on the job's run, and its fellows may have moved on by then. At
     `MAX_CRASHES`, end the job's run FAILED and given up (`GAVE_UP`), say so, and return True:
     it is not sent again."""
-    tags = svc.client.get_run(job.run_id).data.tags
-    if not _died_scheduler(svc.client, job.process, tags.get(RESUMED_BY)):
+    if not _died_scheduler(svc.client, job.process):
         return False
+    tags = svc.client.get_run(job.run_id).data.tags
     crashes = int(tags.get(CRASHES, "0"))
     if tags.get(CRASHED_IN) != job.process:
         svc.client.set_tag(job.run_id, CRASHED_IN, job.process or "")
@@ -670,16 +668,18 @@ def _give_up_crashing(svc: Service, job: JobRecord, alone: bool) -> bool:
     return True
 
 
-def previous_scheduler_start(client: MlflowClient) -> float | None:
+def previous_scheduler_start(client: MlflowClient, exclude: str | None = None) -> float | None:
     """When the latest scheduler recorded in ``tenantml/scheduler`` started (seconds since the
-    epoch): the one before this, whose run `scheduler_run` has not made yet; None if none."""
+    epoch), the run `exclude` (this scheduler's) left out: the one before this; None if
+    none."""
     exp = client.get_experiment_by_name(SCHEDULER_EXPERIMENT)
     if exp is None:
         return None
     runs = client.search_runs(
-        [exp.experiment_id], max_results=1, order_by=["attributes.start_time DESC"]
+        [exp.experiment_id], max_results=2, order_by=["attributes.start_time DESC"]
     )
-    return runs[0].info.start_time / 1000.0 if runs else None
+    earlier = [r for r in runs if r.info.run_id != exclude]
+    return earlier[0].info.start_time / 1000.0 if earlier else None
 
 
 def _adopted(svc: Service, spec: JobSpec, flow_run_id: str) -> bool:
@@ -695,15 +695,16 @@ def _resumed(spec: JobSpec) -> None:
 
 
 @contextmanager
-def scheduler_run(svc: Service, progress: Progress) -> Iterator[mlflow.ActiveRun]:
+def scheduler_run(svc: Service) -> Iterator[mlflow.ActiveRun]:
     """The scheduler's MLflow run in the experiment ``tenantml/scheduler`` (created if missing),
-    with its parameters logged; `progress`'s clock starts with it, and its loss history with
-    the earlier schedulers' (`tasks._plot.load_tick_history`). The run ends FAILED if the block
-    raises, KILLED if a signal stopped the scheduler."""
+    with its parameters and its process (`process_tag`) logged; begun before the scheduler
+    sends any job, even one an earlier scheduler left (`resume_orphans`), so that a job that
+    takes this process down is found in a run the next scheduler can read
+    (`_died_scheduler`), and a signal at start-up ends it KILLED too. The run ends FAILED if
+    the block raises, KILLED if a signal stopped the scheduler."""
     exp_id = ensure_scheduler_experiment(svc.client, svc.settings.artifact_location)
-    progress.losses = load_tick_history(svc.client)
-    progress.started = time.monotonic()
-    with mlflow.start_run(experiment_id=exp_id, run_name=f"scheduler-{svc.policy}") as run:
+    with mlflow.start_run(experiment_id=exp_id, run_name=f"scheduler-{svc.policy}",
+                          tags={PROCESS: process_tag()}) as run:  # fmt: skip
         svc.stop.run_id = run.info.run_id
         params = {
             "policy": svc.policy,
@@ -715,11 +716,17 @@ def scheduler_run(svc: Service, progress: Progress) -> Iterator[mlflow.ActiveRun
             "mode": svc.settings.mode,
         }
         mlflow.log_params(params)
-        # whose death the next scheduler can tell from a stop (`_died_scheduler`)
-        mlflow.set_tag(PROCESS, process_tag())
         yield run
         if svc.stop.requested:
             mlflow.end_run("KILLED")
+
+
+def start_clock(svc: Service, progress: Progress, started: float) -> None:
+    """`progress`'s clock from `started` (`time.monotonic`, as the scheduler's run began: its
+    wall clock and ``--budget-s`` count the jobs an earlier scheduler left, taken over), and its
+    loss history with the earlier schedulers' (`tasks._plot.load_tick_history`)."""
+    progress.losses = load_tick_history(svc.client)
+    progress.started = started
 
 
 def _refresh(svc: Service, progress: Progress, publish: bool = True) -> None:

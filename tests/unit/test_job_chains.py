@@ -481,7 +481,7 @@ def test_a_restarted_scheduler_sends_again_a_job_that_failed_while_none_watched_
     state = _state(_tenants(), records)
     monkeypatch.setattr(steps, "refresh", lambda *args, **kwargs: state)
     monkeypatch.setattr(steps, "redo_promotions", lambda svc, state: None)
-    monkeypatch.setattr(steps, "previous_scheduler_start", lambda client: 950.0)
+    monkeypatch.setattr(steps, "previous_scheduler_start", lambda client, exclude: 950.0)
 
     d = _SendingDispatcher()
     params = {"unwatched": {"max_epochs": "4", "time_budget_s": "30.0", "limit_unit": "s"}}
@@ -504,7 +504,7 @@ def test_a_restarted_scheduler_sends_again_a_job_that_failed_while_none_watched_
     assert "sending a/unwatched again: it failed with no scheduler to retry it" in out
     assert "left running" not in out  # it was not: it failed
     # no scheduler ever ran on this home: no failure was a scheduler's to retry
-    monkeypatch.setattr(steps, "previous_scheduler_start", lambda client: None)
+    monkeypatch.setattr(steps, "previous_scheduler_start", lambda client, exclude: None)
     d.sent.clear()
     steps.resume_orphans(svc)  # type: ignore[arg-type]
     assert d.sent == []
@@ -559,8 +559,7 @@ def test_a_job_three_schedulers_died_while_it_trained_alone_in_them_is_given_up(
     process counts against the job, once per scheduler; at the third the next scheduler gives
     it up (FAILED, tried with no model). Not counted: a stop by a signal (the run ended
     KILLED), a death with two jobs training in the process (which killed it?), a death of
-    another process the job ran in (a worker's), a scheduler that still runs. Counted too: a
-    start that died resuming the job in its own threads, before its run began."""
+    another process the job ran in (a worker's), a scheduler that still runs."""
     import subprocess
     import sys
     from types import SimpleNamespace
@@ -573,7 +572,6 @@ def test_a_job_three_schedulers_died_while_it_trained_alone_in_them_is_given_up(
         CRASHES,
         GAVE_UP,
         PROCESS,
-        RESUMED_BY,
         SCHEDULER_EXPERIMENT,
         process_tag,
     )
@@ -629,19 +627,13 @@ def test_a_job_three_schedulers_died_while_it_trained_alone_in_them_is_given_up(
     both = ["knn-s1", "mlp-s1"]
     scheduler_ended("KILLED")  # Ctrl-C
     assert restart()[0] == both and crashes() == (None, None)
-    # each job sent again names the process that sent it: should it train in that process's
-    # threads and take it down before its scheduler run begins, the next start can tell
-    assert tracking.get_run(runs["mlp-s1"]).data.tags[RESUMED_BY] == process_tag()
     scheduler_ended(None)
     assert restart()[0] == both and crashes() == ("1", None)
     # the next start ended before its own run began: that death is not counted again
     assert restart()[0] == both and crashes() == ("1", None)
     scheduler_ended(None, together=True)  # two jobs in the process: neither is the suspect
     assert restart()[0] == both and crashes() == ("1", None)
-    # a start that sent mlp-s1 again in its own threads and died before its run began
-    tag = ended_process()
-    tracking.set_tag(runs["mlp-s1"], RESUMED_BY, tag)
-    tracking.set_tag(runs["mlp-s1"], PROCESS, tag)
+    scheduler_ended(None)
     assert restart()[0] == both and crashes() == ("2", None)
     scheduler_ended(None)
     sent, events = restart()
@@ -653,12 +645,15 @@ def test_a_job_three_schedulers_died_while_it_trained_alone_in_them_is_given_up(
     [gave_up] = [e for e in events if isinstance(e, steps.JobFinished)]
     assert (gave_up.job_id, gave_up.ok) == ("mlp-s1", False)
     assert "giving up a/mlp-s1: the service died 3 times" in capsys.readouterr().out
-    # a scheduler records its process as its run begins; while it runs it has not died
+    # a scheduler's run, with its process, begins before it sends any job (so a job that
+    # takes it down at once is seen): the earlier scheduler is still the one before it
     svc.settings = SimpleNamespace(artifact_location=None, mode="embedded", capacity_prices=None)
     svc.options = SimpleNamespace(prior="learnt", ticks=0, budget_s=None, max_epochs=1)
-    with steps.scheduler_run(svc, progress) as run:  # type: ignore[arg-type]
+    last = steps.previous_scheduler_start(tracking)
+    with steps.scheduler_run(svc) as run:  # type: ignore[arg-type]
         assert tracking.get_run(run.info.run_id).data.tags[PROCESS] == process_tag()
-        assert not steps._died_scheduler(tracking, process_tag(), process_tag())
+        assert not steps._died_scheduler(tracking, process_tag())  # it runs
+        assert steps.previous_scheduler_start(tracking, run.info.run_id) == last
 
 
 def test_seer_jobs_are_not_chained() -> None:
