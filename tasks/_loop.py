@@ -614,6 +614,8 @@ def resume_orphans(svc: Service) -> Progress:
     progress = Progress(state, refreshed, last_tick, Backoff(svc.patience_s), told=told,
                         left=left)  # fmt: skip
     svc.stop.told = progress.told  # `Stopping` counts the jobs left going
+    if svc.stop.run_id is not None:  # the failures before its start are this one's now
+        svc.client.set_tag(svc.stop.run_id, TOOK_OVER, "1")
     return progress
 
 
@@ -668,18 +670,27 @@ def _give_up_crashing(svc: Service, job: JobRecord, alone: bool) -> bool:
     return True
 
 
+#: on a scheduler's run once it has taken over what the earlier ones left (`resume_orphans`)
+TOOK_OVER = "tenantml.took_over"
+
+
 def previous_scheduler_start(client: MlflowClient, exclude: str | None = None) -> float | None:
-    """When the latest scheduler recorded in ``tenantml/scheduler`` started (seconds since the
-    epoch), the run `exclude` (this scheduler's) left out: the one before this; None if
-    none."""
+    """When the latest scheduler that took over what the earlier ones left started (seconds
+    since the epoch), the run `exclude` (this scheduler's) left out; None if none. One whose
+    run begins before its jobs are sent (a `tenantml.process` tag) counts once it got through
+    `resume_orphans` (`TOOK_OVER`): one that died or was stopped on the way never sent again
+    the jobs that failed unwatched before it, so they are still the next one's to send."""
     exp = client.get_experiment_by_name(SCHEDULER_EXPERIMENT)
     if exp is None:
         return None
     runs = client.search_runs(
-        [exp.experiment_id], max_results=2, order_by=["attributes.start_time DESC"]
+        [exp.experiment_id], max_results=50, order_by=["attributes.start_time DESC"]
     )
-    earlier = [r for r in runs if r.info.run_id != exclude]
-    return earlier[0].info.start_time / 1000.0 if earlier else None
+    for r in runs:
+        tags = r.data.tags
+        if r.info.run_id != exclude and (TOOK_OVER in tags or PROCESS not in tags):
+            return float(r.info.start_time) / 1000.0
+    return None
 
 
 def _adopted(svc: Service, spec: JobSpec, flow_run_id: str) -> bool:

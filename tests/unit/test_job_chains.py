@@ -646,14 +646,27 @@ def test_a_job_three_schedulers_died_while_it_trained_alone_in_them_is_given_up(
     assert (gave_up.job_id, gave_up.ok) == ("mlp-s1", False)
     assert "giving up a/mlp-s1: the service died 3 times" in capsys.readouterr().out
     # a scheduler's run, with its process, begins before it sends any job (so a job that
-    # takes it down at once is seen): the earlier scheduler is still the one before it
+    # takes it down at once is seen in a run). The jobs that failed unwatched before a
+    # scheduler's start are its to send again only once it got through its start-up: one
+    # stopped halfway leaves them to the next (`previous_scheduler_start`)
+    now_ms = int(time.time() * 1000)
+    took = tracking.create_run(schedulers, start_time=now_ms - 2000,
+                               tags={PROCESS: ended_process(), steps.TOOK_OVER: "1"})  # fmt: skip
+    halfway = tracking.create_run(schedulers, start_time=now_ms - 1000,
+                                  tags={PROCESS: ended_process()})  # fmt: skip
+    tracking.set_terminated(halfway.info.run_id, "KILLED")
+    assert steps.previous_scheduler_start(tracking) == took.info.start_time / 1000
     svc.settings = SimpleNamespace(artifact_location=None, mode="embedded", capacity_prices=None)
-    svc.options = SimpleNamespace(prior="learnt", ticks=0, budget_s=None, max_epochs=1)
-    last = steps.previous_scheduler_start(tracking)
+    svc.options = SimpleNamespace(prior="learnt", ticks=0, budget_s=None, max_epochs=1,
+                                  sleep_s=None)  # fmt: skip
     with steps.scheduler_run(svc) as run:  # type: ignore[arg-type]
         assert tracking.get_run(run.info.run_id).data.tags[PROCESS] == process_tag()
         assert not steps._died_scheduler(tracking, process_tag())  # it runs
-        assert steps.previous_scheduler_start(tracking, run.info.run_id) == last
+        assert (
+            steps.previous_scheduler_start(tracking, run.info.run_id) == took.info.start_time / 1000
+        )
+        steps.resume_orphans(svc)  # type: ignore[arg-type]
+    assert steps.previous_scheduler_start(tracking) == run.info.start_time / 1000
 
 
 def test_seer_jobs_are_not_chained() -> None:
