@@ -553,10 +553,12 @@ def resume_orphans(svc: Service) -> Progress:
         for chained in spec.chain():
             if (chained.tenant, chained.job_id) not in finished:
                 _resumed(chained)
-    # the jobs each process held: one alone in a scheduler's that died is its suspect
+    # the jobs each process held: one alone in a scheduler's that died is its suspect; each
+    # process looked up once, not once per job
     by_process: dict[str | None, int] = {}
     for job in state.running():
         by_process[job.process] = by_process.get(job.process, 0) + 1
+    died = {p for p in by_process if _died_scheduler(svc.client, p)}
     gave_up = False
     for job in state.running():
         if (job.tenant, job.job_id) in taken:
@@ -575,7 +577,7 @@ def resume_orphans(svc: Service) -> Progress:
             spec = _orphan_spec(svc, job, 0, last_tick)
             left[(job.tenant, job.job_id)] = (spec, time.monotonic())
             continue
-        if _give_up_crashing(svc, job, alone=by_process[job.process] == 1):
+        if job.process in died and _give_up_crashing(svc, job, by_process[job.process] == 1):
             gave_up = True
             continue
         spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
@@ -644,14 +646,12 @@ def _died_scheduler(client: MlflowClient, process: str | None) -> bool:
 
 
 def _give_up_crashing(svc: Service, job: JobRecord, alone: bool) -> bool:
-    """If `job` was training in a scheduler that died (`_died_scheduler`), `alone` in that
+    """`job` was training in a scheduler that died (`_died_scheduler`): `alone` in that
     process, count the death against it (`CRASHES` on its run). Each dead process is weighed
     once per job (`CRASHED_IN`), alone or not: a start that ends before the job trains again
     leaves that process on the job's run, and its fellows may have moved on by then. At
     `MAX_CRASHES`, end the job's run FAILED and given up (`GAVE_UP`), say so, and return True:
     it is not sent again."""
-    if not _died_scheduler(svc.client, job.process):
-        return False
     tags = svc.client.get_run(job.run_id).data.tags
     crashes = int(tags.get(CRASHES, "0"))
     if tags.get(CRASHED_IN) != job.process:
