@@ -124,9 +124,11 @@ def combine_repeats(
         }
         estimated = [r["loss_estimate"] for r in runs if "loss_estimate" in r]
         if estimated:
-            entry["loss_estimate_mean_abs_error"] = mean_se(
-                [e["mean_abs_error"] for e in estimated]
-            )
+            # over the splits whose run left estimates (`splits`: how many)
+            entry["loss_estimate_mean_abs_error"] = {
+                **mean_se([e["mean_abs_error"] for e in estimated]),
+                "splits": len(estimated),
+            }
             # a constant 0's error (`summarize`), and the estimates' rank correlation where
             # a split defines one
             entry["loss_realised_mean"] = mean_se([e["realised_mean"] for e in estimated])

@@ -597,8 +597,16 @@ def bench_live(
             _rho(cal.get("rank_correlation") if cal else None),
         )
     console.print(table)
-    console.print(f"mean served test accuracy over {len(summary['tenants'])} tenants; in {out}")
+    console.print(f"{_accuracy_mean(summary)} over {len(summary['tenants'])} tenants; in {out}")
     console.print(_ESTIMATE_LEGEND)
+
+
+def _accuracy_mean(summary: Mapping[str, Any]) -> str:
+    """What bench-live's quarter columns are: the tenants' mean, weighted with --weights."""
+    weights = set(summary.get("weights", {}).values())
+    if len(weights) > 1:
+        return "weighted mean served test accuracy (--weights)"
+    return "mean served test accuracy"
 
 
 #: under bench-live's tables: what the loss-estimate columns say
@@ -653,6 +661,14 @@ def _log_bench_live(
     )
 
 
+def _estimate_cell(error: dict[str, Any], zeros: dict[str, float], splits: int) -> str:
+    """The loss estimates' mean absolute error and a constant 0's, over the splits that left
+    estimates (said when not all did)."""
+    text = f"{error['mean']:.3f} ± {error['se']:.3f} ({zeros['mean']:.3f} ± {zeros['se']:.3f})"
+    had = int(error.get("splits", splits))
+    return text if had >= splits else f"{text}, {had} of {splits} splits"
+
+
 def _print_repeats(summary: dict[str, Any], out: Path) -> None:
     """bench-live's table over splits: mean ± standard error per system."""
 
@@ -679,7 +695,9 @@ def _print_repeats(summary: dict[str, Any], out: Path) -> None:
             paired(entry.get(f"auc_minus_{ref}")),
             paired(entry.get(f"from_first_job_minus_{ref}")),
             f"{entry['jobs']['mean']:.0f}" if name != "flaml" else "-",
-            f"{cell(cal)} ({cell(entry['loss_realised_mean'])})" if cal else "-",
+            _estimate_cell(cal, entry["loss_realised_mean"], len(summary["seeds"]))
+            if cal
+            else "-",
             _rho(entry.get("loss_estimate_rank_correlation")),
         )  # fmt: skip
     console.print(table)
@@ -707,7 +725,7 @@ def _print_repeats(summary: dict[str, Any], out: Path) -> None:
             ))  # fmt: skip
         console.print(quarters)
     console.print(
-        f"mean served test accuracy over {len(summary['tenants'])} tenants, mean ± s.e. over "
+        f"{_accuracy_mean(summary)} over {len(summary['tenants'])} tenants, mean ± s.e. over "
         f"{len(summary['seeds'])} splits (seeds {', '.join(map(str, summary['seeds']))}); "
         "'from 1st job': the mean test regret over the same time from each service's first job "
         f"(its start-up left out); in {out}"

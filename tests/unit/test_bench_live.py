@@ -195,6 +195,22 @@ def test_the_regret_from_each_services_first_job_leaves_its_start_up_out() -> No
     )
 
 
+def test_a_service_that_started_its_first_job_after_the_budget_leaves_the_others_theirs() -> None:
+    """A start-up longer than the budget (first job at 1.2) has no regret from its first job;
+    the service that started at 0.1 keeps its own over 1 - 0.1."""
+    a = _tenant("a", ["p", "p", "x", "x"], ["p", "p", "x"])
+    b = _tenant("b", ["q", "x", "x", "x"], ["q", "q", "x"])
+    early = SystemRun("early", {"a": [(0.3, 1.0)], "b": [(0.5, 1.0)]}, {}, 2, 9.0, 0.1)
+    stuck = SystemRun("stuck", {"a": [], "b": []}, {}, 1, 9.0, first_job_t=1.2)
+    summary, _ = summarize([a, b], [early, stuck])
+    systems = summary["systems"]
+    assert "test_regret_from_first_job" not in systems["stuck"]
+    # each tenant's regret 2/3 (its majority label scores 1/3) until a's model at 0.3 and
+    # b's at 0.5, over the window 0.9 from 0.1
+    expected = (0.2 * (2 / 3 + 2 / 3) / 2 + 0.2 * (2 / 3) / 2) / 0.9
+    assert systems["early"]["test_regret_from_first_job"] == pytest.approx(expected)
+
+
 def test_the_regret_auc_integrates_the_served_steps_exactly() -> None:
     """A step on a grid point (FLAML's, at the quarters) and one just before it: the earlier
     is the better, by what it served earlier; a grid's trapezoids credited both the same. A
@@ -270,6 +286,22 @@ def test_weights_weight_the_regret() -> None:
     auc = summary["systems"]["fast"]["test_regret_auc"]
     assert auc == pytest.approx(0.625 * 0.5 + 0.0625 * 0.5)
     assert summary["weights"] == {"a": 1.0, "b": 3.0}
+
+
+def test_weights_weight_the_accuracy_at_the_quarters_as_the_regret() -> None:
+    """With b's weight 3, each quarter's accuracy is (1 x a's + 3 x b's) / 4, in summary.json
+    and curves.csv alike; the tenants' own stay theirs."""
+    a = _tenant("a", ["p", "p", "x", "x"], ["p", "p", "x"])
+    b = _tenant("b", ["q", "x", "x", "x"], ["q", "q", "x"])
+    fast = SystemRun("fast", {"a": [(0.0, 0.75)], "b": [(0.5, 1.0)]}, {}, 3, 9.0)
+    summary, rows = summarize([a, b], [fast], {"b": 3.0})
+    entry = summary["systems"]["fast"]
+    for q in ("q25", "q50", "q75", "q100"):
+        own = entry["test_accuracy_by_tenant"]
+        assert entry["mean_test_accuracy"][q] == pytest.approx((own["a"][q] + 3 * own["b"][q]) / 4)
+    assert entry["test_accuracy_by_tenant"]["a"]["q100"] == 0.75
+    assert rows[-1]["mean_test_accuracy"] == pytest.approx(entry["mean_test_accuracy"]["q100"])
+    assert entry["mean_test_accuracy"]["q100"] == pytest.approx((0.75 + 3 * 1.0) / 4)
 
 
 @pytest.mark.parametrize(
@@ -386,8 +418,21 @@ def test_repeats_combine_per_split_summaries_paired_by_split() -> None:
     # |est - real|: 0.075 on the first split; on the second a's best is fast's 0.75, so the
     # realised losses are (0, 0) against the estimates (0.1, 0): 0.05
     cal = combined["systems"]["fast"]["loss_estimate_mean_abs_error"]
-    assert cal["mean"] == pytest.approx((0.075 + 0.05) / 2)
+    assert cal["mean"] == pytest.approx((0.075 + 0.05) / 2) and cal["splits"] == 2
     assert "loss_estimate_mean_abs_error" not in slow_entry
+    # a split whose run left no estimates is not in their mean, and the table says so
+    no_estimates = {**splits[1][0], "systems": {**splits[1][0]["systems"]}}
+    no_estimates["systems"]["fast"] = {
+        k: v for k, v in no_estimates["systems"]["fast"].items() if k != "loss_estimate"
+    }
+    part = combine_repeats([splits[0][0], no_estimates], [])[0]["systems"]["fast"]
+    assert part["loss_estimate_mean_abs_error"]["mean"] == pytest.approx(0.075)
+    assert part["loss_estimate_mean_abs_error"]["splits"] == 1
+    from tenantml.cli.app import _estimate_cell
+
+    cell = _estimate_cell(part["loss_estimate_mean_abs_error"], part["loss_realised_mean"], 2)
+    assert cell.endswith(", 1 of 2 splits")
+    assert "splits" not in _estimate_cell(cal, combined["systems"]["fast"]["loss_realised_mean"], 2)
     end = [r for r in rows if r["system"] == "slow" and r["t"] == 1.0]
     assert len(rows) == 2 * CURVE_POINTS and end[0]["mean_test_accuracy"] == pytest.approx(
         np.mean([s["systems"]["slow"]["mean_test_accuracy"]["q100"] for s, _ in splits])
