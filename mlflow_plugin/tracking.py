@@ -70,6 +70,11 @@ PROCESS = "tenantml.process"
 # are spent): how its last run ended. A FAILED job without it failed while no scheduler watched
 # it (between a scheduler's death and the next one's start), and the next one sends it again.
 GAVE_UP = "tenantml.gave_up"
+# on a FAILED job a starting scheduler sent again: when (epoch seconds). Until its new attempt
+# starts the run stays FAILED with its old end; should that scheduler die first, the next one
+# counts it failed from this time, and sends it again (else it was lost: failed before the
+# last scheduler started, so that one's to see)
+RESENT_AT = "tenantml.resent_at"
 # on a job run: how many schedulers died (no signal, no end of their run: a SIGKILL, the kernel's
 # OOM killer, a crash in native code) while the job trained alone in their own process; at
 # `tasks._loop.MAX_CRASHES` the next one gives it up rather than die on it again
@@ -297,6 +302,13 @@ class JobRecord:
     policy: str | None = None  # POLICY: the scheduler's, or `BY_HAND` for a `seer run` job
     process: str | None = None  # PROCESS: the process of its latest attempt
     gave_up: bool = False  # GAVE_UP: a scheduler saw it fail with its attempts spent
+    resent_at: float | None = None  # RESENT_AT: when a starting scheduler last sent it again
+
+    @property
+    def failed_at(self) -> float:
+        """When the job last needed a scheduler: its end, or, later, when a starting scheduler
+        sent it again (`RESENT_AT`) and it has not run since."""
+        return max(self.end_time or 0.0, self.resent_at or 0.0)
 
     @staticmethod
     def from_run(run: Run) -> JobRecord:
@@ -320,7 +332,16 @@ class JobRecord:
             tags.get(POLICY),
             tags.get(PROCESS),
             GAVE_UP in tags,
+            _epoch(tags.get(RESENT_AT)),
         )
+
+
+def _epoch(text: str | None) -> float | None:
+    """A time tag's value (epoch seconds); None where absent or not a number."""
+    try:
+        return None if text is None else float(text)
+    except ValueError:
+        return None
 
 
 def _start_ticks(pid: int) -> str | None:

@@ -83,6 +83,7 @@ from mlflow_plugin.tracking import (
     CRASHES,
     GAVE_UP,
     PROCESS,
+    RESENT_AT,
     SCHEDULER_EXPERIMENT,
     JobRecord,
     ensure_scheduler_experiment,
@@ -529,7 +530,8 @@ def resume_orphans(svc: Service) -> Progress:
     nothing else sends it. A job left is pending for the policy while it may still train
     (`still_left`), as one `record_finished_jobs` leaves is. Last, each job FAILED since the
     earlier scheduler started that no scheduler gave up on (`GAVE_UP`: it failed while none
-    watched it) is sent again."""
+    watched it) is sent again, and marked so (`RESENT_AT`: should this scheduler die before
+    the job runs, the next counts it failed from then)."""
     state = refresh(svc.client, svc.store, svc.settings.capacity_prices, svc.options.prior)
     refreshed = time.monotonic()
     redo_promotions(svc, state)
@@ -592,7 +594,9 @@ def resume_orphans(svc: Service) -> Progress:
     # scheduler started (older failures were that one's to see, or no scheduler's: a home of an
     # older version has no `GAVE_UP` tags), not one a scheduler gave up on (`GAVE_UP`), nor a
     # `seer run`'s, nor one whose process still runs here (between the train flow's own
-    # retries). (The bounded chaos run lost a job so.)
+    # retries). (The bounded chaos run lost a job so.) One an earlier start sent so, which was
+    # still waiting for its slot when that scheduler died, counts from then (`RESENT_AT`,
+    # marked before it is sent: a scheduler that dies between the two leaves it marked).
     failed = [
         job
         for job in state.records
@@ -605,11 +609,12 @@ def resume_orphans(svc: Service) -> Progress:
     for job in failed:
         if (
             since is None
-            or (job.end_time or 0.0) < since
+            or job.failed_at < since
             or process_state(job.process, job.node) == "running"
         ):
             continue
         spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
+        svc.client.set_tag(job.run_id, RESENT_AT, f"{time.time():.3f}")
         svc.dispatcher.submit(spec)
         print(f"sending {job.tenant}/{job.job_id} again: it failed with no scheduler to retry it")
         _emit(JobDispatched(spec.tick, spec.tenant, spec.candidate, spec.job_id, resumed=True))

@@ -476,6 +476,9 @@ def test_a_restarted_scheduler_sends_again_a_job_that_failed_while_none_watched_
         failed("b", "knn", "given-up", gave_up=True),
         failed("c", "svm", "by-hand", policy=BY_HAND),
         failed("c", "knn", "retrying", process=process_tag(live.pid)),
+        # failed before the last scheduler, which sent it again and died while it waited
+        failed("b", "mlp", "resent-then-lost", end_time=900.0, resent_at=960.0),
+        failed("b", "svm", "resent-before-it", end_time=900.0, resent_at=940.0),
         dataclasses.replace(_record("a", "knn"), job_id="done"),
     ]
     state = _state(_tenants(), records)
@@ -485,7 +488,9 @@ def test_a_restarted_scheduler_sends_again_a_job_that_failed_while_none_watched_
 
     d = _SendingDispatcher()
     params = {"unwatched": {"max_epochs": "4", "time_budget_s": "30.0", "limit_unit": "s"}}
+    tagged: list[tuple[str, str, str]] = []
     client = _params_client(params)
+    client.set_tag = lambda run_id, key, value: tagged.append((run_id, key, value))
     svc = SimpleNamespace(client=client, store=None, patience_s=1.0, slots=1, lock_dir=None,
                           settings=SimpleNamespace(capacity_prices=None), policy="rate",
                           options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=None),
@@ -498,8 +503,14 @@ def test_a_restarted_scheduler_sends_again_a_job_that_failed_while_none_watched_
         live.kill()
         live.wait()
     assert [(s.tenant, s.job_id, s.max_epochs, s.time_budget_s) for s in d.sent] == [
-        ("a", "unwatched", 4, 30.0)]  # fmt: skip
-    assert [e.job_id for e in events] == ["unwatched"] and events[0].resumed
+        ("a", "unwatched", 4, 30.0), ("b", "resent-then-lost", 1, None)]  # fmt: skip
+    assert [e.job_id for e in events] == ["unwatched", "resent-then-lost"]
+    assert all(e.resumed for e in events)
+    # each marked sent again, so that it is not lost should this scheduler die before it runs
+    from mlflow_plugin.tracking import RESENT_AT
+
+    assert [(run, key) for run, key, _ in tagged if key == RESENT_AT] == [
+        ("unwatched", RESENT_AT), ("resent-then-lost", RESENT_AT)]  # fmt: skip
     out = capsys.readouterr().out
     assert "sending a/unwatched again: it failed with no scheduler to retry it" in out
     assert "left running" not in out  # it was not: it failed
@@ -548,6 +559,62 @@ def test_a_job_whose_attempts_are_spent_is_marked_given_up(
     assert again.gave_up and progress.jobs_done == 1
     tags = tracking.get_run(rec.run_id).data.tags
     assert tags[GAVE_UP] == "FAILED: Flow run encountered an exception"
+
+
+def test_a_failed_job_sent_again_is_not_lost_when_that_scheduler_dies_before_it_runs(
+    tracking: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job failed while no scheduler watched it; the next scheduler sends it again at its
+    start and dies while the job still waits for its slot (real MLflow: the run stays FAILED
+    with its old end). The one after counts it failed from when it was sent again
+    (`RESENT_AT`), so it sends it once more; before, its end was older than the dead
+    scheduler's start, and it was never trained again."""
+    import subprocess
+    import sys
+    import time
+    from types import SimpleNamespace
+
+    import tasks._loop as steps
+    from mlflow_plugin import JobRun, job_records
+    from mlflow_plugin.tracking import PROCESS, process_tag
+
+    exp = tracking.create_experiment("resent")
+    run = JobRun.start(tracking, exp, tenant="a", job_id="knn-s1", candidate="knn", snapshot=1,
+                       policy="rate", tick=1)  # fmt: skip
+    run.end(ok=False)
+    ended = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    tracking.set_tag(run.run_id, PROCESS, process_tag(ended.pid))  # it failed in a worker
+    ended.kill()
+    ended.wait()
+    [rec] = job_records(tracking, [exp])
+    monkeypatch.setattr(
+        steps, "refresh", lambda *a, **k: _state(_tenants(), job_records(tracking, [exp]))
+    )
+    monkeypatch.setattr(steps, "redo_promotions", lambda svc, state: None)
+
+    def start(scheduler_started: float) -> list[JobSpec]:
+        monkeypatch.setattr(steps, "previous_scheduler_start", lambda c, e: scheduler_started)
+        d = _SendingDispatcher()
+        svc = SimpleNamespace(client=tracking, store=None, patience_s=1.0, slots=1,
+                              lock_dir=None, settings=SimpleNamespace(capacity_prices=None),
+                              policy="rate", options=SimpleNamespace(prior="learnt",
+                              max_epochs=1, sleep_s=None), dispatcher=d,
+                              stop=steps.StopRequest())  # fmt: skip
+        steps.resume_orphans(svc)  # type: ignore[arg-type]
+        return d.sent
+
+    assert rec.end_time is not None
+    # the second scheduler: the job failed after the first started; sent again, and marked
+    assert [s.job_id for s in start(rec.end_time - 1.0)] == ["knn-s1"]
+    time.sleep(0.01)
+    second_started = time.time()  # (the mark's time, less a little: it began before it sent)
+    [marked] = job_records(tracking, [exp])
+    assert marked.status == "FAILED" and marked.resent_at is not None
+    assert marked.end_time is not None and marked.resent_at > marked.end_time
+    # it died before the job ran; the third: the job is sent again, not lost
+    assert [s.job_id for s in start(marked.resent_at - 0.005)] == ["knn-s1"]
+    # a scheduler that started after the last send and saw it through would not
+    assert start(second_started + 60.0) == []
 
 
 def test_a_job_three_schedulers_died_while_it_trained_alone_in_them_is_given_up(
