@@ -306,8 +306,9 @@ class JobRecord:
 
     @property
     def failed_at(self) -> float:
-        """When the job last needed a scheduler: its end, or, later, when a starting scheduler
-        sent it again (`RESENT_AT`) and it has not run since."""
+        """When the job last needed a scheduler: its end, or, if later, when a starting
+        scheduler last sent it again (`RESENT_AT`; an attempt that ran since has a later end,
+        or is RUNNING or FINISHED)."""
         return max(self.end_time or 0.0, self.resent_at or 0.0)
 
     @staticmethod

@@ -488,9 +488,9 @@ def test_a_restarted_scheduler_sends_again_a_job_that_failed_while_none_watched_
 
     d = _SendingDispatcher()
     params = {"unwatched": {"max_epochs": "4", "time_budget_s": "30.0", "limit_unit": "s"}}
-    tagged: list[tuple[str, str, str]] = []
+    tagged: list[tuple[str, str, int]] = []  # (run, tag, jobs sent by then)
     client = _params_client(params)
-    client.set_tag = lambda run_id, key, value: tagged.append((run_id, key, value))
+    client.set_tag = lambda run_id, key, value: tagged.append((run_id, key, len(d.sent)))
     svc = SimpleNamespace(client=client, store=None, patience_s=1.0, slots=1, lock_dir=None,
                           settings=SimpleNamespace(capacity_prices=None), policy="rate",
                           options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=None),
@@ -509,8 +509,9 @@ def test_a_restarted_scheduler_sends_again_a_job_that_failed_while_none_watched_
     # each marked sent again, so that it is not lost should this scheduler die before it runs
     from mlflow_plugin.tracking import RESENT_AT
 
-    assert [(run, key) for run, key, _ in tagged if key == RESENT_AT] == [
-        ("unwatched", RESENT_AT), ("resent-then-lost", RESENT_AT)]  # fmt: skip
+    # (marked before it is sent: a scheduler that dies between the two leaves it marked)
+    assert [(run, sent) for run, key, sent in tagged if key == RESENT_AT] == [
+        ("unwatched", 0), ("resent-then-lost", 1)]  # fmt: skip
     out = capsys.readouterr().out
     assert "sending a/unwatched again: it failed with no scheduler to retry it" in out
     assert "left running" not in out  # it was not: it failed
@@ -604,17 +605,17 @@ def test_a_failed_job_sent_again_is_not_lost_when_that_scheduler_dies_before_it_
         return d.sent
 
     assert rec.end_time is not None
+    time.sleep(0.05)  # the second scheduler starts after the job's end
     # the second scheduler: the job failed after the first started; sent again, and marked
     assert [s.job_id for s in start(rec.end_time - 1.0)] == ["knn-s1"]
-    time.sleep(0.01)
-    second_started = time.time()  # (the mark's time, less a little: it began before it sent)
     [marked] = job_records(tracking, [exp])
     assert marked.status == "FAILED" and marked.resent_at is not None
-    assert marked.end_time is not None and marked.resent_at > marked.end_time
-    # it died before the job ran; the third: the job is sent again, not lost
-    assert [s.job_id for s in start(marked.resent_at - 0.005)] == ["knn-s1"]
+    assert marked.end_time == rec.end_time and marked.end_time < marked.resent_at - 0.01
+    # it died before the job ran; the third (the second started just before it sent): the
+    # job is sent again, not lost, though its end is older than the second's start
+    assert [s.job_id for s in start(marked.resent_at - 0.01)] == ["knn-s1"]
     # a scheduler that started after the last send and saw it through would not
-    assert start(second_started + 60.0) == []
+    assert start(time.time() + 60.0) == []
 
 
 def test_a_job_three_schedulers_died_while_it_trained_alone_in_them_is_given_up(
