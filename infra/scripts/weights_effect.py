@@ -30,6 +30,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tenantml.bench.live_repeats import mean_se
+
 
 def time_mean_accuracy(entry: dict[str, Any], tenant: str) -> float:
     """``A_i``: the tenant's best served test accuracy less its own regret AUC (NaN if never
@@ -66,11 +68,12 @@ def read_pairs(directory: Path, system: str) -> tuple[list[tuple[Entry, Entry]],
 
 
 def paired(diffs: list[float]) -> str:
-    """Mean ± standard error of the differences, and on how many the weighted run was ahead."""
+    """Mean ± standard error of the differences (`mean_se`, as bench-live combines splits), and
+    on how many the weighted run was ahead."""
     d = [x for x in diffs if not math.isnan(x)]
-    se = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else 0.0
+    m = mean_se(d)
     ahead = sum(x > 0 for x in d)
-    return f"{statistics.fmean(d):+.4f} ± {se:.4f} (weighted ahead on {ahead} of {len(d)})"
+    return f"{m['mean']:+.4f} ± {m['se']:.4f} (weighted ahead on {ahead} of {len(d)})"
 
 
 def report(directory: Path, system: str = "live") -> list[str]:

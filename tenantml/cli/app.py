@@ -661,20 +661,22 @@ def _log_bench_live(
     )
 
 
+def _mean_se_cell(x: Mapping[str, float], digits: int = 3) -> str:
+    """A ``{"mean", "se"}`` over splits (`tenantml.bench.live_repeats.mean_se`) as a cell."""
+    return f"{x['mean']:.{digits}f} ± {x['se']:.{digits}f}"
+
+
 def _estimate_cell(error: dict[str, Any], zeros: dict[str, float], splits: int) -> str:
     """The loss estimates' mean absolute error and a constant 0's, over the splits that left
     estimates (said when not all did)."""
-    text = f"{error['mean']:.3f} ± {error['se']:.3f} ({zeros['mean']:.3f} ± {zeros['se']:.3f})"
+    text = f"{_mean_se_cell(error)} ({_mean_se_cell(zeros)})"
     had = int(error.get("splits", splits))
     return text if had >= splits else f"{text}, {had} of {splits} splits"
 
 
 def _print_repeats(summary: dict[str, Any], out: Path) -> None:
     """bench-live's table over splits: mean ± standard error per system."""
-
-    def cell(x: dict[str, float], digits: int = 3) -> str:
-        return f"{x['mean']:.{digits}f} ± {x['se']:.{digits}f}"
-
+    cell = _mean_se_cell
     ref = summary["reference"]
     table = Table("system", "q25", "q50", "q75", "end", "regret AUC", f"AUC - {ref}",
                   f"from 1st job - {ref}", "jobs", "|est - real| (0's)",
