@@ -13,8 +13,9 @@ One scheduler per home (`tasks.scheduler_lock`): a second one started beside it 
 Restart safety: the state is rebuilt from MLflow at start. Jobs a previous scheduler left RUNNING
 are taken over (servers: its flow run is still going) or dispatched again with the same job id
 (they resume from their checkpoints), except one that three schedulers died training alone in
-their own process (given up: `tasks._loop.MAX_CRASHES`); promotions a crash skipped are redone
-(idempotent). The scheduler's MLflow run begins before it sends any job.
+their own process (given up: `tasks._crashes.MAX_CRASHES`); one that two of them died training
+beside others is resumed alone first (`tasks._loop.send_held`); promotions a crash skipped are
+redone (idempotent). The scheduler's MLflow run begins before it sends any job.
 
 A pass that fails because a server (MLflow, Prefect, S3) does not answer is waited out (bounded
 backoff, one log line per attempt) and done again. The steps live in `tasks` (`tasks._loop`).
@@ -51,6 +52,7 @@ from tasks import (
     resume_orphans,
     scheduler_lock,
     scheduler_run,
+    send_held,
     should_stop,
     start_clock,
     stop_on_signals,
@@ -105,6 +107,7 @@ def _serve(svc: Service) -> dict[str, Any]:
         start_clock(svc, progress, started)
         while not svc.stop.requested:
             try:
+                send_held(svc, progress)
                 record_finished_jobs(svc, progress)
                 jobs: list[JobSpec] = []
                 if wants_tick(svc, progress):

@@ -77,8 +77,11 @@ GAVE_UP = "tenantml.gave_up"
 RESENT_AT = "tenantml.resent_at"
 # on a job run: how many schedulers died (no signal, no end of their run: a SIGKILL, the kernel's
 # OOM killer, a crash in native code) while the job trained alone in their own process; at
-# `tasks._loop.MAX_CRASHES` the next one gives it up rather than die on it again
+# `tasks._crashes.MAX_CRASHES` the next one gives it up rather than die on it again
 CRASHES = "tenantml.crashes"
+# ... and while it trained there beside other jobs: at `tasks._crashes.SHARED_BEFORE_ALONE` the
+# next schedulers resume it alone, so that a death then has one suspect
+SHARED_CRASHES = "tenantml.shared_crashes"
 CRASHED_IN = "tenantml.crashed_in"  # the dead scheduler's process counted last: once each
 SEER_TRIAL = "tenantml.seer_trial"  # ``<job id>/<trial>`` of a SEER trial's nested run
 JOB_KIND, TRIAL_KIND = "job", "seer-trial"  # values of KIND on runs
@@ -303,6 +306,7 @@ class JobRecord:
     process: str | None = None  # PROCESS: the process of its latest attempt
     gave_up: bool = False  # GAVE_UP: a scheduler saw it fail with its attempts spent
     resent_at: float | None = None  # RESENT_AT: when a starting scheduler last sent it again
+    shared_crashes: int = 0  # SHARED_CRASHES: its scheduler died as it trained beside others
 
     @property
     def failed_at(self) -> float:
@@ -334,7 +338,16 @@ class JobRecord:
             tags.get(PROCESS),
             GAVE_UP in tags,
             _epoch(tags.get(RESENT_AT)),
+            _count(tags.get(SHARED_CRASHES)),
         )
+
+
+def _count(text: str | None) -> int:
+    """A count tag's value; 0 where absent or not a whole number."""
+    try:
+        return 0 if text is None else int(text)
+    except ValueError:
+        return 0
 
 
 def _epoch(text: str | None) -> float | None:

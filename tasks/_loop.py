@@ -16,17 +16,21 @@ Start-up:
   scheduler left going: the flow runs Prefect still holds are adopted (servers; some have no
   MLflow run yet), and jobs left RUNNING in MLflow otherwise are sent again with the same job id
   (they resume from their checkpoints), but one that three schedulers died training alone is
-  given up (`MAX_CRASHES`);
+  given up, and those that two died training beside others are held back, to be sent alone
+  (`tasks._crashes`);
 * `start_clock`: the run's clock and the earlier schedulers' loss history.
 
 Each pass:
 
+0. `send_held`: with nothing in flight, the next job start-up held back (one that may kill
+   the process, alone; then the others together);
 1. `record_finished_jobs`: jobs the dispatcher reports as ended go through the `record` task
    (``best`` moves if the job beat it), after one `refresh` so their MLflow records are seen;
    a chained run's jobs are taken one by one as MLflow shows them finished (`finished_in_chains`,
    at most ``refresh_s`` late), not all when the run ends; the estimates they change are logged
    again at the last tick's step (`_log_estimates`);
-2. `wants_tick`: more ticks are wanted and fewer than ``G + P`` jobs are in flight;
+2. `wants_tick`: more ticks are wanted, fewer than ``G + P`` jobs are in flight, and none is
+   held back or trains alone;
 3. `refresh_if_stale`: the `refresh` task again once the state is ``refresh_s`` seconds old
    (new tenants, new examples), not on every pass;
 4. `decide_tick`: the `decide` task (the policy) picks jobs for the free slots, tick ``t + 1``;
@@ -79,8 +83,6 @@ from mlflow.tracking import MlflowClient
 
 from mlflow_plugin.registry import serving_key
 from mlflow_plugin.tracking import (
-    CRASHED_IN,
-    CRASHES,
     GAVE_UP,
     PROCESS,
     RESENT_AT,
@@ -91,6 +93,7 @@ from mlflow_plugin.tracking import (
     process_tag,
 )
 from store import ExampleStore
+from tasks._crashes import Deaths, count_death, died_scheduler, give_up
 from tasks._dispatch import DeploymentDispatcher, Dispatcher, Done, LocalDispatcher
 from tasks._plot import TickHistory, add_tick, load_tick_history, loss_picture
 from tasks._prefect import decide, record, refresh
@@ -142,6 +145,7 @@ __all__ = [
     "release_dispatcher",
     "resume_orphans",
     "scheduler_run",
+    "send_held",
     "should_stop",
     "start_clock",
     "tell_waiting",
@@ -378,6 +382,9 @@ class Progress:
     pending for the policy while that process trains them (`still_left`); `awaited`: those of
     them a bounded run that is otherwise done has said it waits for (`should_stop`);
     `waiting`: the reason last said for waiting with nothing to train (`tell_waiting`).
+    `suspects`: jobs left by schedulers that died as they trained beside others
+    (`tasks._crashes`), each sent alone in turn (`send_held`), and `alone`, the one in flight;
+    `held`: the other jobs start-up would have sent again, sent together after them.
     """
 
     state: ServiceState
@@ -395,6 +402,14 @@ class Progress:
     left: dict[tuple[str, str], tuple[JobSpec, float]] = field(default_factory=dict)
     awaited: set[tuple[str, str]] = field(default_factory=set)
     waiting: str | None = None
+    suspects: list[JobRecord] = field(default_factory=list)
+    alone: tuple[str, str] | None = None
+    held: list[JobRecord] = field(default_factory=list)
+
+    @property
+    def holding(self) -> bool:
+        """A suspect is in flight alone, or jobs wait to be sent (`send_held`)."""
+        return bool(self.suspects or self.held or self.alone)
 
     def wants_more_ticks(self, ticks: int | None, budget_s: float | None = None) -> bool:
         """Fewer than `ticks` ticks done (always, for ``ticks=None``), and fewer than
@@ -560,8 +575,10 @@ def resume_orphans(svc: Service) -> Progress:
     by_process: dict[str | None, int] = {}
     for job in state.running():
         by_process[job.process] = by_process.get(job.process, 0) + 1
-    died = {p for p in by_process if _died_scheduler(svc.client, p)}
+    died = {p for p in by_process if died_scheduler(svc.client, p)}
     gave_up = False
+    resume: list[JobRecord] = []  # sent now, or held behind the suspects
+    suspects: list[tuple[Deaths, JobRecord]] = []  # each to be sent alone (`tasks._crashes`)
     for job in state.running():
         if (job.tenant, job.job_id) in taken:
             continue
@@ -579,13 +596,22 @@ def resume_orphans(svc: Service) -> Progress:
             spec = _orphan_spec(svc, job, 0, last_tick)
             left[(job.tenant, job.job_id)] = (spec, time.monotonic())
             continue
-        if job.process in died and _give_up_crashing(svc, job, by_process[job.process] == 1):
-            gave_up = True
-            continue
-        spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
-        if not (job.flow_run_id and _adopted(svc, spec, job.flow_run_id)):
-            svc.dispatcher.submit(spec)
-        _resumed(spec)
+        deaths = Deaths(shared=job.shared_crashes)
+        if job.process in died:
+            deaths = count_death(svc.client, job, alone=by_process[job.process] == 1)
+            if deaths.given_up:
+                _give_up(svc, job, deaths)
+                gave_up = True
+                continue
+        if job.flow_run_id:  # still going as that flow run (servers): taken as it is
+            spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
+            if _adopted(svc, spec, job.flow_run_id):
+                _resumed(spec)
+                continue
+        if deaths.suspect:
+            suspects.append((deaths, job))
+        else:
+            resume.append(job)
     if gave_up:  # the policy sees those jobs FAILED (tried, no model), not pending
         state = refresh(svc.client, svc.store, svc.settings.capacity_prices, svc.options.prior)
     # A job that failed while no scheduler watched it (its run's last attempt failed between
@@ -613,66 +639,60 @@ def resume_orphans(svc: Service) -> Progress:
             or process_state(job.process, job.node) == "running"
         ):
             continue
-        spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
         svc.client.set_tag(job.run_id, RESENT_AT, f"{time.time():.3f}")
-        svc.dispatcher.submit(spec)
         print(f"sending {job.tenant}/{job.job_id} again: it failed with no scheduler to retry it")
-        _emit(JobDispatched(spec.tick, spec.tenant, spec.candidate, spec.job_id, resumed=True))
+        resume.append(job)
     progress = Progress(state, refreshed, last_tick, Backoff(svc.patience_s), told=told,
                         left=left)  # fmt: skip
+    if suspects:  # fewest deaths alone first: the likelier killer's next death comes last
+        suspects.sort(key=lambda s: (s[0].alone, s[1].start_time, s[1].job_id))
+        progress.suspects = [job for _, job in suspects]
+        progress.held = resume
+        for deaths, job in suspects:
+            print(f"{job.tenant}/{job.job_id} is resumed alone: {deaths.shared} schedulers "
+                  "died while it trained beside other jobs")  # fmt: skip
+        if resume:
+            print(f"holding {len(resume)} other jobs left until then")
+    else:
+        _send_again(svc, progress, resume)
     svc.stop.told = progress.told  # `Stopping` counts the jobs left going
     if svc.stop.run_id is not None:  # the failures before its start are this one's now
         svc.client.set_tag(svc.stop.run_id, TOOK_OVER, "1")
     return progress
 
 
-#: A job that was training alone in a scheduler's own process (embedded: its jobs are that
-#: process's threads) `MAX_CRASHES` times when a scheduler died without ending its run is given
-#: up: more likely it kills the process (memory, a crash in native code) than that something
-#: else killed it so often, and sent again it would take every later scheduler down with it. A
-#: stop by a signal ends the run (KILLED) and does not count; nor does a death with several
-#: jobs training in the process (which of them killed it cannot be told).
-MAX_CRASHES = 3
-
-
-def _died_scheduler(client: MlflowClient, process: str | None) -> bool:
-    """Whether `process` (a job's latest attempt's, `process_tag`) was a scheduler's that died
-    without ending its run: it has ended, and its run in ``tenantml/scheduler`` (every
-    scheduler's begins before it sends a job: `scheduler_run`) was left RUNNING. A worker's
-    process has no run there."""
-    if process is None or process_state(process) != "ended":
-        return False
-    exp = client.get_experiment_by_name(SCHEDULER_EXPERIMENT)
-    quoted = process.replace("'", "")  # a tag has none; a filter string must not break on one
-    runs = [] if exp is None else client.search_runs(
-        [exp.experiment_id], filter_string=f"tags.`{PROCESS}` = '{quoted}'", max_results=1
-    )  # fmt: skip
-    return bool(runs and runs[0].info.status == "RUNNING")
-
-
-def _give_up_crashing(svc: Service, job: JobRecord, alone: bool) -> bool:
-    """`job` was training in a scheduler that died (`_died_scheduler`): `alone` in that
-    process, count the death against it (`CRASHES` on its run). Each dead process is weighed
-    once per job (`CRASHED_IN`), alone or not: a start that ends before the job trains again
-    leaves that process on the job's run, and its fellows may have moved on by then. At
-    `MAX_CRASHES`, end the job's run FAILED and given up (`GAVE_UP`), say so, and return True:
-    it is not sent again."""
-    tags = svc.client.get_run(job.run_id).data.tags
-    crashes = int(tags.get(CRASHES, "0"))
-    if tags.get(CRASHED_IN) != job.process:
-        svc.client.set_tag(job.run_id, CRASHED_IN, job.process or "")
-        if alone:
-            crashes += 1
-            svc.client.set_tag(job.run_id, CRASHES, str(crashes))
-    if crashes < MAX_CRASHES:
-        return False
-    detail = (f"the service died {crashes} times while it trained alone (out of memory, or a "
-              "crash in native code?): given up, counted as tried with no model")  # fmt: skip
-    svc.client.set_tag(job.run_id, GAVE_UP, detail)
-    svc.client.set_terminated(job.run_id, "FAILED")
+def _give_up(svc: Service, job: JobRecord, deaths: Deaths) -> None:
+    """`tasks._crashes.give_up`, said in the log and to the listeners (`JobFinished`)."""
+    detail = give_up(svc.client, job, deaths)
     print(f"giving up {job.tenant}/{job.job_id}: {detail}")
     _emit(JobFinished(job.tenant, job.candidate, job.job_id, False, None, None, None, detail))
-    return True
+
+
+def _send_again(svc: Service, progress: Progress, jobs: list[JobRecord]) -> None:
+    """Send each of `jobs` (left RUNNING, or FAILED unwatched) again, slots taken in turn."""
+    for job in jobs:
+        spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, progress.tick)
+        svc.dispatcher.submit(spec)
+        _resumed(spec, say=job.status == "RUNNING")  # a failed one was said as it was marked
+
+
+def send_held(svc: Service, progress: Progress) -> None:
+    """Step 0: with nothing in flight, the next suspect a start-up held back
+    (`Progress.suspects`, `tasks._crashes`) is sent alone, and once none is left, the jobs
+    held behind them (`Progress.held`) together; no tick meanwhile (`wants_tick`), so that a
+    suspect that kills this process is the only job training in it. Nothing after a stop
+    request: the jobs held stay RUNNING (or marked sent again) for the next scheduler."""
+    if svc.dispatcher.in_flight or svc.stop.requested:
+        return
+    progress.alone = None
+    if progress.suspects:  # each leaves its queue once sent: an outage on the way loses none
+        job = progress.suspects[0]
+        _send_again(svc, progress, [job])
+        progress.alone = (job.tenant, job.job_id)
+        progress.suspects.pop(0)
+    while progress.held and not progress.alone:
+        _send_again(svc, progress, progress.held[:1])
+        progress.held.pop(0)
 
 
 #: on a scheduler's run once it has taken over what the earlier ones left (`resume_orphans`)
@@ -705,8 +725,9 @@ def _adopted(svc: Service, spec: JobSpec, flow_run_id: str) -> bool:
     return ride_out(adopt, what="scheduler", settings=svc.settings, patience_s=svc.patience_s)
 
 
-def _resumed(spec: JobSpec) -> None:
-    print(f"resuming {spec.tenant}/{spec.job_id} left running by an earlier scheduler")
+def _resumed(spec: JobSpec, say: bool = True) -> None:
+    if say:
+        print(f"resuming {spec.tenant}/{spec.job_id} left running by an earlier scheduler")
     _emit(JobDispatched(spec.tick, spec.tenant, spec.candidate, spec.job_id, resumed=True))
 
 
@@ -957,10 +978,11 @@ def untold_jobs(
 
 def wants_tick(svc: Service, progress: Progress) -> bool:
     """Step 2: more ticks are wanted (``ticks``, ``budget_s``), a slot (or a prefetch place) is
-    free, and no stop was requested."""
+    free, no stop was requested, and no job left by an earlier scheduler is held back or trains
+    alone (`send_held`)."""
     free = len(svc.dispatcher.in_flight) < svc.planner.capacity
     wanted = progress.wants_more_ticks(svc.options.ticks, svc.options.budget_s)
-    return wanted and free and not svc.stop.requested
+    return wanted and free and not svc.stop.requested and not progress.holding
 
 
 def refresh_if_stale(svc: Service, progress: Progress) -> None:
@@ -1067,8 +1089,8 @@ def should_stop(svc: Service, progress: Progress, jobs: list[JobSpec]) -> bool:
     spent). In each case not while a job it sent is left to another process that still trains
     it (so a ``budget_s`` run, like its jobs in flight, may end past its budget), and a left job
     whose process died unfinished is sent again first (`release_left`): before, a drain
-    (``ticks=0``) ended with such a job RUNNING."""
-    if svc.dispatcher.in_flight:
+    (``ticks=0``) ended with such a job RUNNING. Nor while start-up held jobs back (`send_held`)."""
+    if svc.dispatcher.in_flight or progress.holding:
         return False
     ticks, budget_s = svc.options.ticks, svc.options.budget_s
     wants_more = progress.wants_more_ticks(ticks, budget_s)

@@ -1,0 +1,210 @@
+"""A job that kills its scheduler's process while other jobs train beside it (embedded, with
+``--slots`` > 1) is found and given up, and no other job is lost on the way (`tasks._crashes`,
+`tasks._loop.send_held`).
+
+Real MLflow (the `tracking` fixture) and the real `LocalDispatcher`; each scheduler start is
+simulated as the service runs it: its run in ``tenantml/scheduler`` with its process, begun
+before `resume_orphans`, and its jobs started in threads that tag their runs with that process
+(as the `train` flow's attempt does). A scheduler that dies leaves its run RUNNING and its jobs'
+runs RUNNING; its process has ended."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from types import SimpleNamespace
+from typing import Any
+
+import mlflow
+import pytest
+
+import tasks._loop as steps
+from mlflow_plugin import JobRun, job_records
+from mlflow_plugin.tracking import (
+    CRASHES,
+    GAVE_UP,
+    PROCESS,
+    RESENT_AT,
+    SHARED_CRASHES,
+    ensure_scheduler_experiment,
+    process_tag,
+)
+from tasks._crashes import MAX_CRASHES, SHARED_BEFORE_ALONE
+from tasks._dispatch import LocalDispatcher
+from tests.unit.test_job_chains import _tenants
+from tests.unit.test_service_logic import _state
+
+
+def _ended_process() -> str:
+    """The `process_tag` of a process that has ended."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    tag = process_tag(proc.pid)
+    proc.wait()
+    return tag
+
+
+class _Home:
+    """One home's MLflow: the tenants' job runs (by job id) and the schedulers' experiment; and
+    the scheduler now running (`start`), whose jobs train in its `dispatcher`'s threads."""
+
+    def __init__(self, tracking: Any, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+        self.tracking = tracking
+        self.exp = tracking.create_experiment(name)
+        self.schedulers = ensure_scheduler_experiment(tracking, None)
+        self.runs: dict[str, str] = {}
+        self.process = ""  # the running scheduler's
+        self.started: list[list[str]] = []  # the jobs each start trained, in order
+        self.svc: Any = None
+        monkeypatch.setattr(
+            steps, "refresh", lambda *a, **k: _state(_tenants(), job_records(tracking, [self.exp]))
+        )
+        monkeypatch.setattr(steps, "redo_promotions", lambda svc, state: None)
+
+    def job(self, job_id: str, candidate: str) -> None:
+        """A job of tenant ``a`` left RUNNING by a worker's process that ended (no death of a
+        scheduler: sent again, nothing counted)."""
+        job = JobRun.start(self.tracking, self.exp, tenant="a", job_id=job_id,
+                           candidate=candidate, snapshot=1, policy="rate", tick=1)  # fmt: skip
+        mlflow.end_run()  # no longer this process's active run; RUNNING, as a crash leaves it
+        self.tracking.update_run(job.run_id, status="RUNNING")
+        self.tracking.set_tag(job.run_id, PROCESS, _ended_process())
+        self.runs[job_id] = job.run_id
+
+    def _train(self, params: dict[str, Any]) -> None:
+        """A job's attempt starting in the scheduler's process (`flows.train` tags it so)."""
+        self.tracking.set_tag(self.runs[params["job_id"]], PROCESS, self.process)
+        self.started[-1].append(params["job_id"])
+
+    def start(self) -> steps.Progress:
+        """A new scheduler (a new process): its run, then `resume_orphans`."""
+        self.process = _ended_process()  # it dies unless its run ends
+        run = self.tracking.create_run(self.schedulers, tags={PROCESS: self.process})
+        self.started.append([])
+        self.svc = SimpleNamespace(
+            client=self.tracking, store=None, patience_s=1.0, slots=2, lock_dir=None,
+            settings=SimpleNamespace(capacity_prices=None), policy="rate",
+            options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=None, ticks=None,
+                                    budget_s=None, stop_when_idle=True),
+            planner=SimpleNamespace(capacity=2),
+            dispatcher=LocalDispatcher(2, self._train),
+            stop=steps.StopRequest(),
+        )  # fmt: skip
+        self.svc.stop.run_id = run.info.run_id
+        return steps.resume_orphans(self.svc)
+
+    def in_flight(self) -> list[str]:
+        """The jobs sent and not reported, once their attempts have started."""
+        for job in self.svc.dispatcher.jobs.values():
+            job.handle.result()
+        return sorted(spec.job_id for spec in self.svc.dispatcher.in_flight)
+
+    def finish(self, job_id: str) -> None:
+        """The job's attempt ends FINISHED, and the dispatcher reports it."""
+        self.tracking.set_terminated(self.runs[job_id], "FINISHED")
+        assert [d.spec.job_id for d in self.svc.dispatcher.poll()] == [job_id]
+
+    def tags(self, job_id: str) -> dict[str, str]:
+        return dict(self.tracking.get_run(self.runs[job_id]).data.tags)
+
+    def status(self, job_id: str) -> str:
+        return str(self.tracking.get_run(self.runs[job_id]).info.status)
+
+
+def test_a_job_that_kills_its_scheduler_beside_others_is_resumed_alone_and_given_up(
+    tracking: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Embedded with two slots, every restart resumed together the jobs a dead scheduler left,
+    so a job that kills the process was never the lone suspect: each restart died (forever,
+    under a supervisor). Now a job in `SHARED_BEFORE_ALONE` such deaths is resumed alone, one
+    suspect at a time, no tick and no other job beside it: an innocent one finishes, the killer
+    dies alone `MAX_CRASHES` times and is given up, and then the jobs held back go. A job that
+    failed unwatched, held back meanwhile, is not lost though two schedulers die holding it."""
+    assert (SHARED_BEFORE_ALONE, MAX_CRASHES) == (2, 3)
+    home = _Home(tracking, monkeypatch, "killer-beside-others")
+    for job_id, cand in (("knn-s1", "knn"), ("mlp-s1", "mlp"), ("svm-s1", "svm")):
+        home.job(job_id, cand)
+    both = ["knn-s1", "mlp-s1", "svm-s1"]
+    # the first scheduler sends the three, and dies with them training in its process
+    home.start()
+    assert home.in_flight() == both
+
+    # 1st restart: one death beside others says little (a SIGKILL by hand): all go together
+    progress = home.start()
+    assert home.in_flight() == both and not progress.holding
+    assert {home.tags(j)[SHARED_CRASHES] for j in both} == {"1"}
+    # meanwhile a job failed with no scheduler to retry it (after this start)
+    home.job("rf-s1", "rf")
+    home.tracking.set_terminated(home.runs["rf-s1"], "FAILED")
+
+    # 2nd restart: the three shared two deaths: each is resumed alone, the failed job held
+    progress = home.start()
+    assert home.in_flight() == [] and [j.job_id for j in progress.suspects] == both
+    assert [j.job_id for j in progress.held] == ["rf-s1"] and RESENT_AT in home.tags("rf-s1")
+    out = capsys.readouterr().out
+    assert "a/mlp-s1 is resumed alone: 2 schedulers died while it trained beside" in out
+    assert "holding 1 other jobs left until then" in out
+    assert not steps.wants_tick(home.svc, progress)
+    assert not steps.should_stop(home.svc, progress, [])
+    steps.send_held(home.svc, progress)
+    assert home.in_flight() == ["knn-s1"]
+    steps.send_held(home.svc, progress)  # one suspect at a time
+    assert home.in_flight() == ["knn-s1"] and not steps.wants_tick(home.svc, progress)
+    home.finish("knn-s1")  # innocent
+    assert not steps.wants_tick(home.svc, progress)  # not until the next is sent
+    steps.send_held(home.svc, progress)
+    assert home.in_flight() == ["mlp-s1"] and not steps.wants_tick(home.svc, progress)
+    # ... which kills the process: this scheduler dies, svm-s1 and rf-s1 never sent
+
+    # 3rd restart: mlp-s1 died alone (1); svm-s1's death (the 2nd start's) is not counted again
+    progress = home.start()
+    assert (home.tags("mlp-s1")[CRASHES], home.tags("svm-s1").get(CRASHES)) == ("1", None)
+    assert home.tags("svm-s1")[SHARED_CRASHES] == "2"
+    # fewest deaths alone first: the likelier killer's next death comes last
+    assert [j.job_id for j in progress.suspects] == ["svm-s1", "mlp-s1"]
+    assert [j.job_id for j in progress.held] == ["rf-s1"]  # marked sent: still the next one's
+    steps.send_held(home.svc, progress)
+    assert home.in_flight() == ["svm-s1"]
+    home.finish("svm-s1")
+    steps.send_held(home.svc, progress)
+    assert home.in_flight() == ["mlp-s1"]  # dies alone again
+
+    progress = home.start()  # 4th restart
+    assert home.tags("mlp-s1")[CRASHES] == "2" and home.in_flight() == []
+    assert [j.job_id for j in progress.suspects] == ["mlp-s1"]
+    assert [j.job_id for j in progress.held] == ["rf-s1"]
+    steps.send_held(home.svc, progress)
+    assert home.in_flight() == ["mlp-s1"]  # dies alone a third time
+
+    # 5th restart: mlp-s1 is given up; nothing is held, the failed job goes at once
+    progress = home.start()
+    assert home.status("mlp-s1") == "FAILED" and "died 3 times" in home.tags("mlp-s1")[GAVE_UP]
+    assert not progress.holding and home.in_flight() == ["rf-s1"]
+    assert steps.wants_tick(home.svc, progress)  # a free slot: ticks go on beside it
+    home.finish("rf-s1")
+    assert {j: home.status(j) for j in both} == {
+        "knn-s1": "FINISHED",
+        "mlp-s1": "FAILED",
+        "svm-s1": "FINISHED",
+    }
+    # every start trained: together, together, one at a time, then the held job
+    assert [sorted(s) for s in home.started] == [
+        both, both, ["knn-s1", "mlp-s1"], ["mlp-s1", "svm-s1"], ["mlp-s1"], ["rf-s1"]
+    ]  # fmt: skip
+
+
+def test_a_stopped_scheduler_leaves_its_held_jobs_to_the_next(
+    tracking: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop request (Ctrl-C) sends nothing held; the suspect stays one for the next start, which
+    holds it again: a Ctrl-C is no death, and its shared deaths still stand."""
+    home = _Home(tracking, monkeypatch, "stopped-while-holding")
+    for job_id, cand in (("knn-s1", "knn"), ("mlp-s1", "mlp")):
+        home.job(job_id, cand)
+        home.tracking.set_tag(home.runs[job_id], SHARED_CRASHES, "2")
+    progress = home.start()
+    assert [j.job_id for j in progress.suspects] == ["knn-s1", "mlp-s1"]
+    home.svc.stop.request("SIGINT")
+    steps.send_held(home.svc, progress)
+    assert home.in_flight() == [] and progress.holding
+    progress = home.start()  # the stopped scheduler's jobs never trained in its process
+    assert [j.job_id for j in progress.suspects] == ["knn-s1", "mlp-s1"]
