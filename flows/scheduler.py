@@ -107,8 +107,8 @@ def _serve(svc: Service) -> dict[str, Any]:
         start_clock(svc, progress, started)
         while not svc.stop.requested:
             try:
-                send_held(svc, progress)
                 record_finished_jobs(svc, progress)
+                send_held(svc, progress)
                 jobs: list[JobSpec] = []
                 if wants_tick(svc, progress):
                     refresh_if_stale(svc, progress)

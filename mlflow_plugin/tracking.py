@@ -48,6 +48,7 @@ __all__ = [
     "set_tenant_models",
     "set_tenant_weight",
     "start_job_run",
+    "tag_count",
     "tenant_experiments",
     "tenant_models",
     "tenant_weights",
@@ -306,7 +307,8 @@ class JobRecord:
     process: str | None = None  # PROCESS: the process of its latest attempt
     gave_up: bool = False  # GAVE_UP: a scheduler saw it fail with its attempts spent
     resent_at: float | None = None  # RESENT_AT: when a starting scheduler last sent it again
-    shared_crashes: int = 0  # SHARED_CRASHES: its scheduler died as it trained beside others
+    crashes: int = 0  # CRASHES: schedulers that died as it trained alone in their process
+    shared_crashes: int = 0  # SHARED_CRASHES: ... as it trained there beside other jobs
 
     @property
     def failed_at(self) -> float:
@@ -338,12 +340,13 @@ class JobRecord:
             tags.get(PROCESS),
             GAVE_UP in tags,
             _epoch(tags.get(RESENT_AT)),
-            _count(tags.get(SHARED_CRASHES)),
+            tag_count(tags.get(CRASHES)),
+            tag_count(tags.get(SHARED_CRASHES)),
         )
 
 
-def _count(text: str | None) -> int:
-    """A count tag's value; 0 where absent or not a whole number."""
+def tag_count(text: str | None) -> int:
+    """A count tag's value (`CRASHES`, ...); 0 where absent or not a whole number."""
     try:
         return 0 if text is None else int(text)
     except ValueError:

@@ -19,13 +19,18 @@ trained in that process (`count_death`), once per dead process (`CRASHED_IN`):
 Without the second rule a job that killed the process beside others (``--slots`` > 1: each
 restart resumes together all the jobs left) was never the lone suspect, and took every later
 scheduler down. A job trained in a worker's process (a deployment) never counts: that process
-has no scheduler run, and its death is the flow run's, retried by the scheduler.
+has no scheduler run, and its death is the flow run's, retried by the scheduler; nor is a
+suspect held back then (`tasks._loop.resume_orphans`). Nor does a death count that
+`process_state` cannot see from here: a process of another boot (a reboot) or of another pid
+namespace (a container restarted by its runtime after the cgroup's OOM killer) reads
+"unknown", not "ended".
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mlflow.entities import RunTag
 from mlflow.tracking import MlflowClient
 
 from mlflow_plugin.tracking import (
@@ -37,6 +42,7 @@ from mlflow_plugin.tracking import (
     SHARED_CRASHES,
     JobRecord,
     process_state,
+    tag_count,
 )
 
 __all__ = [
@@ -55,7 +61,7 @@ MAX_CRASHES = 3
 
 #: A job that trained beside others in `SHARED_BEFORE_ALONE` schedulers that died is resumed
 #: alone from then on. Not after the first: one death of a process with several jobs (a SIGKILL
-#: by hand, a reboot) says little, and resuming jobs one at a time leaves slots idle.
+#: by hand) says little, and resuming jobs one at a time leaves slots idle.
 SHARED_BEFORE_ALONE = 2
 
 
@@ -99,16 +105,17 @@ def count_death(client: MlflowClient, job: JobRecord, alone: bool) -> Deaths:
     process is weighed once per job (`CRASHED_IN`): a start that ends before the job trains
     again leaves that process on the job's run, and its fellows may have moved on by then."""
     tags = client.get_run(job.run_id).data.tags
-    deaths = Deaths(int(tags.get(CRASHES) or 0), int(tags.get(SHARED_CRASHES) or 0))
+    deaths = Deaths(tag_count(tags.get(CRASHES)), tag_count(tags.get(SHARED_CRASHES)))
     if tags.get(CRASHED_IN) == job.process:
         return deaths
-    client.set_tag(job.run_id, CRASHED_IN, job.process or "")
     if alone:
         deaths = Deaths(deaths.alone + 1, deaths.shared)
-        client.set_tag(job.run_id, CRASHES, str(deaths.alone))
+        counted = RunTag(CRASHES, str(deaths.alone))
     else:
         deaths = Deaths(deaths.alone, deaths.shared + 1)
-        client.set_tag(job.run_id, SHARED_CRASHES, str(deaths.shared))
+        counted = RunTag(SHARED_CRASHES, str(deaths.shared))
+    # the process weighed and its count in one write: neither without the other
+    client.log_batch(job.run_id, tags=[RunTag(CRASHED_IN, job.process or ""), counted])
     return deaths
 
 

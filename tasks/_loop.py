@@ -22,15 +22,15 @@ Start-up:
 
 Each pass:
 
-0. `send_held`: with nothing in flight, the next job start-up held back (one that may kill
-   the process, alone; then the others together);
 1. `record_finished_jobs`: jobs the dispatcher reports as ended go through the `record` task
    (``best`` moves if the job beat it), after one `refresh` so their MLflow records are seen;
    a chained run's jobs are taken one by one as MLflow shows them finished (`finished_in_chains`,
    at most ``refresh_s`` late), not all when the run ends; the estimates they change are logged
    again at the last tick's step (`_log_estimates`);
-2. `wants_tick`: more ticks are wanted, fewer than ``G + P`` jobs are in flight, and none is
-   held back or trains alone;
+2. `send_held`: what start-up held back: a job that may kill the process, alone once nothing
+   else is in flight; the others together once no such job is left;
+   then `wants_tick`: more ticks are wanted, fewer than ``G + P`` jobs are in flight, and no
+   job is held back or trains alone;
 3. `refresh_if_stale`: the `refresh` task again once the state is ``refresh_s`` seconds old
    (new tenants, new examples), not on every pass;
 4. `decide_tick`: the `decide` task (the policy) picks jobs for the free slots, tick ``t + 1``;
@@ -200,7 +200,8 @@ class JobFinished:
 class Stopping:
     """SIGINT or SIGTERM (`signal`, e.g. ``"SIGINT"``) asked the scheduler to stop, with
     `in_flight` jobs sent and not ended (a chained run's jobs already told as finished left
-    out), in the scheduler run `run_id` (None before it began).
+    out) or held back at start-up (`send_held`), in the scheduler run `run_id` (None before it
+    began).
     Sent from the signal handler, in the main thread: a listener may end the process there
     (the embedded CLI does; the jobs' runs stay RUNNING and resume on the next scheduler)."""
 
@@ -259,7 +260,8 @@ class StopRequest:
     """SIGINT or SIGTERM asking the scheduler of this process to stop (one per process, as
     signals are: `STOP`). Armed by `stop_on_signals`; `signal` names the first signal, and the
     dispatcher and MLflow run it watches give `Stopping` its count and run id (less the jobs
-    in `told`: the scheduler's `Progress.told`, finished in runs still going)."""
+    in `told`: the scheduler's `Progress.told`, finished in runs still going; plus the jobs
+    `held`: its `Progress.suspects` and `Progress.held`)."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
@@ -268,6 +270,7 @@ class StopRequest:
         self.dispatcher: Dispatcher | None = None
         self.run_id: str | None = None
         self.told: set[tuple[str, str]] = set()
+        self.held: tuple[list[JobRecord], ...] = ()  # `Progress.suspects` and `held`
 
     @property
     def requested(self) -> bool:
@@ -295,13 +298,15 @@ class StopRequest:
         self._event.set()
         self._wake.set()
         in_flight = self.dispatcher.in_flight if self.dispatcher is not None else []
-        _emit(Stopping(name, untold_jobs(in_flight, self.told), self.run_id))
+        held = sum(len(jobs) for jobs in self.held)
+        _emit(Stopping(name, untold_jobs(in_flight, self.told) + held, self.run_id))
 
     def reset(self) -> None:
         self._event.clear()
         self._wake.clear()
         self.signal, self.dispatcher, self.run_id = None, None, None
         self.told = set()
+        self.held = ()
 
 
 STOP = StopRequest()
@@ -543,10 +548,14 @@ def resume_orphans(svc: Service) -> Progress:
     SEER job started by hand (`BY_HAND`) unless its `tenantml seer run` is known to have ended
     (`process_state`): it may be training it, and its job id is not one the planner makes, so
     nothing else sends it. A job left is pending for the policy while it may still train
-    (`still_left`), as one `record_finished_jobs` leaves is. Last, each job FAILED since the
-    earlier scheduler started that no scheduler gave up on (`GAVE_UP`: it failed while none
-    watched it) is sent again, and marked so (`RESENT_AT`: should this scheduler die before
-    the job runs, the next counts it failed from then)."""
+    (`still_left`), as one `record_finished_jobs` leaves is. A job left by a scheduler that
+    died with it training in its process is weighed (`tasks._crashes`): given up after its
+    third death alone; a suspect, held back to be sent alone, after two beside others. Last,
+    each job FAILED since the earlier scheduler started that no scheduler gave up on
+    (`GAVE_UP`: it failed while none watched it) is sent again, and marked so (`RESENT_AT`:
+    should this scheduler die before the job runs, the next counts it failed from then). The
+    jobs to send again go now (`send_held`), slots taken in turn, unless there are suspects:
+    then the first suspect goes alone, and the others wait for them."""
     state = refresh(svc.client, svc.store, svc.settings.capacity_prices, svc.options.prior)
     refreshed = time.monotonic()
     redo_promotions(svc, state)
@@ -579,6 +588,8 @@ def resume_orphans(svc: Service) -> Progress:
     gave_up = False
     resume: list[JobRecord] = []  # sent now, or held behind the suspects
     suspects: list[tuple[Deaths, JobRecord]] = []  # each to be sent alone (`tasks._crashes`)
+    # only where jobs train in this process: a worker's death cannot take the scheduler down
+    hold = isinstance(svc.dispatcher, LocalDispatcher)
     for job in state.running():
         if (job.tenant, job.job_id) in taken:
             continue
@@ -596,7 +607,7 @@ def resume_orphans(svc: Service) -> Progress:
             spec = _orphan_spec(svc, job, 0, last_tick)
             left[(job.tenant, job.job_id)] = (spec, time.monotonic())
             continue
-        deaths = Deaths(shared=job.shared_crashes)
+        deaths = Deaths(job.crashes, job.shared_crashes)
         if job.process in died:
             deaths = count_death(svc.client, job, alone=by_process[job.process] == 1)
             if deaths.given_up:
@@ -608,7 +619,7 @@ def resume_orphans(svc: Service) -> Progress:
             if _adopted(svc, spec, job.flow_run_id):
                 _resumed(spec)
                 continue
-        if deaths.suspect:
+        if hold and deaths.suspect:
             suspects.append((deaths, job))
         else:
             resume.append(job)
@@ -640,22 +651,25 @@ def resume_orphans(svc: Service) -> Progress:
         ):
             continue
         svc.client.set_tag(job.run_id, RESENT_AT, f"{time.time():.3f}")
-        print(f"sending {job.tenant}/{job.job_id} again: it failed with no scheduler to retry it")
-        resume.append(job)
+        deaths = Deaths(job.crashes, job.shared_crashes)  # a suspect's last attempt failed
+        if hold and deaths.suspect:
+            suspects.append((deaths, job))
+        else:
+            resume.append(job)
     progress = Progress(state, refreshed, last_tick, Backoff(svc.patience_s), told=told,
                         left=left)  # fmt: skip
-    if suspects:  # fewest deaths alone first: the likelier killer's next death comes last
-        suspects.sort(key=lambda s: (s[0].alone, s[1].start_time, s[1].job_id))
-        progress.suspects = [job for _, job in suspects]
-        progress.held = resume
-        for deaths, job in suspects:
-            print(f"{job.tenant}/{job.job_id} is resumed alone: {deaths.shared} schedulers "
-                  "died while it trained beside other jobs")  # fmt: skip
-        if resume:
-            print(f"holding {len(resume)} other jobs left until then")
-    else:
-        _send_again(svc, progress, resume)
-    svc.stop.told = progress.told  # `Stopping` counts the jobs left going
+    # fewest deaths alone first: an innocent one ends before the likelier killer's next death
+    suspects.sort(key=lambda s: (s[0].alone, s[1].start_time, s[1].job_id))
+    progress.suspects, progress.held = [job for _, job in suspects], resume
+    for deaths, job in suspects:
+        print(f"{job.tenant}/{job.job_id} is resumed alone: {deaths.shared} schedulers died "
+              "while it trained beside other jobs")  # fmt: skip
+    if suspects and resume:
+        print(f"holding {len(resume)} other jobs left until then")
+    send_held(svc, progress)  # with no suspect, all of them now
+    # `Stopping` counts the jobs left going: those in flight, less the ones told finished,
+    # and those held back
+    svc.stop.told, svc.stop.held = progress.told, (progress.suspects, progress.held)
     if svc.stop.run_id is not None:  # the failures before its start are this one's now
         svc.client.set_tag(svc.stop.run_id, TOOK_OVER, "1")
     return progress
@@ -668,31 +682,46 @@ def _give_up(svc: Service, job: JobRecord, deaths: Deaths) -> None:
     _emit(JobFinished(job.tenant, job.candidate, job.job_id, False, None, None, None, detail))
 
 
-def _send_again(svc: Service, progress: Progress, jobs: list[JobRecord]) -> None:
-    """Send each of `jobs` (left RUNNING, or FAILED unwatched) again, slots taken in turn."""
-    for job in jobs:
-        spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, progress.tick)
-        svc.dispatcher.submit(spec)
-        _resumed(spec, say=job.status == "RUNNING")  # a failed one was said as it was marked
-
-
 def send_held(svc: Service, progress: Progress) -> None:
-    """Step 0: with nothing in flight, the next suspect a start-up held back
-    (`Progress.suspects`, `tasks._crashes`) is sent alone, and once none is left, the jobs
-    held behind them (`Progress.held`) together; no tick meanwhile (`wants_tick`), so that a
-    suspect that kills this process is the only job training in it. Nothing after a stop
-    request: the jobs held stay RUNNING (or marked sent again) for the next scheduler."""
-    if svc.dispatcher.in_flight or svc.stop.requested:
+    """Step 2 (and the end of `resume_orphans`): send what start-up held back. A suspect
+    (`Progress.suspects`, `tasks._crashes`) goes alone, the next once nothing is in flight;
+    once none is left, the other jobs held (`Progress.held`) go together, slots taken in turn.
+    No tick meanwhile (`wants_tick`): a suspect that kills this process is the only job
+    training in it. Each job leaves its queue once sent: an outage on the way (`_orphan_spec`
+    reads MLflow) loses none and sends none twice. Nothing after a stop request: the jobs
+    held stay RUNNING (or marked sent again) for the next scheduler."""
+    if svc.stop.requested:
         return
-    progress.alone = None
-    if progress.suspects:  # each leaves its queue once sent: an outage on the way loses none
-        job = progress.suspects[0]
-        _send_again(svc, progress, [job])
-        progress.alone = (job.tenant, job.job_id)
-        progress.suspects.pop(0)
-    while progress.held and not progress.alone:
-        _send_again(svc, progress, progress.held[:1])
+    busy = bool(svc.dispatcher.in_flight)
+    if progress.alone is not None:
+        if busy:
+            return
+        progress.alone = None
+    if progress.suspects:
+        if not busy:
+            job = progress.suspects[0]
+            spec = _orphan_spec(svc, job, 0, progress.tick)
+            svc.dispatcher.submit(spec)
+            progress.suspects.pop(0)
+            progress.alone = (job.tenant, job.job_id)
+            _sent_again(job, spec)
+        return
+    while progress.held:
+        job = progress.held[0]
+        slot = len(svc.dispatcher.in_flight) % svc.slots
+        spec = _orphan_spec(svc, job, slot, progress.tick)
+        svc.dispatcher.submit(spec)
         progress.held.pop(0)
+        _sent_again(job, spec)
+
+
+def _sent_again(job: JobRecord, spec: JobSpec) -> None:
+    """Tell that `job` (left RUNNING, or FAILED unwatched) was sent again as `spec`."""
+    if job.status == "RUNNING":
+        _resumed(spec)
+        return
+    print(f"sending {job.tenant}/{job.job_id} again: it failed with no scheduler to retry it")
+    _emit(JobDispatched(spec.tick, spec.tenant, spec.candidate, spec.job_id, resumed=True))
 
 
 #: on a scheduler's run once it has taken over what the earlier ones left (`resume_orphans`)
@@ -725,9 +754,8 @@ def _adopted(svc: Service, spec: JobSpec, flow_run_id: str) -> bool:
     return ride_out(adopt, what="scheduler", settings=svc.settings, patience_s=svc.patience_s)
 
 
-def _resumed(spec: JobSpec, say: bool = True) -> None:
-    if say:
-        print(f"resuming {spec.tenant}/{spec.job_id} left running by an earlier scheduler")
+def _resumed(spec: JobSpec) -> None:
+    print(f"resuming {spec.tenant}/{spec.job_id} left running by an earlier scheduler")
     _emit(JobDispatched(spec.tick, spec.tenant, spec.candidate, spec.job_id, resumed=True))
 
 
@@ -737,8 +765,8 @@ def scheduler_run(svc: Service) -> Iterator[mlflow.ActiveRun]:
     with its parameters and its process (`process_tag`) logged; begun before the scheduler
     sends any job, even one an earlier scheduler left (`resume_orphans`), so that a job that
     takes this process down is found in a run the next scheduler can read
-    (`_died_scheduler`), and a signal at start-up ends it KILLED too. The run ends FAILED if
-    the block raises, KILLED if a signal stopped the scheduler."""
+    (`tasks._crashes.died_scheduler`), and a signal at start-up ends it KILLED too. The run
+    ends FAILED if the block raises, KILLED if a signal stopped the scheduler."""
     exp_id = ensure_scheduler_experiment(svc.client, svc.settings.artifact_location)
     with mlflow.start_run(experiment_id=exp_id, run_name=f"scheduler-{svc.policy}",
                           tags={PROCESS: process_tag()}) as run:  # fmt: skip
@@ -1120,7 +1148,7 @@ def tell_waiting(svc: Service, progress: Progress, jobs: list[JobSpec]) -> None:
     if jobs:
         progress.waiting = None
         return
-    if svc.dispatcher.in_flight or progress.left:
+    if svc.dispatcher.in_flight or progress.left or progress.holding:
         return
     reason = waiting_reason(progress.state.tenants)
     if reason != progress.waiting:
@@ -1199,7 +1227,8 @@ def log_summary(svc: Service, progress: Progress, run: mlflow.ActiveRun) -> dict
     a signal stopped the scheduler: it ends at once) to the scheduler's run, and the flow's
     summary: ``ticks`` and ``jobs`` this scheduler ran, ``last_tick`` (``t``), ``wall_s``,
     ``busy_fraction``, the MLflow ``run_id``, and ``interrupted`` (the signal that stopped it,
-    or None) with ``in_flight`` (the jobs it left going: they resume on the next scheduler)."""
+    or None) with ``in_flight`` (the jobs it left going or held back: they resume on the next
+    scheduler)."""
     wall = progress.wall_s()
     busy = progress.busy_fraction(svc.slots, wall)  # the trainers' own time
     totals = {"gpu_busy_fraction_total": busy, "jobs_done": progress.jobs_done}
@@ -1217,7 +1246,9 @@ def log_summary(svc: Service, progress: Progress, run: mlflow.ActiveRun) -> dict
         "busy_fraction": busy,
         "run_id": run.info.run_id,
         "interrupted": svc.stop.signal,
-        "in_flight": untold_jobs(svc.dispatcher.in_flight, progress.told),
+        "in_flight": untold_jobs(svc.dispatcher.in_flight, progress.told)
+        + len(progress.suspects)
+        + len(progress.held),
     }
 
 

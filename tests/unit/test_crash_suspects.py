@@ -21,6 +21,7 @@ import pytest
 import tasks._loop as steps
 from mlflow_plugin import JobRun, job_records
 from mlflow_plugin.tracking import (
+    CRASHED_IN,
     CRASHES,
     GAVE_UP,
     PROCESS,
@@ -75,8 +76,9 @@ class _Home:
         self.tracking.set_tag(self.runs[params["job_id"]], PROCESS, self.process)
         self.started[-1].append(params["job_id"])
 
-    def start(self) -> steps.Progress:
-        """A new scheduler (a new process): its run, then `resume_orphans`."""
+    def start(self, dispatcher: Any = None) -> steps.Progress:
+        """A new scheduler (a new process): its run, then `resume_orphans`; its jobs train in
+        this process (`LocalDispatcher`) unless another `dispatcher` is given."""
         self.process = _ended_process()  # it dies unless its run ends
         run = self.tracking.create_run(self.schedulers, tags={PROCESS: self.process})
         self.started.append([])
@@ -86,10 +88,11 @@ class _Home:
             options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=None, ticks=None,
                                     budget_s=None, stop_when_idle=True),
             planner=SimpleNamespace(capacity=2),
-            dispatcher=LocalDispatcher(2, self._train),
+            dispatcher=dispatcher or LocalDispatcher(2, self._train),
             stop=steps.StopRequest(),
         )  # fmt: skip
         self.svc.stop.run_id = run.info.run_id
+        self.svc.stop.dispatcher = self.svc.dispatcher  # as `connect` does: `Stopping` counts
         return steps.resume_orphans(self.svc)
 
     def in_flight(self) -> list[str]:
@@ -118,7 +121,7 @@ def test_a_job_that_kills_its_scheduler_beside_others_is_resumed_alone_and_given
     under a supervisor). Now a job in `SHARED_BEFORE_ALONE` such deaths is resumed alone, one
     suspect at a time, no tick and no other job beside it: an innocent one finishes, the killer
     dies alone `MAX_CRASHES` times and is given up, and then the jobs held back go. A job that
-    failed unwatched, held back meanwhile, is not lost though two schedulers die holding it."""
+    failed unwatched, held back meanwhile, is not lost though three schedulers die holding it."""
     assert (SHARED_BEFORE_ALONE, MAX_CRASHES) == (2, 3)
     home = _Home(tracking, monkeypatch, "killer-beside-others")
     for job_id, cand in (("knn-s1", "knn"), ("mlp-s1", "mlp"), ("svm-s1", "svm")):
@@ -135,22 +138,21 @@ def test_a_job_that_kills_its_scheduler_beside_others_is_resumed_alone_and_given
     # meanwhile a job failed with no scheduler to retry it (after this start)
     home.job("rf-s1", "rf")
     home.tracking.set_terminated(home.runs["rf-s1"], "FAILED")
+    capsys.readouterr()
 
-    # 2nd restart: the three shared two deaths: each is resumed alone, the failed job held
+    # 2nd restart: the three shared two deaths: the first goes alone, the others wait
     progress = home.start()
-    assert home.in_flight() == [] and [j.job_id for j in progress.suspects] == both
+    assert home.in_flight() == ["knn-s1"]
+    assert [j.job_id for j in progress.suspects] == ["mlp-s1", "svm-s1"]
     assert [j.job_id for j in progress.held] == ["rf-s1"] and RESENT_AT in home.tags("rf-s1")
     out = capsys.readouterr().out
     assert "a/mlp-s1 is resumed alone: 2 schedulers died while it trained beside" in out
-    assert "holding 1 other jobs left until then" in out
+    assert "holding 1 other jobs left until then" in out and "rf-s1 again" not in out
     assert not steps.wants_tick(home.svc, progress)
     assert not steps.should_stop(home.svc, progress, [])
-    steps.send_held(home.svc, progress)
-    assert home.in_flight() == ["knn-s1"]
     steps.send_held(home.svc, progress)  # one suspect at a time
     assert home.in_flight() == ["knn-s1"] and not steps.wants_tick(home.svc, progress)
-    home.finish("knn-s1")  # innocent
-    assert not steps.wants_tick(home.svc, progress)  # not until the next is sent
+    home.finish("knn-s1")  # innocent; the pass that records it sends the next
     steps.send_held(home.svc, progress)
     assert home.in_flight() == ["mlp-s1"] and not steps.wants_tick(home.svc, progress)
     # ... which kills the process: this scheduler dies, svm-s1 and rf-s1 never sent
@@ -160,27 +162,31 @@ def test_a_job_that_kills_its_scheduler_beside_others_is_resumed_alone_and_given
     assert (home.tags("mlp-s1")[CRASHES], home.tags("svm-s1").get(CRASHES)) == ("1", None)
     assert home.tags("svm-s1")[SHARED_CRASHES] == "2"
     # fewest deaths alone first: the likelier killer's next death comes last
-    assert [j.job_id for j in progress.suspects] == ["svm-s1", "mlp-s1"]
+    assert home.in_flight() == ["svm-s1"] and [j.job_id for j in progress.suspects] == ["mlp-s1"]
     assert [j.job_id for j in progress.held] == ["rf-s1"]  # marked sent: still the next one's
-    steps.send_held(home.svc, progress)
-    assert home.in_flight() == ["svm-s1"]
     home.finish("svm-s1")
+    # the pass that recorded it: nothing in flight, yet no tick, no stop, no "waiting" line
+    events: list[Any] = []
+    with steps.listen(events.append):
+        steps.tell_waiting(home.svc, progress, [])
+    assert events == [] and not steps.should_stop(home.svc, progress, [])
     steps.send_held(home.svc, progress)
-    assert home.in_flight() == ["mlp-s1"]  # dies alone again
+    assert home.in_flight() == ["mlp-s1"]  # the last suspect: still alone
+    assert not steps.wants_tick(home.svc, progress)  # dies alone again
 
     progress = home.start()  # 4th restart
-    assert home.tags("mlp-s1")[CRASHES] == "2" and home.in_flight() == []
-    assert [j.job_id for j in progress.suspects] == ["mlp-s1"]
-    assert [j.job_id for j in progress.held] == ["rf-s1"]
-    steps.send_held(home.svc, progress)
-    assert home.in_flight() == ["mlp-s1"]  # dies alone a third time
+    assert home.tags("mlp-s1")[CRASHES] == "2" and home.in_flight() == ["mlp-s1"]
+    assert [j.job_id for j in progress.held] == ["rf-s1"]  # dies alone a third time
+    capsys.readouterr()
 
     # 5th restart: mlp-s1 is given up; nothing is held, the failed job goes at once
     progress = home.start()
     assert home.status("mlp-s1") == "FAILED" and "died 3 times" in home.tags("mlp-s1")[GAVE_UP]
     assert not progress.holding and home.in_flight() == ["rf-s1"]
+    assert "sending a/rf-s1 again: it failed with no scheduler" in capsys.readouterr().out
     assert steps.wants_tick(home.svc, progress)  # a free slot: ticks go on beside it
     home.finish("rf-s1")
+    assert steps.should_stop(home.svc, progress, [])  # stop_when_idle: all done
     assert {j: home.status(j) for j in both} == {
         "knn-s1": "FINISHED",
         "mlp-s1": "FAILED",
@@ -195,16 +201,70 @@ def test_a_job_that_kills_its_scheduler_beside_others_is_resumed_alone_and_given
 def test_a_stopped_scheduler_leaves_its_held_jobs_to_the_next(
     tracking: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A stop request (Ctrl-C) sends nothing held; the suspect stays one for the next start, which
-    holds it again: a Ctrl-C is no death, and its shared deaths still stand."""
+    """A stop request (Ctrl-C) with a suspect training alone: nothing more is sent, `Stopping`
+    counts the jobs held back too, and the next start resumes the suspect alone again. A stop
+    is no death: the deaths counted so far stand, and no new one is counted."""
     home = _Home(tracking, monkeypatch, "stopped-while-holding")
     for job_id, cand in (("knn-s1", "knn"), ("mlp-s1", "mlp")):
         home.job(job_id, cand)
         home.tracking.set_tag(home.runs[job_id], SHARED_CRASHES, "2")
     progress = home.start()
-    assert [j.job_id for j in progress.suspects] == ["knn-s1", "mlp-s1"]
-    home.svc.stop.request("SIGINT")
+    assert home.in_flight() == ["knn-s1"] and [j.job_id for j in progress.suspects] == ["mlp-s1"]
+    events: list[Any] = []
+    with steps.listen(events.append):
+        home.svc.stop.request("SIGINT")
+    [stopping] = events
+    assert stopping.in_flight == 2  # one in flight, one held
+    home.finish("knn-s1")  # suppose it ended as the stop came
     steps.send_held(home.svc, progress)
     assert home.in_flight() == [] and progress.holding
-    progress = home.start()  # the stopped scheduler's jobs never trained in its process
-    assert [j.job_id for j in progress.suspects] == ["knn-s1", "mlp-s1"]
+    home.tracking.set_terminated(home.svc.stop.run_id, "KILLED")  # as `scheduler_run` ends it
+    home.tracking.update_run(home.runs["knn-s1"], status="RUNNING")  # (stopped mid-job)
+    progress = home.start()
+    assert home.in_flight() == ["knn-s1"] and [j.job_id for j in progress.suspects] == ["mlp-s1"]
+    counted = {(j, k): home.tags(j).get(k) for j in ("knn-s1", "mlp-s1")
+               for k in (CRASHES, SHARED_CRASHES, CRASHED_IN)}  # fmt: skip
+    assert set(counted.values()) == {None, "2"}  # its two shared deaths, nothing more
+
+
+def test_a_failed_suspect_is_held_too_and_only_where_jobs_train_in_the_scheduler(
+    tracking: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A suspect whose last attempt failed while no scheduler watched it is sent alone too,
+    not with the others; the jobs held behind the suspects go together, beside whatever is in
+    flight. With a back-end whose jobs train in workers' processes (a
+    deployment), whose deaths cannot take the scheduler down, nothing is held."""
+    from tests.unit.test_job_chains import _SendingDispatcher
+
+    home = _Home(tracking, monkeypatch, "failed-suspect")
+    home.start()  # an earlier scheduler that got through its start-up
+    for job_id, cand in (("knn-s1", "knn"), ("mlp-s1", "mlp"), ("svm-s1", "svm")):
+        home.job(job_id, cand)
+    for job_id in ("knn-s1", "mlp-s1"):
+        home.tracking.set_tag(home.runs[job_id], SHARED_CRASHES, "2")
+    home.tracking.set_terminated(home.runs["mlp-s1"], "FAILED")  # after that start: unwatched
+    progress = home.start()
+    assert home.in_flight() == ["knn-s1"]
+    assert [j.job_id for j in progress.suspects] == ["mlp-s1"]
+    assert [j.job_id for j in progress.held] == ["svm-s1"]
+    # a scheduler whose jobs train in workers' processes sends them all at once
+    workers = _SendingDispatcher()
+    progress = home.start(workers)
+    assert sorted(s.job_id for s in workers.sent) == ["knn-s1", "mlp-s1", "svm-s1"]
+    assert not progress.holding
+    # back on this process's threads: the suspects alone again (knn-s1 died alone in the
+    # first of them: last now), then the others
+    progress = home.start()
+    assert home.tags("knn-s1")[CRASHES] == "1"
+    assert home.in_flight() == ["mlp-s1"] and [j.job_id for j in progress.suspects] == ["knn-s1"]
+    home.finish("mlp-s1")
+    steps.send_held(home.svc, progress)
+    assert home.in_flight() == ["knn-s1"] and progress.held
+    home.finish("knn-s1")
+    steps.send_held(home.svc, progress)  # no suspect left: the held jobs go
+    assert home.in_flight() == ["svm-s1"] and not progress.holding
+    # the rest of a batch an outage cut short goes beside what it sent, not one at a time
+    home.job("rf-s1", "rf")
+    progress.held = [r for r in job_records(tracking, [home.exp]) if r.job_id == "rf-s1"]
+    steps.send_held(home.svc, progress)
+    assert home.in_flight() == ["rf-s1", "svm-s1"] and not progress.holding
