@@ -114,7 +114,7 @@ def count_death(client: MlflowClient, job: JobRecord, alone: bool) -> Deaths:
     else:
         deaths = Deaths(deaths.alone, deaths.shared + 1)
         counted = RunTag(SHARED_CRASHES, str(deaths.shared))
-    # the process weighed and its count in one write: neither without the other
+    # the process weighed and its count in one request (one transaction on a database store)
     client.log_batch(job.run_id, tags=[RunTag(CRASHED_IN, job.process or ""), counted])
     return deaths
 

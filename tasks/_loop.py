@@ -104,6 +104,7 @@ from tasks._service import (
     Planner,
     ServiceState,
     TenantInfo,
+    least_loaded_slot,
     tick_metrics,
 )
 from tasks.options import SchedulerOptions
@@ -588,8 +589,9 @@ def resume_orphans(svc: Service) -> Progress:
     gave_up = False
     resume: list[JobRecord] = []  # sent now, or held behind the suspects
     suspects: list[tuple[Deaths, JobRecord]] = []  # each to be sent alone (`tasks._crashes`)
-    # only where jobs train in this process: a worker's death cannot take the scheduler down
-    hold = isinstance(svc.dispatcher, LocalDispatcher)
+    # held only where jobs train in this process (a worker's death cannot take the scheduler
+    # down), which adopts nothing
+    here = isinstance(svc.dispatcher, LocalDispatcher)
     for job in state.running():
         if (job.tenant, job.job_id) in taken:
             continue
@@ -614,12 +616,12 @@ def resume_orphans(svc: Service) -> Progress:
                 _give_up(svc, job, deaths)
                 gave_up = True
                 continue
-        if job.flow_run_id:  # still going as that flow run (servers): taken as it is
-            spec = _orphan_spec(svc, job, len(svc.dispatcher.in_flight) % svc.slots, last_tick)
+        if job.flow_run_id and not here:  # still going as that flow run (servers): taken
+            spec = _orphan_spec(svc, job, _free_slot(svc), last_tick)
             if _adopted(svc, spec, job.flow_run_id):
                 _resumed(spec)
                 continue
-        if hold and deaths.suspect:
+        if here and deaths.suspect:
             suspects.append((deaths, job))
         else:
             resume.append(job)
@@ -652,7 +654,7 @@ def resume_orphans(svc: Service) -> Progress:
             continue
         svc.client.set_tag(job.run_id, RESENT_AT, f"{time.time():.3f}")
         deaths = Deaths(job.crashes, job.shared_crashes)  # a suspect's last attempt failed
-        if hold and deaths.suspect:
+        if here and deaths.suspect:
             suspects.append((deaths, job))
         else:
             resume.append(job)
@@ -665,11 +667,11 @@ def resume_orphans(svc: Service) -> Progress:
         print(f"{job.tenant}/{job.job_id} is resumed alone: {deaths.shared} schedulers died "
               "while it trained beside other jobs")  # fmt: skip
     if suspects and resume:
-        print(f"holding {len(resume)} other jobs left until then")
-    send_held(svc, progress)  # with no suspect, all of them now
+        print(f"holding {len(resume)} other job{'s' * (len(resume) > 1)} left until then")
     # `Stopping` counts the jobs left going: those in flight, less the ones told finished,
-    # and those held back
+    # and those held back (the queues, as `send_held` empties them)
     svc.stop.told, svc.stop.held = progress.told, (progress.suspects, progress.held)
+    send_held(svc, progress)  # with no suspect, all of them now
     if svc.stop.run_id is not None:  # the failures before its start are this one's now
         svc.client.set_tag(svc.stop.run_id, TOOK_OVER, "1")
     return progress
@@ -706,13 +708,17 @@ def send_held(svc: Service, progress: Progress) -> None:
             progress.alone = (job.tenant, job.job_id)
             _sent_again(job, spec)
         return
-    while progress.held:
+    while progress.held and not svc.stop.requested:
         job = progress.held[0]
-        slot = len(svc.dispatcher.in_flight) % svc.slots
-        spec = _orphan_spec(svc, job, slot, progress.tick)
+        spec = _orphan_spec(svc, job, _free_slot(svc), progress.tick)
         svc.dispatcher.submit(spec)
         progress.held.pop(0)
         _sent_again(job, spec)
+
+
+def _free_slot(svc: Service) -> int:
+    """The slot a job sent again goes to: the least loaded (`least_loaded_slot`)."""
+    return least_loaded_slot(svc.dispatcher.in_flight, svc.slots)
 
 
 def _sent_again(job: JobRecord, spec: JobSpec) -> None:
@@ -1196,7 +1202,7 @@ def release_left(svc: Service, progress: Progress) -> None:
         if key in kept or key in sent or rec is None or rec.status != "RUNNING":
             continue
         if rec.policy != BY_HAND and process_state(rec.process, rec.node) == "ended":
-            again = _orphan_spec(svc, rec, len(svc.dispatcher.in_flight) % svc.slots, progress.tick)
+            again = _orphan_spec(svc, rec, _free_slot(svc), progress.tick)
             svc.dispatcher.submit(again)
             print(f"sending {spec.tenant}/{spec.job_id} again: the process it was left to ended")
             _emit(

@@ -153,6 +153,15 @@ class JobSpec:
         return (replace(self, then=()), *self.then)
 
 
+def least_loaded_slot(in_flight: Iterable[JobSpec], slots: int) -> int:
+    """The slot (of ``0 .. slots - 1``) with the fewest runs of `in_flight`, the lowest of
+    equals: where a run sent now trains soonest (a slot's runs train in turn)."""
+    load = [0] * slots
+    for run in in_flight:
+        load[run.slot % slots] += 1
+    return min(range(slots), key=lambda s: (load[s], s))
+
+
 def count_jobs(specs: Iterable[JobSpec]) -> int:
     """Jobs in these specs, chained ones included (`JobSpec.chain`)."""
     return sum(1 + len(s.then) for s in specs)

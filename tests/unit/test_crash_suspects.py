@@ -147,7 +147,7 @@ def test_a_job_that_kills_its_scheduler_beside_others_is_resumed_alone_and_given
     assert [j.job_id for j in progress.held] == ["rf-s1"] and RESENT_AT in home.tags("rf-s1")
     out = capsys.readouterr().out
     assert "a/mlp-s1 is resumed alone: 2 schedulers died while it trained beside" in out
-    assert "holding 1 other jobs left until then" in out and "rf-s1 again" not in out
+    assert "holding 1 other job left until then" in out and "rf-s1 again" not in out
     assert not steps.wants_tick(home.svc, progress)
     assert not steps.should_stop(home.svc, progress, [])
     steps.send_held(home.svc, progress)  # one suspect at a time
@@ -203,28 +203,33 @@ def test_a_stopped_scheduler_leaves_its_held_jobs_to_the_next(
 ) -> None:
     """A stop request (Ctrl-C) with a suspect training alone: nothing more is sent, `Stopping`
     counts the jobs held back too, and the next start resumes the suspect alone again. A stop
-    is no death: the deaths counted so far stand, and no new one is counted."""
+    is no death: the deaths counted so far stand, and no new one is counted; the suspects'
+    order counts their deaths alone so far (knn-s1 died alone once: last)."""
     home = _Home(tracking, monkeypatch, "stopped-while-holding")
     for job_id, cand in (("knn-s1", "knn"), ("mlp-s1", "mlp")):
         home.job(job_id, cand)
         home.tracking.set_tag(home.runs[job_id], SHARED_CRASHES, "2")
+    home.tracking.set_tag(home.runs["knn-s1"], CRASHES, "1")
     progress = home.start()
-    assert home.in_flight() == ["knn-s1"] and [j.job_id for j in progress.suspects] == ["mlp-s1"]
+    assert home.in_flight() == ["mlp-s1"] and [j.job_id for j in progress.suspects] == ["knn-s1"]
     events: list[Any] = []
     with steps.listen(events.append):
         home.svc.stop.request("SIGINT")
     [stopping] = events
     assert stopping.in_flight == 2  # one in flight, one held
-    home.finish("knn-s1")  # suppose it ended as the stop came
+    home.finish("mlp-s1")  # suppose it ended as the stop came
     steps.send_held(home.svc, progress)
     assert home.in_flight() == [] and progress.holding
     home.tracking.set_terminated(home.svc.stop.run_id, "KILLED")  # as `scheduler_run` ends it
-    home.tracking.update_run(home.runs["knn-s1"], status="RUNNING")  # (stopped mid-job)
+    home.tracking.update_run(home.runs["mlp-s1"], status="RUNNING")  # (stopped mid-job)
     progress = home.start()
-    assert home.in_flight() == ["knn-s1"] and [j.job_id for j in progress.suspects] == ["mlp-s1"]
+    assert home.in_flight() == ["mlp-s1"] and [j.job_id for j in progress.suspects] == ["knn-s1"]
     counted = {(j, k): home.tags(j).get(k) for j in ("knn-s1", "mlp-s1")
                for k in (CRASHES, SHARED_CRASHES, CRASHED_IN)}  # fmt: skip
-    assert set(counted.values()) == {None, "2"}  # its two shared deaths, nothing more
+    assert counted == {
+        ("knn-s1", CRASHES): "1", ("knn-s1", SHARED_CRASHES): "2", ("knn-s1", CRASHED_IN): None,
+        ("mlp-s1", CRASHES): None, ("mlp-s1", SHARED_CRASHES): "2", ("mlp-s1", CRASHED_IN): None,
+    }  # fmt: skip
 
 
 def test_a_failed_suspect_is_held_too_and_only_where_jobs_train_in_the_scheduler(
@@ -268,3 +273,17 @@ def test_a_failed_suspect_is_held_too_and_only_where_jobs_train_in_the_scheduler
     progress.held = [r for r in job_records(tracking, [home.exp]) if r.job_id == "rf-s1"]
     steps.send_held(home.svc, progress)
     assert home.in_flight() == ["rf-s1", "svm-s1"] and not progress.holding
+
+
+def test_a_job_sent_again_goes_to_the_least_loaded_slot() -> None:
+    """Three slots, runs on slots 1 and 2 (the one on slot 0 ended while an outage cut a
+    batch short): the next goes to slot 0, not to ``len(in_flight) % slots`` = 2, beside a
+    run whose lock it would wait for."""
+    from tasks._service import JobSpec, least_loaded_slot
+
+    def run(slot: int) -> JobSpec:
+        return JobSpec("a", "knn", 1, f"knn-{slot}", 1, "rate", None, 1, slot=slot)
+
+    assert least_loaded_slot([run(1), run(2)], 3) == 0
+    assert least_loaded_slot([run(0), run(2), run(0)], 3) == 1
+    assert least_loaded_slot([], 2) == 0
