@@ -290,6 +290,74 @@ def test_kill_the_scheduler_and_restart_loses_and_duplicates_nothing(
     assert len(recs) >= len(before) + len(killed_with)
 
 
+@pytest.mark.full
+def test_a_job_that_kills_the_service_beside_others_is_found_and_given_up(tmp_path: Path) -> None:
+    """End to end, the crash loop of a job that takes the service down while other jobs train
+    beside it (`tasks._crashes`): `tenantml run --slots 2` restarted as a service manager
+    would, and a watcher that SIGKILLs it whenever one job trains in it, as a job that runs
+    the machine out of memory would. The job is chosen while another trains beside it, so
+    its first deaths have two suspects. Before, every restart resumed the two together and
+    died again. Now, after two such deaths each is resumed alone: the other finishes, the
+    chosen one dies alone three times and is given up, and every other job finishes."""
+    from mlflow.tracking import MlflowClient
+
+    from mlflow_plugin.tracking import GAVE_UP, job_records, process_state, tenant_experiments
+
+    home = tmp_path / "svc"
+    models = ["logistic_regression", "random_forest", "knn"]
+    env = _fed_home(home, ("wine", None, models), ("breast_cancer", None, models))
+    client = MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
+    cmd = [sys.executable, "-m", "tenantml.cli", "run", "--slots", "2", "--ticks", "6",
+           "--chain-s", "0", "--sleep-job-seconds", "3", "--policy", "roundrobin"]  # fmt: skip
+    target: tuple[str, str] | None = None
+    kills, outs = 0, list[str]()
+    for _ in range(12):  # restarts, as a service manager's
+        log = tmp_path / f"run-{len(outs)}.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=out,
+                                    stderr=subprocess.STDOUT)  # fmt: skip
+            deadline = time.monotonic() + 300
+            while proc.poll() is None and time.monotonic() < deadline:
+                try:
+                    seen = job_records(client, tenant_experiments(client).values())
+                except Exception:  # noqa: BLE001 - the database may not exist yet
+                    seen = []
+                # jobs training in this process now (a job held back keeps its dead one's)
+                here = [
+                    (r.tenant, r.job_id)
+                    for r in seen
+                    if r.status == "RUNNING" and process_state(r.process) == "running"
+                ]
+                if target is None and len(here) >= 2:
+                    target = here[0]
+                # it kills the process beside others, and alone once it is a suspect, sent
+                # alone (the watcher waits for the others' attempts to have started: no race)
+                suspect = any((r.tenant, r.job_id) == target and r.shared_crashes >= 2
+                              for r in seen)  # fmt: skip
+                if target in here and (len(here) >= 2 or suspect):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    kills += 1
+                    break
+                time.sleep(0.2)
+            proc.wait(timeout=60)
+        outs.append(log.read_text())
+        if proc.returncode == 0:
+            break
+        assert proc.returncode == -signal.SIGKILL, (proc.returncode, outs[-1][-3000:])
+    assert target is not None and proc.returncode == 0, (target, kills, outs[-1][-3000:])
+    # two deaths beside others, then three alone
+    assert kills == 5, (kills, outs)
+    every = job_records(client, tenant_experiments(client).values())
+    recs = {(r.tenant, r.job_id): r for r in every}
+    killer = client.get_run(recs[target].run_id)
+    assert killer.info.status == "FAILED" and "died 3 times" in killer.data.tags[GAVE_UP]
+    assert (recs[target].shared_crashes, recs[target].crashes) == (2, 3)
+    # those that died beside it twice were suspects too, sent alone, and finished
+    assert any(r.shared_crashes == 2 for key, r in recs.items() if key != target), recs
+    others = {key: r.status for key, r in recs.items() if key != target}
+    assert len(others) == 2 * len(models) - 1 and set(others.values()) == {"FINISHED"}, others
+
+
 @pytest.fixture(scope="module")
 def signal_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A home of its own with two small tenants (their models get stand-in sleep jobs here)."""
