@@ -18,6 +18,7 @@ A job that fails or crashes (its process killed) is submitted again with the sam
 from __future__ import annotations
 
 import functools
+import itertools
 import time
 import uuid
 from collections.abc import Callable
@@ -205,6 +206,11 @@ def _without_heartbeats(run: Callable[[dict[str, Any]], Any], params: dict[str, 
         return run(params)
 
 
+#: flow runs per request of `DeploymentDispatcher.left_going`: Prefect's server caps a read at
+#: its default limit, 200
+LIST_PAGE = 200
+
+
 class DeploymentDispatcher(_Base):
     """Flow runs of the ``train`` deployment on the work pool ``gpu``, read back from the Prefect
     API; a worker may outlive the scheduler, so a run left going can be adopted."""
@@ -273,7 +279,11 @@ class DeploymentDispatcher(_Base):
     def left_going(self) -> list[tuple[JobSpec, str]]:
         """The deployment's flow runs not yet final (scheduled, pending, running, ...), each with
         the spec it was sent with; one whose ``spec`` parameter no longer fits `JobSpec` (sent by
-        another version) is left alone with a log line."""
+        another version) is left alone with a log line. Read a page of `LIST_PAGE` at a time:
+        one request returned at most Prefect's default limit (200), so a pool with more runs
+        going (128 GPUs and a run waiting on each) had the rest sent again. A run that ends
+        between two pages may hide one that follows it (the pages shift): it is adopted through
+        its MLflow record, or, if it has none yet, sent again."""
         from prefect.client.orchestration import get_client
         from prefect.client.schemas.filters import (
             FlowRunFilter,
@@ -282,19 +292,26 @@ class DeploymentDispatcher(_Base):
             FlowRunFilterStateType,
         )
         from prefect.client.schemas.objects import TERMINAL_STATES
+        from prefect.client.schemas.sorting import FlowRunSort
 
+        runs: dict[uuid.UUID, Any] = {}  # by id: a run listed on two pages counts once
         with get_client(sync_client=True) as client:
             deployment = client.read_deployment_by_name(self.deployment)
-            runs = client.read_flow_runs(
-                flow_run_filter=FlowRunFilter(
-                    deployment_id=FlowRunFilterDeploymentId(any_=[deployment.id]),
-                    state=FlowRunFilterState(
-                        type=FlowRunFilterStateType(not_any_=list(TERMINAL_STATES))
-                    ),
-                )
+            going = FlowRunFilter(
+                deployment_id=FlowRunFilterDeploymentId(any_=[deployment.id]),
+                state=FlowRunFilterState(
+                    type=FlowRunFilterStateType(not_any_=list(TERMINAL_STATES))
+                ),
             )
+            for offset in itertools.count(0, LIST_PAGE):
+                page = client.read_flow_runs(
+                    flow_run_filter=going, sort=FlowRunSort.ID_DESC, limit=LIST_PAGE, offset=offset
+                )
+                runs.update((fr.id, fr) for fr in page)
+                if len(page) < LIST_PAGE:
+                    break
         out = []
-        for fr in runs:
+        for fr in runs.values():
             try:
                 out.append((JobSpec(**fr.parameters["spec"]), str(fr.id)))
             except (KeyError, TypeError) as err:
