@@ -280,8 +280,8 @@ class DeploymentDispatcher(_Base):
         """The deployment's flow runs not yet final (scheduled, pending, running, ...), each with
         the spec it was sent with; one whose ``spec`` parameter no longer fits `JobSpec` (sent by
         another version) is left alone with a log line. Read a page of `LIST_PAGE` at a time:
-        one request returned at most Prefect's default limit (200), so a pool with more runs
-        going (128 GPUs and a run waiting on each) had the rest sent again. A run that ends
+        one request returned at most Prefect's default limit (200), so on a pool with more runs
+        going (128 GPUs and a run waiting on each) the rest could be sent again. A run that ends
         between two pages may hide one that follows it (the pages shift): it is adopted through
         its MLflow record, or, if it has none yet, sent again."""
         from prefect.client.orchestration import get_client

@@ -188,8 +188,8 @@ with get_client(sync_client=True) as client:
         for i in range(n):
             spec = JobSpec("paging", "knn", 1, f"knn-paging-{i}", 1, "manual", None, 1)
             fr = client.create_flow_run_from_deployment(
-                deployment.id, parameters={"spec": spec.params()}, state=Scheduled(scheduled_time=at),
-                name=f"paging-{i}")
+                deployment.id, parameters={"spec": spec.params()},
+                state=Scheduled(scheduled_time=at), name=f"paging-{i}")
             ids.append(fr.id)
         going = DeploymentDispatcher(1, {}, pin_gpus=False).left_going()
         listed = sorted(int(s.job_id.rsplit("-", 1)[1]) for s, _ in going if s.tenant == "paging")
