@@ -28,7 +28,10 @@ namespace (a container restarted by its runtime after the cgroup's OOM killer) r
 
 from __future__ import annotations
 
+import hashlib
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from mlflow.entities import RunTag
 from mlflow.tracking import MlflowClient
@@ -52,6 +55,7 @@ __all__ = [
     "count_death",
     "died_scheduler",
     "give_up",
+    "mark_stopped",
 ]
 
 #: A job that trained alone in a scheduler's process `MAX_CRASHES` times when that scheduler
@@ -84,12 +88,41 @@ class Deaths:
         return self.shared >= SHARED_BEFORE_ALONE
 
 
-def died_scheduler(client: MlflowClient, process: str | None) -> bool:
+#: days a stop's mark (`mark_stopped`) is kept: a job held back keeps its stopped process on
+#: its run until it is sent again
+STOP_MARK_DAYS = 30
+
+
+def _stop_mark(stopped_dir: Path, process: str) -> Path:
+    """The file that says the scheduler of process `process` (a `process_tag`) was stopped."""
+    return stopped_dir / hashlib.sha256(process.encode()).hexdigest()[:32]
+
+
+def mark_stopped(stopped_dir: Path, process: str) -> None:
+    """Say, in `stopped_dir` (the home's ``stopped/``), that the scheduler of `process` is
+    being stopped by a signal; marks older than `STOP_MARK_DAYS` go. A file written at once,
+    where the scheduler's run, ended KILLED, reaches MLflow within `end_now`'s 2 s or not at
+    all: a stop whose end came too late read as a death, and counted against its jobs."""
+    stopped_dir.mkdir(parents=True, exist_ok=True)
+    _stop_mark(stopped_dir, process).touch()
+    old = time.time() - STOP_MARK_DAYS * 86400.0
+    for mark in stopped_dir.iterdir():
+        try:
+            if mark.stat().st_mtime < old:
+                mark.unlink()
+        except OSError:  # gone meanwhile
+            pass
+
+
+def died_scheduler(client: MlflowClient, process: str | None, stopped_dir: Path | None) -> bool:
     """Whether `process` (a job's latest attempt's, `mlflow_plugin.tracking.process_tag`) was
-    a scheduler's that died without ending its run: it has ended, and its run in
-    ``tenantml/scheduler`` (every scheduler's begins before it sends a job) was left RUNNING.
-    A worker's process has no run there."""
+    a scheduler's that died without ending its run: it has ended, was not stopped by a signal
+    (no mark in `stopped_dir`: `mark_stopped`), and its run in ``tenantml/scheduler`` (every
+    scheduler's begins before it sends a job) was left RUNNING. A worker's process has no run
+    there."""
     if process is None or process_state(process) != "ended":
+        return False
+    if stopped_dir is not None and _stop_mark(stopped_dir, process).exists():
         return False
     exp = client.get_experiment_by_name(SCHEDULER_EXPERIMENT)
     quoted = process.replace("'", "")  # a tag has none; a filter string must not break on one

@@ -93,7 +93,7 @@ from mlflow_plugin.tracking import (
     process_tag,
 )
 from store import ExampleStore
-from tasks._crashes import Deaths, count_death, died_scheduler, give_up
+from tasks._crashes import Deaths, count_death, died_scheduler, give_up, mark_stopped
 from tasks._dispatch import DeploymentDispatcher, Dispatcher, Done, LocalDispatcher
 from tasks._plot import TickHistory, add_tick, load_tick_history, loss_picture
 from tasks._prefect import decide, record, refresh
@@ -272,6 +272,7 @@ class StopRequest:
         self.run_id: str | None = None
         self.told: set[tuple[str, str]] = set()
         self.held: tuple[list[JobRecord], ...] = ()  # `Progress.suspects` and `held`
+        self.stopped_dir: Path | None = None  # where a stop is marked (`mark_stopped`)
 
     @property
     def requested(self) -> bool:
@@ -298,6 +299,11 @@ class StopRequest:
         self.signal = name
         self._event.set()
         self._wake.set()
+        if self.stopped_dir is not None:  # before a listener may end the process
+            try:
+                mark_stopped(self.stopped_dir, process_tag())
+            except OSError as e:  # a full disk: the stop goes on, and may read as a death
+                print(f"could not mark the stop in {self.stopped_dir}: {e}")
         in_flight = self.dispatcher.in_flight if self.dispatcher is not None else []
         held = sum(len(jobs) for jobs in self.held)
         _emit(Stopping(name, untold_jobs(in_flight, self.told) + held, self.run_id))
@@ -308,6 +314,7 @@ class StopRequest:
         self.signal, self.dispatcher, self.run_id = None, None, None
         self.told = set()
         self.held = ()
+        self.stopped_dir = None
 
 
 STOP = StopRequest()
@@ -491,6 +498,7 @@ def connect(options: SchedulerOptions, run_train: Callable[[dict[str, Any]], Any
         options, settings, policy, slots, patience_s, lock_dir, client, store, planner, dispatcher
     )
     svc.stop.dispatcher = dispatcher  # `Stopping` counts its jobs
+    svc.stop.stopped_dir = _stopped_dir(settings)
     return svc
 
 
@@ -585,7 +593,8 @@ def resume_orphans(svc: Service) -> Progress:
     by_process: dict[str | None, int] = {}
     for job in state.running():
         by_process[job.process] = by_process.get(job.process, 0) + 1
-    died = {p for p in by_process if died_scheduler(svc.client, p)}
+    stopped = _stopped_dir(svc.settings)
+    died = {p for p in by_process if died_scheduler(svc.client, p, stopped)}
     gave_up = False
     resume: list[JobRecord] = []  # sent now, or held behind the suspects
     suspects: list[tuple[Deaths, JobRecord]] = []  # each to be sent alone (`tasks._crashes`)
@@ -675,6 +684,11 @@ def resume_orphans(svc: Service) -> Progress:
     if svc.stop.run_id is not None:  # the failures before its start are this one's now
         svc.client.set_tag(svc.stop.run_id, TOOK_OVER, "1")
     return progress
+
+
+def _stopped_dir(settings: Settings) -> Path:
+    """Where a scheduler stopped by a signal says so (`tasks._crashes.mark_stopped`)."""
+    return settings.home / "stopped"
 
 
 def _give_up(svc: Service, job: JobRecord, deaths: Deaths) -> None:

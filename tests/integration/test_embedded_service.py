@@ -398,6 +398,8 @@ def test_a_signal_stops_run_with_one_line_and_the_next_run_resumes_its_jobs(
     assert code == 130, (out, err[-3000:])
     assert "Traceback" not in err, err[-5000:]
     assert [m[0] for m in STOPPED.findall(out)] == [sig.name], out
+    # the stop is marked in the home: no death, should its KILLED end not reach MLflow in time
+    assert any((signal_home / "stopped").iterdir())
     arm = r"[\w.+-]+"  # e.g. knn-k1-p1, a tabular portfolio member
     assert re.search(rf"^tick \d+: dispatched (wine|breast-cancer) {arm}$", out, re.M), out
     left = running()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -48,8 +49,11 @@ class _Home:
     """One home's MLflow: the tenants' job runs (by job id) and the schedulers' experiment; and
     the scheduler now running (`start`), whose jobs train in its `dispatcher`'s threads."""
 
-    def __init__(self, tracking: Any, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    def __init__(
+        self, tracking: Any, monkeypatch: pytest.MonkeyPatch, name: str, home: Path
+    ) -> None:
         self.tracking = tracking
+        self.home = home
         self.exp = tracking.create_experiment(name)
         self.schedulers = ensure_scheduler_experiment(tracking, None)
         self.runs: dict[str, str] = {}
@@ -84,7 +88,7 @@ class _Home:
         self.started.append([])
         self.svc = SimpleNamespace(
             client=self.tracking, store=None, patience_s=1.0, slots=2, lock_dir=None,
-            settings=SimpleNamespace(capacity_prices=None), policy="rate",
+            settings=SimpleNamespace(capacity_prices=None, home=self.home), policy="rate",
             options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=None, ticks=None,
                                     budget_s=None, stop_when_idle=True),
             planner=SimpleNamespace(capacity=2),
@@ -93,6 +97,7 @@ class _Home:
         )  # fmt: skip
         self.svc.stop.run_id = run.info.run_id
         self.svc.stop.dispatcher = self.svc.dispatcher  # as `connect` does: `Stopping` counts
+        self.svc.stop.stopped_dir = self.home / "stopped"  # ... and a stop is marked there
         return steps.resume_orphans(self.svc)
 
     def in_flight(self) -> list[str]:
@@ -114,7 +119,10 @@ class _Home:
 
 
 def test_a_job_that_kills_its_scheduler_beside_others_is_resumed_alone_and_given_up(
-    tracking: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tracking: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
     """Embedded with two slots, every restart resumed together the jobs a dead scheduler left,
     so a job that kills the process was never the lone suspect: each restart died (forever,
@@ -123,7 +131,7 @@ def test_a_job_that_kills_its_scheduler_beside_others_is_resumed_alone_and_given
     dies alone `MAX_CRASHES` times and is given up, and then the jobs held back go. A job that
     failed unwatched, held back meanwhile, is not lost though three schedulers die holding it."""
     assert (SHARED_BEFORE_ALONE, MAX_CRASHES) == (2, 3)
-    home = _Home(tracking, monkeypatch, "killer-beside-others")
+    home = _Home(tracking, monkeypatch, "killer-beside-others", tmp_path)
     for job_id, cand in (("knn-s1", "knn"), ("mlp-s1", "mlp"), ("svm-s1", "svm")):
         home.job(job_id, cand)
     both = ["knn-s1", "mlp-s1", "svm-s1"]
@@ -199,13 +207,13 @@ def test_a_job_that_kills_its_scheduler_beside_others_is_resumed_alone_and_given
 
 
 def test_a_stopped_scheduler_leaves_its_held_jobs_to_the_next(
-    tracking: Any, monkeypatch: pytest.MonkeyPatch
+    tracking: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """A stop request (Ctrl-C) with a suspect training alone: nothing more is sent, `Stopping`
     counts the jobs held back too, and the next start resumes the suspect alone again. A stop
     is no death: the deaths counted so far stand, and no new one is counted; the suspects'
     order counts their deaths alone so far (knn-s1 died alone once: last)."""
-    home = _Home(tracking, monkeypatch, "stopped-while-holding")
+    home = _Home(tracking, monkeypatch, "stopped-while-holding", tmp_path)
     for job_id, cand in (("knn-s1", "knn"), ("mlp-s1", "mlp")):
         home.job(job_id, cand)
         home.tracking.set_tag(home.runs[job_id], SHARED_CRASHES, "2")
@@ -233,7 +241,7 @@ def test_a_stopped_scheduler_leaves_its_held_jobs_to_the_next(
 
 
 def test_a_failed_suspect_is_held_too_and_only_where_jobs_train_in_the_scheduler(
-    tracking: Any, monkeypatch: pytest.MonkeyPatch
+    tracking: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """A suspect whose last attempt failed while no scheduler watched it is sent alone too,
     not with the others; the jobs held behind the suspects go together, beside whatever is in
@@ -241,7 +249,7 @@ def test_a_failed_suspect_is_held_too_and_only_where_jobs_train_in_the_scheduler
     deployment), whose deaths cannot take the scheduler down, nothing is held."""
     from tests.unit.test_job_chains import _SendingDispatcher
 
-    home = _Home(tracking, monkeypatch, "failed-suspect")
+    home = _Home(tracking, monkeypatch, "failed-suspect", tmp_path)
     home.start()  # an earlier scheduler that got through its start-up
     for job_id, cand in (("knn-s1", "knn"), ("mlp-s1", "mlp"), ("svm-s1", "svm")):
         home.job(job_id, cand)
@@ -287,3 +295,30 @@ def test_a_job_sent_again_goes_to_the_least_loaded_slot() -> None:
     assert least_loaded_slot([run(1), run(2)], 3) == 0
     assert least_loaded_slot([run(0), run(2), run(0)], 3) == 1
     assert least_loaded_slot([], 2) == 0
+
+
+def test_a_stop_whose_end_never_reached_mlflow_is_no_death(
+    tracking: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Ctrl-C ends the scheduler's run KILLED within 2 s (`end_now`) or not at all: with a store
+    that slow, the stop read as a death and counted against the jobs that trained in it. The
+    stop is marked in the home at once (`mark_stopped`, in the signal's handler, before any
+    listener may end the process), and a process so marked is no death; one that dies
+    unmarked still is."""
+    home = _Home(tracking, monkeypatch, "stopped-unrecorded", tmp_path)
+    for job_id, cand in (("knn-s1", "knn"), ("mlp-s1", "mlp")):
+        home.job(job_id, cand)
+    home.start()
+    assert home.in_flight() == ["knn-s1", "mlp-s1"]
+    with monkeypatch.context() as m:  # the signal comes to the scheduler's process
+        m.setattr(steps, "process_tag", lambda: home.process)
+        home.svc.stop.request("SIGINT")
+    assert (tmp_path / "stopped").is_dir()
+    # its run is left RUNNING: its KILLED end never reached MLflow
+    progress = home.start()
+    assert home.in_flight() == ["knn-s1", "mlp-s1"] and not progress.holding
+    counted = [home.tags(j).get(k) for j in ("knn-s1", "mlp-s1")
+               for k in (CRASHES, SHARED_CRASHES, CRASHED_IN)]  # fmt: skip
+    assert counted == [None] * 6
+    progress = home.start()  # the last one died unmarked: a death, beside another job
+    assert [home.tags(j).get(SHARED_CRASHES) for j in ("knn-s1", "mlp-s1")] == ["1", "1"]
