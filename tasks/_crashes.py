@@ -5,8 +5,9 @@ job that kills the process (the kernel's OOM killer, a crash in native code) too
 down, and every restart resumed it and died again. A scheduler's run records its process
 (`PROCESS`) and begins before it sends any job (`tasks._loop.scheduler_run`); a process that
 ended with its run left RUNNING *died* (`died_scheduler`; a stop by a signal ends the run
-KILLED). The next scheduler weighs that death against each job left RUNNING whose last attempt
-trained in that process (`count_death`), once per dead process (`CRASHED_IN`):
+KILLED, and first marks it stopped in the home, should that end not reach MLflow in time:
+`mark_stopped`). The next scheduler weighs that death against each job left RUNNING whose
+last attempt trained in that process (`count_death`), once per dead process (`CRASHED_IN`):
 
 * the job trained there alone: a crash (`CRASHES`). At `MAX_CRASHES` it is given up
   (`give_up`): its run ends FAILED, counted as tried with no model;
@@ -28,7 +29,6 @@ namespace (a container restarted by its runtime after the cgroup's OOM killer) r
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,23 +88,20 @@ class Deaths:
         return self.shared >= SHARED_BEFORE_ALONE
 
 
-#: days a stop's mark (`mark_stopped`) is kept: a job held back keeps its stopped process on
-#: its run until it is sent again
+#: days a stop's mark (`mark_stopped`) is kept: a job held back keeps its stopped scheduler's
+#: process on its run until it is sent again
 STOP_MARK_DAYS = 30
 
 
-def _stop_mark(stopped_dir: Path, process: str) -> Path:
-    """The file that says the scheduler of process `process` (a `process_tag`) was stopped."""
-    return stopped_dir / hashlib.sha256(process.encode()).hexdigest()[:32]
-
-
-def mark_stopped(stopped_dir: Path, process: str) -> None:
-    """Say, in `stopped_dir` (the home's ``stopped/``), that the scheduler of `process` is
-    being stopped by a signal; marks older than `STOP_MARK_DAYS` go. A file written at once,
-    where the scheduler's run, ended KILLED, reaches MLflow within `end_now`'s 2 s or not at
-    all: a stop whose end came too late read as a death, and counted against its jobs."""
+def mark_stopped(stopped_dir: Path, run_id: str) -> None:
+    """Say, in `stopped_dir` (the home's ``stopped/``), that the scheduler whose MLflow run is
+    `run_id` is being stopped by a signal; marks older than `STOP_MARK_DAYS` go. A file written
+    at once, where the run, ended KILLED, reaches MLflow within `end_now`'s 2 s or not at all:
+    a stop whose end came too late read as a death, and counted against its jobs. Keyed by the
+    run, not the process: a later scheduler in the same process (a second `Client.run` in a
+    notebook) that dies is a death."""
     stopped_dir.mkdir(parents=True, exist_ok=True)
-    _stop_mark(stopped_dir, process).touch()
+    (stopped_dir / run_id).touch()
     old = time.time() - STOP_MARK_DAYS * 86400.0
     for mark in stopped_dir.iterdir():
         try:
@@ -116,20 +113,20 @@ def mark_stopped(stopped_dir: Path, process: str) -> None:
 
 def died_scheduler(client: MlflowClient, process: str | None, stopped_dir: Path | None) -> bool:
     """Whether `process` (a job's latest attempt's, `mlflow_plugin.tracking.process_tag`) was
-    a scheduler's that died without ending its run: it has ended, was not stopped by a signal
-    (no mark in `stopped_dir`: `mark_stopped`), and its run in ``tenantml/scheduler`` (every
-    scheduler's begins before it sends a job) was left RUNNING. A worker's process has no run
-    there."""
+    a scheduler's that died without ending its run: it has ended, and its latest run in
+    ``tenantml/scheduler`` (every scheduler's begins before it sends a job) was left RUNNING
+    and not stopped by a signal (no mark in `stopped_dir`: `mark_stopped`). A worker's process
+    has no run there."""
     if process is None or process_state(process) != "ended":
-        return False
-    if stopped_dir is not None and _stop_mark(stopped_dir, process).exists():
         return False
     exp = client.get_experiment_by_name(SCHEDULER_EXPERIMENT)
     quoted = process.replace("'", "")  # a tag has none; a filter string must not break on one
     runs = [] if exp is None else client.search_runs(
         [exp.experiment_id], filter_string=f"tags.`{PROCESS}` = '{quoted}'", max_results=1
     )  # fmt: skip
-    return bool(runs and runs[0].info.status == "RUNNING")
+    if not runs or runs[0].info.status != "RUNNING":
+        return False
+    return stopped_dir is None or not (stopped_dir / runs[0].info.run_id).exists()
 
 
 def count_death(client: MlflowClient, job: JobRecord, alone: bool) -> Deaths:

@@ -18,7 +18,6 @@ A job that fails or crashes (its process killed) is submitted again with the sam
 from __future__ import annotations
 
 import functools
-import itertools
 import time
 import uuid
 from collections.abc import Callable
@@ -206,11 +205,6 @@ def _without_heartbeats(run: Callable[[dict[str, Any]], Any], params: dict[str, 
         return run(params)
 
 
-#: flow runs per request of `DeploymentDispatcher.left_going`: Prefect's server caps a read at
-#: its default limit, 200
-LIST_PAGE = 200
-
-
 class DeploymentDispatcher(_Base):
     """Flow runs of the ``train`` deployment on the work pool ``gpu``, read back from the Prefect
     API; a worker may outlive the scheduler, so a run left going can be adopted."""
@@ -279,11 +273,12 @@ class DeploymentDispatcher(_Base):
     def left_going(self) -> list[tuple[JobSpec, str]]:
         """The deployment's flow runs not yet final (scheduled, pending, running, ...), each with
         the spec it was sent with; one whose ``spec`` parameter no longer fits `JobSpec` (sent by
-        another version) is left alone with a log line. Read a page of `LIST_PAGE` at a time:
-        one request returned at most Prefect's default limit (200), so on a pool with more runs
-        going (128 GPUs and a run waiting on each) the rest could be sent again. A run that ends
-        between two pages may hide one that follows it (the pages shift): it is adopted through
-        its MLflow record, or, if it has none yet, sent again."""
+        another version) is left alone with a log line. Read page after page (the server's
+        default limit each, 200 unless set otherwise: a larger limit is refused) until one
+        brings no run not seen: one request returned only the first page, so on a pool with
+        more runs going (128 GPUs and a run waiting on each) the rest could be sent again. A run
+        that ends between two pages may hide one that follows it (the pages shift): it is
+        adopted through its MLflow record, or, if it has none yet, sent again."""
         from prefect.client.orchestration import get_client
         from prefect.client.schemas.filters import (
             FlowRunFilter,
@@ -303,13 +298,16 @@ class DeploymentDispatcher(_Base):
                     type=FlowRunFilterStateType(not_any_=list(TERMINAL_STATES))
                 ),
             )
-            for offset in itertools.count(0, LIST_PAGE):
+            offset = 0
+            while True:
                 page = client.read_flow_runs(
-                    flow_run_filter=going, sort=FlowRunSort.ID_DESC, limit=LIST_PAGE, offset=offset
+                    flow_run_filter=going, sort=FlowRunSort.ID_DESC, offset=offset
                 )
-                runs.update((fr.id, fr) for fr in page)
-                if len(page) < LIST_PAGE:
+                new = {fr.id: fr for fr in page if fr.id not in runs}
+                if not new:
                     break
+                runs.update(new)
+                offset += len(page)
         out = []
         for fr in runs.values():
             try:

@@ -299,11 +299,12 @@ class StopRequest:
         self.signal = name
         self._event.set()
         self._wake.set()
-        if self.stopped_dir is not None:  # before a listener may end the process
+        # before a listener may end the process; with no run yet, no job has trained
+        if self.stopped_dir is not None and self.run_id is not None:
             try:
-                mark_stopped(self.stopped_dir, process_tag())
-            except OSError as e:  # a full disk: the stop goes on, and may read as a death
-                print(f"could not mark the stop in {self.stopped_dir}: {e}")
+                mark_stopped(self.stopped_dir, self.run_id)
+            except OSError:  # a full disk: the stop goes on, and may read as a death
+                pass
         in_flight = self.dispatcher.in_flight if self.dispatcher is not None else []
         held = sum(len(jobs) for jobs in self.held)
         _emit(Stopping(name, untold_jobs(in_flight, self.told) + held, self.run_id))
@@ -551,20 +552,20 @@ def resume_orphans(svc: Service) -> Progress:
     ``t`` = the highest tick recorded or sent, and every job an earlier scheduler left going
     taken over: first the runs the back-end still holds (`Dispatcher.left_going`: a scheduler
     killed just after sending a job leaves a flow run with no MLflow run yet), adopted as they
-    are; then each job left RUNNING in MLflow and not among those, adopted (its flow run is still
-    going) or dispatched again, slots taken in turn. A job whose latest attempt's process still
-    runs here is left to it (`JobLeft`; pending in `Progress.left` while it runs), and so is a
-    SEER job started by hand (`BY_HAND`) unless its `tenantml seer run` is known to have ended
-    (`process_state`): it may be training it, and its job id is not one the planner makes, so
-    nothing else sends it. A job left is pending for the policy while it may still train
-    (`still_left`), as one `record_finished_jobs` leaves is. A job left by a scheduler that
-    died with it training in its process is weighed (`tasks._crashes`): given up after its
-    third death alone; a suspect, held back to be sent alone, after two beside others. Last,
-    each job FAILED since the earlier scheduler started that no scheduler gave up on
+    are; then each job left RUNNING in MLflow and not among those, adopted (its flow run is
+    still going) or dispatched again, each on the least loaded slot. A job whose latest
+    attempt's process still runs here is left to it (`JobLeft`; pending in `Progress.left` while
+    it runs), and so is a SEER job started by hand (`BY_HAND`) unless its `tenantml seer run` is
+    known to have ended (`process_state`): it may be training it, and its job id is not one the
+    planner makes, so nothing else sends it. A job left is pending for the policy while it may
+    still train (`still_left`), as one `record_finished_jobs` leaves is. A job left by a
+    scheduler that died with it training in its process is weighed (`tasks._crashes`): given up
+    after its third death alone; a suspect, held back to be sent alone, after two beside others.
+    Last, each job FAILED since the earlier scheduler started that no scheduler gave up on
     (`GAVE_UP`: it failed while none watched it) is sent again, and marked so (`RESENT_AT`:
     should this scheduler die before the job runs, the next counts it failed from then). The
-    jobs to send again go now (`send_held`), slots taken in turn, unless there are suspects:
-    then the first suspect goes alone, and the others wait for them."""
+    jobs to send again go now (`send_held`), each on the least loaded slot, unless there are
+    suspects: then the first suspect goes alone, and the others wait for them."""
     state = refresh(svc.client, svc.store, svc.settings.capacity_prices, svc.options.prior)
     refreshed = time.monotonic()
     redo_promotions(svc, state)
@@ -701,8 +702,8 @@ def _give_up(svc: Service, job: JobRecord, deaths: Deaths) -> None:
 def send_held(svc: Service, progress: Progress) -> None:
     """Step 2 (and the end of `resume_orphans`): send what start-up held back. A suspect
     (`Progress.suspects`, `tasks._crashes`) goes alone, the next once nothing is in flight;
-    once none is left, the other jobs held (`Progress.held`) go together, slots taken in turn.
-    No tick meanwhile (`wants_tick`): a suspect that kills this process is the only job
+    once none is left, the other jobs held (`Progress.held`) go together, each on the least
+    loaded slot. No tick meanwhile (`wants_tick`): a suspect that kills this process is the only job
     training in it. Each job leaves its queue once sent: an outage on the way (`_orphan_spec`
     reads MLflow) loses none and sends none twice. Nothing after a stop request: the jobs
     held stay RUNNING (or marked sent again) for the next scheduler."""

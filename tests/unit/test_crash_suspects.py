@@ -303,18 +303,20 @@ def test_a_stop_whose_end_never_reached_mlflow_is_no_death(
     """Ctrl-C ends the scheduler's run KILLED within 2 s (`end_now`) or not at all: with a store
     that slow, the stop read as a death and counted against the jobs that trained in it. The
     stop is marked in the home at once (`mark_stopped`, in the signal's handler, before any
-    listener may end the process), and a process so marked is no death; one that dies
-    unmarked still is."""
+    listener may end the process), and a run so marked is no death; one that dies unmarked
+    still is, in the same process too (a second `Client.run` in a notebook)."""
+    from tasks._crashes import died_scheduler
+
     home = _Home(tracking, monkeypatch, "stopped-unrecorded", tmp_path)
     for job_id, cand in (("knn-s1", "knn"), ("mlp-s1", "mlp")):
         home.job(job_id, cand)
     home.start()
     assert home.in_flight() == ["knn-s1", "mlp-s1"]
-    with monkeypatch.context() as m:  # the signal comes to the scheduler's process
-        m.setattr(steps, "process_tag", lambda: home.process)
-        home.svc.stop.request("SIGINT")
-    assert (tmp_path / "stopped").is_dir()
+    stopped = home.svc.stop.run_id
+    home.svc.stop.request("SIGINT")
+    assert [p.name for p in (tmp_path / "stopped").iterdir()] == [stopped]
     # its run is left RUNNING: its KILLED end never reached MLflow
+    first = home.process
     progress = home.start()
     assert home.in_flight() == ["knn-s1", "mlp-s1"] and not progress.holding
     counted = [home.tags(j).get(k) for j in ("knn-s1", "mlp-s1")
@@ -322,3 +324,7 @@ def test_a_stop_whose_end_never_reached_mlflow_is_no_death(
     assert counted == [None] * 6
     progress = home.start()  # the last one died unmarked: a death, beside another job
     assert [home.tags(j).get(SHARED_CRASHES) for j in ("knn-s1", "mlp-s1")] == ["1", "1"]
+    # a later scheduler in the stopped one's process that dies is a death: the mark is its run's
+    assert not died_scheduler(tracking, first, tmp_path / "stopped")
+    home.tracking.create_run(home.schedulers, tags={PROCESS: first})
+    assert died_scheduler(tracking, first, tmp_path / "stopped")
