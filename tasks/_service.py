@@ -153,13 +153,23 @@ class JobSpec:
         return (replace(self, then=()), *self.then)
 
 
-def least_loaded_slot(in_flight: Iterable[JobSpec], slots: int) -> int:
-    """The slot (of ``0 .. slots - 1``) with the fewest runs of `in_flight`, the lowest of
-    equals: where a run sent now trains soonest (a slot's runs train in turn)."""
+def slot_loads(in_flight: Iterable[JobSpec], slots: int) -> list[int]:
+    """The runs of `in_flight` on each of the slots ``0 .. slots - 1`` (running + waiting)."""
     load = [0] * slots
     for run in in_flight:
         load[run.slot % slots] += 1
-    return min(range(slots), key=lambda s: (load[s], s))
+    return load
+
+
+def least_loaded(load: Sequence[int]) -> int:
+    """The slot with the fewest runs in `load` (`slot_loads`), the lowest of equals: where a
+    run sent now trains soonest (a slot's runs train in turn)."""
+    return min(range(len(load)), key=lambda s: (load[s], s))
+
+
+def least_loaded_slot(in_flight: Iterable[JobSpec], slots: int) -> int:
+    """`least_loaded` of `in_flight`'s `slot_loads`."""
+    return least_loaded(slot_loads(in_flight, slots))
 
 
 def count_jobs(specs: Iterable[JobSpec]) -> int:
@@ -693,9 +703,7 @@ class Planner:
         loop = self._sync(state, pending)
         # Tenants with too few examples to train cannot be scheduled yet.
         ready = {i for i, t in enumerate(state.tenants) if t.n_examples >= MIN_EXAMPLES}
-        load = [0] * self.slots  # runs per slot: running + waiting
-        for j in in_flight:
-            load[j.slot % self.slots] += 1
+        load = slot_loads(in_flight, self.slots)
         # Not chained: costs in dollars, SEER jobs (they take seer_budget_x times the cost), and
         # any job before a job's overhead has been measured, unless the prior is this kind of
         # service's (`overhead_known`) or the jobs are stand-ins of known length (sleep_s).
@@ -744,7 +752,7 @@ class Planner:
         # The free runs, each on the least loaded slot; a slot's runs train in turn.
         run_slots = []
         for _ in range(self.capacity - len(in_flight)):
-            slot = min(range(self.slots), key=lambda s: (load[s], s))
+            slot = least_loaded(load)
             load[slot] += 1
             run_slots.append(slot)
         runs = self._fill(loop, run_slots, chaining, chain_s or 0.0, ready, spec, seconds)
