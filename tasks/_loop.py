@@ -499,7 +499,7 @@ def connect(options: SchedulerOptions, run_train: Callable[[dict[str, Any]], Any
         options, settings, policy, slots, patience_s, lock_dir, client, store, planner, dispatcher
     )
     svc.stop.dispatcher = dispatcher  # `Stopping` counts its jobs
-    svc.stop.stopped_dir = _stopped_dir(settings)
+    svc.stop.stopped_dir = settings.home / "stopped"  # `tasks._crashes.mark_stopped`
     return svc
 
 
@@ -594,14 +594,21 @@ def resume_orphans(svc: Service) -> Progress:
     by_process: dict[str | None, int] = {}
     for job in state.running():
         by_process[job.process] = by_process.get(job.process, 0) + 1
-    stopped = _stopped_dir(svc.settings)
-    died = {p for p in by_process if died_scheduler(svc.client, p, stopped)}
+    died = {p for p in by_process if died_scheduler(svc.client, p, svc.stop.stopped_dir)}
     gave_up = False
     resume: list[JobRecord] = []  # sent now, or held behind the suspects
     suspects: list[tuple[Deaths, JobRecord]] = []  # each to be sent alone (`tasks._crashes`)
     # held only where jobs train in this process (a worker's death cannot take the scheduler
     # down), which adopts nothing
     here = isinstance(svc.dispatcher, LocalDispatcher)
+
+    def to_send(job: JobRecord, deaths: Deaths) -> None:
+        """`job` goes alone if it is a suspect (and jobs train here), else with the others."""
+        if here and deaths.suspect:
+            suspects.append((deaths, job))
+        else:
+            resume.append(job)
+
     for job in state.running():
         if (job.tenant, job.job_id) in taken:
             continue
@@ -631,10 +638,7 @@ def resume_orphans(svc: Service) -> Progress:
             if _adopted(svc, spec, job.flow_run_id):
                 _resumed(spec)
                 continue
-        if here and deaths.suspect:
-            suspects.append((deaths, job))
-        else:
-            resume.append(job)
+        to_send(job, deaths)
     if gave_up:  # the policy sees those jobs FAILED (tried, no model), not pending
         state = refresh(svc.client, svc.store, svc.settings.capacity_prices, svc.options.prior)
     # A job that failed while no scheduler watched it (its run's last attempt failed between
@@ -663,11 +667,7 @@ def resume_orphans(svc: Service) -> Progress:
         ):
             continue
         svc.client.set_tag(job.run_id, RESENT_AT, f"{time.time():.3f}")
-        deaths = Deaths(job.crashes, job.shared_crashes)  # a suspect's last attempt failed
-        if here and deaths.suspect:
-            suspects.append((deaths, job))
-        else:
-            resume.append(job)
+        to_send(job, Deaths(job.crashes, job.shared_crashes))  # a suspect's last attempt failed
     progress = Progress(state, refreshed, last_tick, Backoff(svc.patience_s), told=told,
                         left=left)  # fmt: skip
     # fewest deaths alone first: an innocent one ends before the likelier killer's next death
@@ -685,11 +685,6 @@ def resume_orphans(svc: Service) -> Progress:
     if svc.stop.run_id is not None:  # the failures before its start are this one's now
         svc.client.set_tag(svc.stop.run_id, TOOK_OVER, "1")
     return progress
-
-
-def _stopped_dir(settings: Settings) -> Path:
-    """Where a scheduler stopped by a signal says so (`tasks._crashes.mark_stopped`)."""
-    return settings.home / "stopped"
 
 
 def _give_up(svc: Service, job: JobRecord, deaths: Deaths) -> None:

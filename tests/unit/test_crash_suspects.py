@@ -88,7 +88,7 @@ class _Home:
         self.started.append([])
         self.svc = SimpleNamespace(
             client=self.tracking, store=None, patience_s=1.0, slots=2, lock_dir=None,
-            settings=SimpleNamespace(capacity_prices=None, home=self.home), policy="rate",
+            settings=SimpleNamespace(capacity_prices=None), policy="rate",
             options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=None, ticks=None,
                                     budget_s=None, stop_when_idle=True),
             planner=SimpleNamespace(capacity=2),

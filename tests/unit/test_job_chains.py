@@ -18,16 +18,6 @@ from tasks._dispatch import LocalDispatcher
 from tasks._service import MAX_CHAIN, JobSpec, Planner, ServiceState, count_jobs
 from tests.unit.test_service_logic import TAB, _record, _state, _tenant
 
-#: a home where no scheduler was ever stopped (`tasks._crashes.mark_stopped`)
-_NO_HOME = Path("/nonexistent/tenantml-home")
-
-
-def _settings() -> Any:
-    """What `resume_orphans` reads of the settings: no spot prices, and `_NO_HOME`."""
-    from types import SimpleNamespace
-
-    return SimpleNamespace(capacity_prices=None, home=_NO_HOME)
-
 
 def _tenants(n: int = 3) -> list[Any]:
     return [_tenant(name, TAB) for name in "abcdefgh"[:n]]
@@ -320,7 +310,7 @@ def test_a_restarted_scheduler_adopts_a_held_chain_once(monkeypatch: pytest.Monk
             self.sent.append(spec)
 
     d = Dispatcher()
-    settings = _settings()
+    settings = SimpleNamespace(capacity_prices=None)
     svc = SimpleNamespace(client=None, store=None, settings=settings, patience_s=1.0, slots=1,
                           options=SimpleNamespace(prior="learnt"), dispatcher=d,
                           stop=steps.StopRequest())  # fmt: skip
@@ -418,7 +408,7 @@ def test_a_restarted_scheduler_leaves_a_seer_run_job_to_its_live_process(
     }
     client = _params_client(params)
     svc = SimpleNamespace(client=client, store=None, patience_s=1.0, slots=1, lock_dir=None,
-                          settings=_settings(), policy="rate",
+                          settings=SimpleNamespace(capacity_prices=None), policy="rate",
                           options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=0.5),
                           dispatcher=d, stop=steps.StopRequest())  # fmt: skip
     events: list[Any] = []
@@ -502,7 +492,7 @@ def test_a_restarted_scheduler_sends_again_a_job_that_failed_while_none_watched_
     client = _params_client(params)
     client.set_tag = lambda run_id, key, value: tagged.append((run_id, key, len(d.sent)))
     svc = SimpleNamespace(client=client, store=None, patience_s=1.0, slots=1, lock_dir=None,
-                          settings=_settings(), policy="rate",
+                          settings=SimpleNamespace(capacity_prices=None), policy="rate",
                           options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=None),
                           dispatcher=d, stop=steps.StopRequest())  # fmt: skip
     events: list[Any] = []
@@ -561,7 +551,7 @@ def test_a_job_whose_attempts_are_spent_is_marked_given_up(
             return [Done(spec, False, 0.5, "FAILED: Flow run encountered an exception")]
 
     svc = SimpleNamespace(dispatcher=Dispatcher(), client=tracking, store=None,
-                          settings=_settings(),
+                          settings=SimpleNamespace(capacity_prices=None),
                           options=SimpleNamespace(refresh_s=10.0, prior="learnt"))  # fmt: skip
     progress = steps.Progress(state, 0.0, 0, None)  # type: ignore[arg-type]
     monkeypatch.setattr(steps, "refresh", lambda *args, **kwargs: state)
@@ -608,7 +598,7 @@ def test_a_failed_job_sent_again_is_not_lost_when_that_scheduler_dies_before_it_
         monkeypatch.setattr(steps, "previous_scheduler_start", lambda c, e: scheduler_started)
         d = _SendingDispatcher()
         svc = SimpleNamespace(client=tracking, store=None, patience_s=1.0, slots=1,
-                              lock_dir=None, settings=_settings(),
+                              lock_dir=None, settings=SimpleNamespace(capacity_prices=None),
                               policy="rate", options=SimpleNamespace(prior="learnt",
                               max_epochs=1, sleep_s=None), dispatcher=d,
                               stop=steps.StopRequest())  # fmt: skip
@@ -688,7 +678,7 @@ def test_a_job_three_schedulers_died_while_it_trained_alone_in_them_is_given_up(
     monkeypatch.setattr(steps, "redo_promotions", lambda svc, state: None)
     d = _SendingDispatcher()
     svc = SimpleNamespace(client=tracking, store=None, patience_s=1.0, slots=1, lock_dir=None,
-                          settings=_settings(), policy="rate",
+                          settings=SimpleNamespace(capacity_prices=None), policy="rate",
                           options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=None),
                           dispatcher=d, stop=steps.StopRequest())  # fmt: skip
     progress: Any = None
@@ -736,8 +726,7 @@ def test_a_job_three_schedulers_died_while_it_trained_alone_in_them_is_given_up(
                                   tags={PROCESS: ended_process()})  # fmt: skip
     tracking.set_terminated(halfway.info.run_id, "KILLED")
     assert steps.previous_scheduler_start(tracking) == took.info.start_time / 1000
-    svc.settings = SimpleNamespace(artifact_location=None, mode="embedded", capacity_prices=None,
-                                   home=_NO_HOME)  # fmt: skip
+    svc.settings = SimpleNamespace(artifact_location=None, mode="embedded", capacity_prices=None)
     svc.options = SimpleNamespace(prior="learnt", ticks=0, budget_s=None, max_epochs=1,
                                   sleep_s=None)  # fmt: skip
     with steps.scheduler_run(svc) as run:  # type: ignore[arg-type]
@@ -864,7 +853,7 @@ def test_a_job_its_train_run_left_to_another_process_is_not_counted_nor_sent_aga
                 return [Done(spec(r), True, 0.5) for r in (left, seer, done)]
 
         svc = SimpleNamespace(dispatcher=Dispatcher(), client=None, store=None,
-                              settings=_settings(),
+                              settings=SimpleNamespace(capacity_prices=None),
                               options=SimpleNamespace(refresh_s=10.0, prior="learnt"))  # fmt: skip
         progress = steps.Progress(state, 0.0, 0, None)  # type: ignore[arg-type]
         events: list[Any] = []
