@@ -84,6 +84,7 @@ CRASHES = "tenantml.crashes"
 # next schedulers resume it alone, so that a death then has one suspect
 SHARED_CRASHES = "tenantml.shared_crashes"
 CRASHED_IN = "tenantml.crashed_in"  # the dead scheduler's process counted last: once each
+HOME = "tenantml.home"  # on a scheduler's run: its home (`TENANTML_HOME`, resolved)
 SEER_TRIAL = "tenantml.seer_trial"  # ``<job id>/<trial>`` of a SEER trial's nested run
 JOB_KIND, TRIAL_KIND = "job", "seer-trial"  # values of KIND on runs
 STARTING_KIND = "job-starting"  # KIND of a job's new run until its params are logged
@@ -394,6 +395,14 @@ def process_tag(pid: int | None = None) -> str:
     with its start time and place (`_place`) it names one process."""
     pid = os.getpid() if pid is None else pid
     return f"{pid}:{_start_ticks(pid) or ''}@{_place()}"
+
+
+def of_this_host(tag: str | None) -> bool:
+    """Whether the process `process_tag` named ran on this host (by its name), whatever its
+    boot or pid namespace: before a reboot, or in a container this host's runtime restarted
+    (which keeps its host name)."""
+    place = (tag or "").partition("@")[2]
+    return bool(place) and place.split("/")[0] == socket.gethostname()
 
 
 ProcessState = Literal["running", "ended", "unknown"]

@@ -21,10 +21,16 @@ Without the second rule a job that killed the process beside others (``--slots``
 restart resumes together all the jobs left) was never the lone suspect, and took every later
 scheduler down. A job trained in a worker's process (a deployment) never counts: that process
 has no scheduler run, and its death is the flow run's, retried by the scheduler; nor is a
-suspect held back then (`tasks._loop.resume_orphans`). Nor does a death count that
-`process_state` cannot see from here: a process of another boot (a reboot) or of another pid
-namespace (a container restarted by its runtime after the cgroup's OOM killer) reads
-"unknown", not "ended".
+suspect held back then (`tasks._loop.resume_orphans`).
+
+A process of another boot (a reboot) or of another pid namespace (a container restarted by its
+runtime after the cgroup's OOM killer) is one `process_state` cannot see from here: "unknown",
+not "ended". It has ended all the same where it ran a scheduler of this home on this host
+(`HOME`, `of_this_host`) and this scheduler is the home's only one (`Service.sole_home`: it
+holds the home's lock, which a live scheduler of the home in another container of this host
+would hold, and MLflow's store is the home's own database). Where it cannot be told (a store
+other homes may write to, another host of the home's file system, whose lock this host's
+kernel may not see, a host name the runtime changed) such a death does not count.
 """
 
 from __future__ import annotations
@@ -40,10 +46,12 @@ from mlflow_plugin.tracking import (
     CRASHED_IN,
     CRASHES,
     GAVE_UP,
+    HOME,
     PROCESS,
     SCHEDULER_EXPERIMENT,
     SHARED_CRASHES,
     JobRecord,
+    of_this_host,
     process_state,
     tag_count,
 )
@@ -111,13 +119,21 @@ def mark_stopped(stopped_dir: Path, run_id: str) -> None:
             pass
 
 
-def died_scheduler(client: MlflowClient, process: str | None, stopped_dir: Path | None) -> bool:
+def died_scheduler(
+    client: MlflowClient,
+    process: str | None,
+    stopped_dir: Path | None,
+    sole_home: Path | None = None,
+) -> bool:
     """Whether `process` (a job's latest attempt's, `mlflow_plugin.tracking.process_tag`) was
-    a scheduler's that died without ending its run: it has ended, and its latest run in
-    ``tenantml/scheduler`` (every scheduler's begins before it sends a job) was left RUNNING
-    and not stopped by a signal (no mark in `stopped_dir`: `mark_stopped`). A worker's process
-    has no run there."""
-    if process is None or process_state(process) != "ended":
+    a scheduler's that died without ending its run: it has ended (or, where this scheduler is
+    the only one of `sole_home`, it is one of that home's on this host that cannot be seen:
+    module docstring), and its latest run in ``tenantml/scheduler`` (every scheduler's begins
+    before it sends a job) was left RUNNING and not stopped by a signal (no mark in
+    `stopped_dir`: `mark_stopped`). A worker's process has no run there."""
+    state = "unknown" if process is None else process_state(process)
+    unseen = state == "unknown" and sole_home is not None and of_this_host(process)
+    if process is None or not (state == "ended" or unseen):
         return False
     exp = client.get_experiment_by_name(SCHEDULER_EXPERIMENT)
     quoted = process.replace("'", "")  # a tag has none; a filter string must not break on one
@@ -126,6 +142,8 @@ def died_scheduler(client: MlflowClient, process: str | None, stopped_dir: Path 
     )  # fmt: skip
     if not runs or runs[0].info.status != "RUNNING":
         return False
+    if state == "unknown" and runs[0].data.tags.get(HOME) != str(sole_home):
+        return False  # another home's, writing to this store: it may be alive
     return stopped_dir is None or not (stopped_dir / runs[0].info.run_id).exists()
 
 

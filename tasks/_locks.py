@@ -5,6 +5,7 @@
   process holds it. The kernel lets go
   of a lock with its process (a crash, a SIGKILL), so a lock never outlives its holder.
 * `scheduler_lock(home)`: one scheduler per home (`SchedulerBusyError` for a second one).
+* `holds_lock(home, name)`: whether this process holds it now.
 
 `tasks._seer.request_lock` (one trainer per `tenantml seer run` request) is built on
 `home_lock` too. Several machines with one home each are not covered: a lock is this
@@ -20,7 +21,10 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
-__all__ = ["SchedulerBusyError", "home_lock", "scheduler_lock"]
+__all__ = ["SchedulerBusyError", "holds_lock", "home_lock", "scheduler_lock"]
+
+#: the lock files this process holds (`home_lock`)
+_held: set[Path] = set()
 
 
 class SchedulerBusyError(ValueError):
@@ -56,12 +60,21 @@ def home_lock(
         data = f"{os.getpid()}\n{holder}".encode()
         os.pwrite(fd, data, 0)  # one write at 0, then cut to its length: the id is never
         os.ftruncate(fd, len(data))  # missing (a reader between the two may see a longer tail)
+        _held.add(path)
         try:
             yield
         finally:
+            _held.discard(path)
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def holds_lock(home: Path, name: str) -> bool:
+    """Whether this process holds `home`'s lock `name` now (`home_lock`). While it does, no
+    other process of this host holds it, whatever its pid namespace (a container sharing the
+    home): the kernel keeps one lock per file."""
+    return home / "locks" / f"{name}.lock" in _held
 
 
 def _command() -> str:

@@ -84,6 +84,7 @@ from mlflow.tracking import MlflowClient
 from mlflow_plugin.registry import serving_key
 from mlflow_plugin.tracking import (
     GAVE_UP,
+    HOME,
     PROCESS,
     RESENT_AT,
     SCHEDULER_EXPERIMENT,
@@ -95,6 +96,7 @@ from mlflow_plugin.tracking import (
 from store import ExampleStore
 from tasks._crashes import Deaths, count_death, died_scheduler, give_up, mark_stopped
 from tasks._dispatch import DeploymentDispatcher, Dispatcher, Done, LocalDispatcher
+from tasks._locks import holds_lock
 from tasks._plot import TickHistory, add_tick, load_tick_history, loss_picture
 from tasks._prefect import decide, record, refresh
 from tasks._seer import BY_HAND, seer_options_from_params
@@ -358,7 +360,9 @@ class Service:
     """What one scheduler runs with, fixed from `connect` to its end: the options, their
     defaults resolved (`policy`, ``G`` = `slots`, `patience_s`, `lock_dir`: the slot locks, or
     None without prefetching), the clients, planner and dispatcher it drives, and the `stop`
-    request it obeys (the process's `STOP`)."""
+    request it obeys (the process's `STOP`). `sole_home`: the home, where no other scheduler
+    writes to its MLflow store now (it holds the home's lock and the store is the home's own
+    database: `tasks._crashes`), else None."""
 
     options: SchedulerOptions
     settings: Settings
@@ -371,6 +375,7 @@ class Service:
     planner: Planner
     dispatcher: Dispatcher
     stop: StopRequest = STOP
+    sole_home: Path | None = None
     # Each tenant's leaderboard as last published to the store (`tasks.leaderboard.fingerprint`).
     published: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
@@ -495,9 +500,12 @@ def connect(options: SchedulerOptions, run_train: Callable[[dict[str, Any]], Any
         dispatcher = DeploymentDispatcher(
             slots, {}, pin_gpus=settings.pin_gpus, command=settings.flow_run_command
         )
+    # the scheduler flow took the home's lock before connecting
+    sole = settings.tracking_in_home and holds_lock(settings.home, "scheduler")
     svc = Service(
-        options, settings, policy, slots, patience_s, lock_dir, client, store, planner, dispatcher
-    )
+        options, settings, policy, slots, patience_s, lock_dir, client, store, planner,
+        dispatcher, sole_home=settings.home if sole else None,
+    )  # fmt: skip
     svc.stop.dispatcher = dispatcher  # `Stopping` counts its jobs
     svc.stop.stopped_dir = settings.home / "stopped"  # `tasks._crashes.mark_stopped`
     return svc
@@ -594,7 +602,8 @@ def resume_orphans(svc: Service) -> Progress:
     by_process: dict[str | None, int] = {}
     for job in state.running():
         by_process[job.process] = by_process.get(job.process, 0) + 1
-    died = {p for p in by_process if died_scheduler(svc.client, p, svc.stop.stopped_dir)}
+    died = {p for p in by_process
+            if died_scheduler(svc.client, p, svc.stop.stopped_dir, svc.sole_home)}  # fmt: skip
     gave_up = False
     resume: list[JobRecord] = []  # sent now, or held behind the suspects
     suspects: list[tuple[Deaths, JobRecord]] = []  # each to be sent alone (`tasks._crashes`)
@@ -785,7 +794,8 @@ def scheduler_run(svc: Service) -> Iterator[mlflow.ActiveRun]:
     ends FAILED if the block raises, KILLED if a signal stopped the scheduler."""
     exp_id = ensure_scheduler_experiment(svc.client, svc.settings.artifact_location)
     with mlflow.start_run(experiment_id=exp_id, run_name=f"scheduler-{svc.policy}",
-                          tags={PROCESS: process_tag()}) as run:  # fmt: skip
+                          tags={PROCESS: process_tag(), HOME: str(svc.settings.home)},
+                          ) as run:  # fmt: skip
         svc.stop.run_id = run.info.run_id
         params = {
             "policy": svc.policy,

@@ -215,6 +215,12 @@ class Settings:
         return 0 if local else WORKER_PREFETCH_PER_SLOT
 
     @property
+    def tracking_in_home(self) -> bool:
+        """MLflow's store is the home's own database (embedded, no ``TENANTML_TRACKING_URI``):
+        only this home's schedulers write to it."""
+        return self.tracking_uri == f"sqlite:///{self.home / 'mlflow.db'}"
+
+    @property
     def gpu_slots(self) -> int:
         """G: the slots given, else one per visible CUDA device (at least 1); counting devices
         imports torch where an NVIDIA driver runs, so only the scheduler asks."""

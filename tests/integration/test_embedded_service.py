@@ -11,7 +11,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -290,6 +291,34 @@ def test_kill_the_scheduler_and_restart_loses_and_duplicates_nothing(
     assert len(recs) >= len(before) + len(killed_with)
 
 
+def _start_killed_when(
+    cmd: list[str], env: dict[str, str], log: Path, kill_now: Callable[[Any], bool]
+) -> tuple[int, str]:
+    """Start `cmd` in a session of its own, its output to `log`, and SIGKILL its process group
+    as soon as ``kill_now(proc)`` says so (asked every 0.2 s, for at most 300 s; a read that
+    fails, as on a database not made yet, counts as no); returns its exit code and output."""
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=out,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 300
+            while proc.poll() is None and time.monotonic() < deadline:
+                try:
+                    kill = kill_now(proc)
+                except Exception:  # noqa: BLE001 - the database may not exist yet
+                    kill = False
+                if kill:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    break
+                time.sleep(0.2)
+            proc.wait(timeout=60)
+        finally:  # a timeout, a failed read: no service left running
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    return proc.returncode, log.read_text()
+
+
 @pytest.mark.full
 @pytest.mark.timeout(900)  # six starts of the service: 59 s alone, several times that on CI
 def test_a_job_that_kills_the_service_beside_others_is_found_and_given_up(tmp_path: Path) -> None:
@@ -311,46 +340,30 @@ def test_a_job_that_kills_the_service_beside_others_is_found_and_given_up(tmp_pa
     cmd = [sys.executable, "-m", "tenantml.cli", "run", "--slots", "2", "--ticks", "6",
            "--chain-s", "0", "--sleep-job-seconds", "3", "--policy", "roundrobin"]  # fmt: skip
     target: tuple[str, str] | None = None
-    kills, outs = 0, list[str]()
-    for _ in range(12):  # restarts, as a service manager's
-        log = tmp_path / f"run-{len(outs)}.log"
-        with log.open("w") as out:
-            proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=out,
-                                    stderr=subprocess.STDOUT)  # fmt: skip
-            try:
-                deadline = time.monotonic() + 300
-                while proc.poll() is None and time.monotonic() < deadline:
-                    try:
-                        seen = job_records(client, tenant_experiments(client).values())
-                    except Exception:  # noqa: BLE001 - the database may not exist yet
-                        seen = []
-                    # jobs training in this process now (a job held back keeps its dead one's)
-                    here = [
-                        (r.tenant, r.job_id)
-                        for r in seen
-                        if r.status == "RUNNING" and process_state(r.process) == "running"
-                    ]
-                    if target is None and len(here) >= 2:
-                        target = here[0]
-                    # it kills the process beside others, and alone once it is a suspect, sent
-                    # alone (the watcher waits for the others' attempts to have started: no race)
-                    suspect = any((r.tenant, r.job_id) == target and r.shared_crashes >= 2
-                                  for r in seen)  # fmt: skip
-                    if target in here and (len(here) >= 2 or suspect):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                        kills += 1
-                        break
-                    time.sleep(0.2)
-                proc.wait(timeout=60)
-            finally:  # a timeout, a failed read: no service left running
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-        outs.append(log.read_text())
-        if proc.returncode == 0:
+    kills, outs, code = 0, list[str](), None
+
+    def kill_now(proc: subprocess.Popen[bytes]) -> bool:
+        nonlocal target, kills
+        seen = job_records(client, tenant_experiments(client).values())
+        # jobs training in this process now (a job held back keeps its dead one's)
+        here = [(r.tenant, r.job_id) for r in seen
+                if r.status == "RUNNING" and process_state(r.process) == "running"]  # fmt: skip
+        if target is None and len(here) >= 2:
+            target = here[0]
+        # it kills the process beside others, and alone once it is a suspect, sent alone (the
+        # watcher waits for the others' attempts to have started: no race)
+        suspect = any((r.tenant, r.job_id) == target and r.shared_crashes >= 2 for r in seen)
+        kill = target in here and (len(here) >= 2 or suspect)
+        kills += kill
+        return kill
+
+    for n in range(12):  # restarts, as a service manager's
+        code, out = _start_killed_when(cmd, env, tmp_path / f"run-{n}.log", kill_now)
+        outs.append(out)
+        if code == 0:
             break
-        assert proc.returncode == -signal.SIGKILL, (proc.returncode, outs[-1][-3000:])
-    assert target is not None and proc.returncode == 0, (target, kills, outs[-1][-3000:])
+        assert code == -signal.SIGKILL, (code, out[-3000:])
+    assert target is not None and code == 0, (target, kills, outs[-1][-3000:])
     # two deaths beside others, then three alone
     assert kills == 5, (kills, outs)
     every = job_records(client, tenant_experiments(client).values())
@@ -362,6 +375,79 @@ def test_a_job_that_kills_the_service_beside_others_is_found_and_given_up(tmp_pa
     assert any(r.shared_crashes == 2 for key, r in recs.items() if key != target), recs
     others = {key: r.status for key, r in recs.items() if key != target}
     assert len(others) == 2 * len(models) - 1 and set(others.values()) == {"FINISHED"}, others
+
+
+def _in_own_pid_namespace() -> list[str]:
+    """The command prefix that starts a process in a pid namespace of its own, as a container
+    runtime does (with /proc of that namespace); empty where this machine refuses it (not
+    root, no ``unshare``)."""
+    prefix = ["unshare", "--pid", "--fork", "--mount-proc"]
+    try:
+        ok = subprocess.run([*prefix, "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    return prefix if ok else []
+
+
+@pytest.mark.full
+@pytest.mark.timeout(600)  # four starts of the service: 30 s alone, several times that on CI
+def test_a_job_that_kills_its_container_is_given_up(tmp_path: Path) -> None:
+    """End to end, `tenantml run` restarted as a container runtime restarts a container whose
+    service the cgroup's OOM killer took down: each start in a pid namespace of its own
+    (`unshare --pid`), and a watcher that SIGKILLs the namespace whenever one job trains in it.
+    From the next start the dead scheduler's process was one it could not see ("unknown"), so
+    its deaths counted nowhere and the job was resumed into every restart. The scheduler is its
+    home's only one (it holds the home's lock, MLflow is in the home), so those deaths count:
+    three, then the job is given up and the other job finishes (`tasks._crashes`)."""
+    from mlflow.tracking import MlflowClient
+
+    from mlflow_plugin.tracking import GAVE_UP, job_records, tenant_experiments
+
+    prefix = _in_own_pid_namespace()
+    if not prefix:
+        pytest.skip("starting a process in a pid namespace of its own needs root and `unshare`")
+    home = tmp_path / "svc"
+    env = _fed_home(home, ("wine", None, ["logistic_regression", "knn"]))
+    client = MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
+    cmd = [*prefix, sys.executable, "-m", "tenantml.cli", "run", "--slots", "1", "--ticks", "4",
+           "--chain-s", "0", "--sleep-job-seconds", "3", "--policy", "roundrobin"]  # fmt: skip
+    target: tuple[str, str] | None = None
+    dead: set[str] = set()  # the processes of the namespaces killed (their jobs keep them)
+    kills, code = 0, None
+    with ExitStack() as kept:  # the namespaces killed, held open (below)
+
+        def kill_now(proc: subprocess.Popen[bytes]) -> bool:
+            nonlocal target, kills
+            seen = job_records(client, tenant_experiments(client).values())
+            # training in this start: its process is none of the dead ones (from here
+            # `process_state` cannot see a process in that namespace either)
+            here = {(r.tenant, r.job_id): r.process for r in seen
+                    if r.status == "RUNNING" and r.process and r.process not in dead}  # fmt: skip
+            target = target or next(iter(here), None)
+            if target not in here:
+                return False
+            # its namespace held, so that its inode is not handed to the next start's (whose
+            # view would then read the dead process "ended", and the test prove nothing)
+            init = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0]
+            kept.callback(os.close, os.open(f"/proc/{init}/ns/pid", os.O_RDONLY))
+            dead.add(here[target])
+            kills += 1
+            return True
+
+        for n in range(8):  # restarts, as a container runtime's
+            code, out = _start_killed_when(cmd, env, tmp_path / f"run-{n}.log", kill_now)
+            if code == 0:
+                break
+            assert code == -signal.SIGKILL, (code, out[-3000:])
+    assert len({tag.partition("@")[2] for tag in dead}) == kills  # a namespace each
+    assert target is not None and code == 0, (target, kills, out[-3000:])
+    assert kills == 3, kills
+    every = job_records(client, tenant_experiments(client).values())
+    recs = {(r.tenant, r.job_id): r for r in every}
+    killer = client.get_run(recs[target].run_id)
+    assert killer.info.status == "FAILED" and "died 3 times" in killer.data.tags[GAVE_UP]
+    others = {key: r.status for key, r in recs.items() if key != target}
+    assert list(others.values()) == ["FINISHED"], others
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ from mlflow_plugin.tracking import (
     CRASHED_IN,
     CRASHES,
     GAVE_UP,
+    HOME,
     PROCESS,
     RESENT_AT,
     SHARED_CRASHES,
@@ -59,6 +60,7 @@ class _Home:
         self.runs: dict[str, str] = {}
         self.process = ""  # the running scheduler's
         self.started: list[list[str]] = []  # the jobs each start trained, in order
+        self.namespaces = 0  # pid namespaces made up for `start(container=True)`
         self.svc: Any = None
         monkeypatch.setattr(
             steps, "refresh", lambda *a, **k: _state(_tenants(), job_records(tracking, [self.exp]))
@@ -80,11 +82,28 @@ class _Home:
         self.tracking.set_tag(self.runs[params["job_id"]], PROCESS, self.process)
         self.started[-1].append(params["job_id"])
 
-    def start(self, dispatcher: Any = None) -> steps.Progress:
+    def start(
+        self,
+        dispatcher: Any = None,
+        *,
+        container: bool = False,
+        sole: bool = False,
+        host: str | None = None,
+        home: str | None = None,
+    ) -> steps.Progress:
         """A new scheduler (a new process): its run, then `resume_orphans`; its jobs train in
-        this process (`LocalDispatcher`) unless another `dispatcher` is given."""
+        this process (`LocalDispatcher`) unless another `dispatcher` is given. `container`: the
+        process is of a pid namespace of its own, as in a container started anew, on `host`
+        (default: this one); `sole`: the scheduler is its home's only one
+        (`Service.sole_home`); `home`: the home its run names (default: this one's)."""
         self.process = _ended_process()  # it dies unless its run ends
-        run = self.tracking.create_run(self.schedulers, tags={PROCESS: self.process})
+        if container:  # the same boot, another pid namespace
+            self.namespaces += 1
+            ident, _, place = self.process.partition("@")
+            this_host, boot, _ = place.split("/")
+            self.process = f"{ident}@{host or this_host}/{boot}/{self.namespaces}"
+        tags = {PROCESS: self.process, HOME: home or str(self.home)}
+        run = self.tracking.create_run(self.schedulers, tags=tags)
         self.started.append([])
         self.svc = SimpleNamespace(
             client=self.tracking, store=None, patience_s=1.0, slots=2, lock_dir=None,
@@ -93,7 +112,7 @@ class _Home:
                                     budget_s=None, stop_when_idle=True),
             planner=SimpleNamespace(capacity=2),
             dispatcher=dispatcher or LocalDispatcher(2, self._train),
-            stop=steps.StopRequest(),
+            stop=steps.StopRequest(), sole_home=self.home if sole else None,
         )  # fmt: skip
         self.svc.stop.run_id = run.info.run_id
         self.svc.stop.dispatcher = self.svc.dispatcher  # as `connect` does: `Stopping` counts
@@ -328,3 +347,39 @@ def test_a_stop_whose_end_never_reached_mlflow_is_no_death(
     assert not died_scheduler(tracking, first, tmp_path / "stopped")
     home.tracking.create_run(home.schedulers, tags={PROCESS: first})
     assert died_scheduler(tracking, first, tmp_path / "stopped")
+
+
+@pytest.mark.parametrize("where", ["here", "shared-store", "another-home", "another-host"])
+def test_a_job_that_kills_its_container_is_given_up_where_the_scheduler_is_its_homes_only(
+    tracking: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, where: str
+) -> None:
+    """A container restarted by its runtime (after the cgroup's OOM killer) starts the service
+    in a new pid namespace: the dead scheduler's process is one `process_state` cannot see
+    ("unknown"), so its death counted nowhere, and a job that ran the container out of memory
+    was resumed into every restart. Where the scheduler is its home's only one
+    (`Service.sole_home`: the home's lock, MLflow in the home) and the dead one was of this
+    home on this host, such a death counts: after the third the job is given up. Not where it
+    cannot be told: a store other homes' schedulers may share, a run of another home writing
+    to it, or a process of another host (which may hold the home's lock unseen)."""
+    home = _Home(tracking, monkeypatch, f"container-{where}", tmp_path)
+    home.job("mlp-s1", "mlp")
+    counts = where == "here"
+    how: dict[str, Any] = {
+        "container": True,
+        "sole": where != "shared-store",
+        "home": str(tmp_path / "other") if where == "another-home" else None,
+        "host": "elsewhere" if where == "another-host" else None,
+    }
+    home.start(**how)  # it resumes the job, and the container dies
+    assert home.in_flight() == ["mlp-s1"]
+    for death in range(1, MAX_CRASHES):
+        home.start(**how)
+        assert home.in_flight() == ["mlp-s1"]
+        assert home.tags("mlp-s1").get(CRASHES) == (str(death) if counts else None)
+    progress = home.start(**how)
+    if counts:
+        assert home.in_flight() == [] and home.status("mlp-s1") == "FAILED"
+        assert f"died {MAX_CRASHES} times" in home.tags("mlp-s1")[GAVE_UP]
+        assert not progress.holding
+    else:
+        assert home.in_flight() == ["mlp-s1"] and CRASHES not in home.tags("mlp-s1")

@@ -313,7 +313,7 @@ def test_a_restarted_scheduler_adopts_a_held_chain_once(monkeypatch: pytest.Monk
     settings = SimpleNamespace(capacity_prices=None)
     svc = SimpleNamespace(client=None, store=None, settings=settings, patience_s=1.0, slots=1,
                           options=SimpleNamespace(prior="learnt"), dispatcher=d,
-                          stop=steps.StopRequest())  # fmt: skip
+                          stop=steps.StopRequest(), sole_home=None)  # fmt: skip
     events: list[Any] = []
     with steps.listen(events.append):
         progress = steps.resume_orphans(svc)  # type: ignore[arg-type]
@@ -410,7 +410,7 @@ def test_a_restarted_scheduler_leaves_a_seer_run_job_to_its_live_process(
     svc = SimpleNamespace(client=client, store=None, patience_s=1.0, slots=1, lock_dir=None,
                           settings=SimpleNamespace(capacity_prices=None), policy="rate",
                           options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=0.5),
-                          dispatcher=d, stop=steps.StopRequest())  # fmt: skip
+                          dispatcher=d, stop=steps.StopRequest(), sole_home=None)  # fmt: skip
     events: list[Any] = []
     try:
         with steps.listen(events.append):
@@ -494,7 +494,7 @@ def test_a_restarted_scheduler_sends_again_a_job_that_failed_while_none_watched_
     svc = SimpleNamespace(client=client, store=None, patience_s=1.0, slots=1, lock_dir=None,
                           settings=SimpleNamespace(capacity_prices=None), policy="rate",
                           options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=None),
-                          dispatcher=d, stop=steps.StopRequest())  # fmt: skip
+                          dispatcher=d, stop=steps.StopRequest(), sole_home=None)  # fmt: skip
     events: list[Any] = []
     try:
         with steps.listen(events.append):
@@ -601,7 +601,7 @@ def test_a_failed_job_sent_again_is_not_lost_when_that_scheduler_dies_before_it_
                               lock_dir=None, settings=SimpleNamespace(capacity_prices=None),
                               policy="rate", options=SimpleNamespace(prior="learnt",
                               max_epochs=1, sleep_s=None), dispatcher=d,
-                              stop=steps.StopRequest())  # fmt: skip
+                              stop=steps.StopRequest(), sole_home=None)  # fmt: skip
         steps.resume_orphans(svc)  # type: ignore[arg-type]
         return d.sent
 
@@ -680,7 +680,7 @@ def test_a_job_three_schedulers_died_while_it_trained_alone_in_them_is_given_up(
     svc = SimpleNamespace(client=tracking, store=None, patience_s=1.0, slots=1, lock_dir=None,
                           settings=SimpleNamespace(capacity_prices=None), policy="rate",
                           options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=None),
-                          dispatcher=d, stop=steps.StopRequest())  # fmt: skip
+                          dispatcher=d, stop=steps.StopRequest(), sole_home=None)  # fmt: skip
     progress: Any = None
 
     def restart() -> tuple[list[str], list[Any]]:
@@ -726,7 +726,8 @@ def test_a_job_three_schedulers_died_while_it_trained_alone_in_them_is_given_up(
                                   tags={PROCESS: ended_process()})  # fmt: skip
     tracking.set_terminated(halfway.info.run_id, "KILLED")
     assert steps.previous_scheduler_start(tracking) == took.info.start_time / 1000
-    svc.settings = SimpleNamespace(artifact_location=None, mode="embedded", capacity_prices=None)
+    svc.settings = SimpleNamespace(artifact_location=None, mode="embedded", capacity_prices=None,
+                                   home=Path("/nowhere"))  # fmt: skip
     svc.options = SimpleNamespace(prior="learnt", ticks=0, budget_s=None, max_epochs=1,
                                   sleep_s=None)  # fmt: skip
     with steps.scheduler_run(svc) as run:  # type: ignore[arg-type]
@@ -934,3 +935,28 @@ def test_a_lock_names_its_present_holder_after_earlier_ones(tmp_path: Path) -> N
     assert f"a scheduler already runs on {tmp_path}: process {os.getpid()} (" in text, text
     assert "\n" not in text and text.count("process ") == 1, text
     assert (tmp_path / "locks" / "scheduler.lock").read_text().startswith(f"{os.getpid()}\n")
+
+
+def test_a_scheduler_is_its_homes_only_while_it_holds_the_lock_and_mlflow_is_the_homes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Service.sole` (`tasks._crashes`: a dead scheduler of another pid namespace counts) asks
+    both: this process holds the home's lock now (a second holder refused does not take it
+    away), and MLflow's store is the home's own database, not one set by
+    ``TENANTML_TRACKING_URI`` that other homes' schedulers may share."""
+    from tasks import SchedulerBusyError, scheduler_lock
+    from tasks._locks import holds_lock
+    from tasks.settings import Settings
+
+    monkeypatch.delenv("TENANTML_TRACKING_URI", raising=False)
+    settings = Settings.load(tmp_path)
+    assert settings.tracking_in_home and not holds_lock(settings.home, "scheduler")
+    with scheduler_lock(settings.home):
+        assert holds_lock(settings.home, "scheduler")
+        with pytest.raises(SchedulerBusyError), scheduler_lock(settings.home):
+            pass
+        assert holds_lock(settings.home, "scheduler")
+        assert not holds_lock(tmp_path / "other", "scheduler")
+    assert not holds_lock(settings.home, "scheduler")
+    monkeypatch.setenv("TENANTML_TRACKING_URI", "http://127.0.0.1:5000")
+    assert not Settings.load(tmp_path).tracking_in_home

@@ -272,7 +272,7 @@ def test_embedded_runs_go_without_prefects_heartbeats() -> None:
 def test_an_embedded_scheduler_dispatches_in_process_without_heartbeats(
     tmp_path: Path, restore_env: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tasks import SchedulerOptions, connect
+    from tasks import SchedulerOptions, connect, scheduler_lock
     from tasks._dispatch import LocalDispatcher
 
     for var in ("PREFECT_API_URL", "TENANTML_TRACKING_URI", "TENANTML_STORE"):
@@ -286,8 +286,13 @@ def test_an_embedded_scheduler_dispatches_in_process_without_heartbeats(
     svc = connect(options, run_train=lambda params: None)
     try:
         assert isinstance(svc.dispatcher, LocalDispatcher) and not svc.dispatcher.heartbeats
+        assert svc.sole_home is None  # not holding the home's lock (the flow takes it first)
     finally:
         svc.dispatcher.close()
+    with scheduler_lock(tmp_path.resolve()):  # as the scheduler flow does: its home's only one
+        svc = connect(options, run_train=lambda params: None)
+        svc.dispatcher.close()
+    assert svc.sole_home == tmp_path.resolve()  # `tasks._crashes`
 
 
 def _heartbeat() -> int | None:
