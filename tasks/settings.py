@@ -216,8 +216,8 @@ class Settings:
 
     @property
     def tracking_in_home(self) -> bool:
-        """MLflow's store is the home's own database (embedded, no ``TENANTML_TRACKING_URI``):
-        only this home's schedulers write to it."""
+        """MLflow's store is the home's own database (the embedded default, not a store that
+        ``TENANTML_TRACKING_URI`` names, which other homes may share)."""
         return self.tracking_uri == f"sqlite:///{self.home / 'mlflow.db'}"
 
     @property
