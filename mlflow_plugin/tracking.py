@@ -310,6 +310,7 @@ class JobRecord:
     resent_at: float | None = None  # RESENT_AT: when a starting scheduler last sent it again
     crashes: int = 0  # CRASHES: schedulers that died as it trained alone in their process
     shared_crashes: int = 0  # SHARED_CRASHES: ... as it trained there beside other jobs
+    slot: int | None = None  # SLOT: the slot its latest attempt was sent to
 
     @property
     def failed_at(self) -> float:
@@ -343,6 +344,7 @@ class JobRecord:
             _epoch(tags.get(RESENT_AT)),
             tag_count(tags.get(CRASHES)),
             tag_count(tags.get(SHARED_CRASHES)),
+            int(slot) if (slot := tags.get(SLOT, "")).isdigit() else None,
         )
 
 

@@ -643,7 +643,7 @@ def resume_orphans(svc: Service) -> Progress:
                 gave_up = True
                 continue
         if job.flow_run_id and not here:  # still going as that flow run (servers): taken
-            spec = _orphan_spec(svc, job, _free_slot(svc), last_tick)
+            spec = _orphan_spec(svc, job, _adopted_slot(svc, job), last_tick)
             if _adopted(svc, spec, job.flow_run_id):
                 _resumed(spec)
                 continue
@@ -738,6 +738,17 @@ def send_held(svc: Service, progress: Progress) -> None:
 def _free_slot(svc: Service) -> int:
     """The slot a job sent again goes to: the least loaded (`least_loaded_slot`)."""
     return least_loaded_slot(svc.dispatcher.in_flight, svc.slots)
+
+
+def _adopted_slot(svc: Service, job: JobRecord) -> int:
+    """The slot of a job adopted as its flow run goes on: the one it was sent to (`SLOT`), on
+    whose GPU (and lock) the run trains or waits, unless this scheduler has fewer slots; else
+    the least loaded. Placed by load, two runs of one slot (one training, one sent ahead)
+    counted one on each, and the planner filled both alike: one GPU queued runs while the other
+    ran out of them."""
+    if job.slot is not None and job.slot < svc.slots:
+        return job.slot
+    return _free_slot(svc)
 
 
 def _sent_again(job: JobRecord, spec: JobSpec) -> None:

@@ -960,3 +960,47 @@ def test_a_scheduler_is_its_homes_only_while_it_holds_the_lock_and_mlflow_is_the
     assert not holds_lock(settings.home, "scheduler")
     monkeypatch.setenv("TENANTML_TRACKING_URI", "http://127.0.0.1:5000")
     assert not Settings.load(tmp_path).tracking_in_home
+
+
+def test_a_job_adopted_from_its_mlflow_record_keeps_the_slot_it_was_sent_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run Prefect still holds that `left_going` did not list is adopted from its MLflow
+    record (`FLOW_RUN_ID`) on the slot it was sent to (`SLOT`): there its GPU trains it, or
+    it waits on that GPU's lock. Placed by load, two runs of slot 1 (one training, one sent
+    ahead) were counted one on each slot. A slot this scheduler does not have: by load."""
+    from types import SimpleNamespace
+
+    import tasks._loop as steps
+
+    training, ahead, gone = (
+        dataclasses.replace(
+            _record("a", cand, "RUNNING", 0.0), flow_run_id=f"fr-{cand}", slot=slot
+        )  # fmt: skip
+        for cand, slot in (("knn", 1), ("mlp", 1), ("svm", 5))
+    )
+    state = _state(_tenants(), [training, ahead, gone])
+    monkeypatch.setattr(steps, "refresh", lambda *args, **kwargs: state)
+    monkeypatch.setattr(steps, "redo_promotions", lambda svc, state: None)
+
+    class Dispatcher:
+        def __init__(self) -> None:
+            self.in_flight: list[JobSpec] = []
+
+        def left_going(self) -> list[tuple[JobSpec, str]]:
+            return []
+
+        def adopt(self, spec: JobSpec, flow_run_id: str, *, listed: bool = False) -> bool:
+            self.in_flight.append(spec)
+            return True
+
+    d = Dispatcher()
+    client = SimpleNamespace(
+        get_run=lambda run_id: SimpleNamespace(data=SimpleNamespace(params={}))
+    )
+    svc = SimpleNamespace(client=client, store=None, settings=SimpleNamespace(capacity_prices=None),
+                          patience_s=1.0, slots=2, lock_dir=None, policy="rate",
+                          options=SimpleNamespace(prior="learnt", max_epochs=1, sleep_s=None),
+                          dispatcher=d, stop=steps.StopRequest(), sole_home=None)  # fmt: skip
+    steps.resume_orphans(svc)  # type: ignore[arg-type]
+    assert {s.job_id: s.slot for s in d.in_flight} == {"knn-s1": 1, "mlp-s1": 1, "svm-s1": 0}

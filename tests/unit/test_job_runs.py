@@ -160,6 +160,7 @@ def test_one_job_run_per_job_its_tags_set_once(tracking: MlflowClient, wine: Exa
     assert again.run_id == first.run_id and again.status == "FINISHED"
     assert (tags["tenantml.tick"], tags["tenantml.slot"], tags["tenantml.flow_run_id"]) == (
         "4", "0", "flow-2")  # fmt: skip
+    assert first.slot == 1 and again.slot == 0  # the record: its latest attempt's slot
     # a job that fails ends FAILED, and its run is no longer the thread's active run
     with pytest.raises(KeyError, match="nonesuch"):
         run_job(JobSpec("wine", "nonesuch", 1, "bad-s1", 3, "rate"), tracking, wine, exp)
