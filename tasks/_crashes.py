@@ -131,7 +131,7 @@ def died_scheduler(
     module docstring), and its latest run in ``tenantml/scheduler`` (every scheduler's begins
     before it sends a job) was left RUNNING and not stopped by a signal (no mark in
     `stopped_dir`: `mark_stopped`). A worker's process has no run there."""
-    state = "unknown" if process is None else process_state(process)
+    state = process_state(process)  # "unknown" for None
     unseen = state == "unknown" and sole_home is not None and of_this_host(process)
     if process is None or not (state == "ended" or unseen):
         return False
